@@ -1,0 +1,1 @@
+//! kubefold actors.
