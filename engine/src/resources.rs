@@ -1,0 +1,148 @@
+//! The catalog of resource types kubefold aggregates and the simulator serves.
+//!
+//! Each entry carries what discovery needs (group, version, plural, kind,
+//! namespaced, short names, categories) so that `/api`, `/apis` and
+//! `kubectl api-resources` can be answered from one table.
+
+use serde::{Deserialize, Serialize};
+
+/// One API resource type, named as Kubernetes discovery names it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ResourceType {
+    /// API group; empty for the core (legacy) group.
+    pub group: String,
+    /// API version inside the group, e.g. `v1`.
+    pub version: String,
+    /// Plural resource name used in paths, e.g. `pods`.
+    pub plural: String,
+    /// Singular name, e.g. `pod`.
+    pub singular: String,
+    /// Kind, e.g. `Pod`.
+    pub kind: String,
+    /// Whether objects live in a namespace.
+    pub namespaced: bool,
+    /// kubectl short names, e.g. `po`.
+    pub short_names: Vec<String>,
+    /// Discovery categories, e.g. `all`.
+    pub categories: Vec<String>,
+    /// Subresources the type has (`status`, `scale`, `log`).
+    pub subresources: Vec<String>,
+}
+
+impl ResourceType {
+    /// `apiVersion` as written in objects: `v1` or `apps/v1`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// A stable key naming the type in the store and in logs: `v1/pods`,
+    /// `apps/v1/deployments`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.api_version(), self.plural)
+    }
+
+    /// The path prefix of the type's group version: `/api/v1` or `/apis/apps/v1`.
+    pub fn group_version_path(&self) -> String {
+        if self.group.is_empty() {
+            format!("/api/{}", self.version)
+        } else {
+            format!("/apis/{}/{}", self.group, self.version)
+        }
+    }
+
+    /// The collection path, all namespaces when `namespace` is `None`.
+    pub fn collection_path(&self, namespace: Option<&str>) -> String {
+        match namespace {
+            Some(ns) if self.namespaced => {
+                format!("{}/namespaces/{}/{}", self.group_version_path(), ns, self.plural)
+            }
+            _ => format!("{}/{}", self.group_version_path(), self.plural),
+        }
+    }
+
+    /// `kind` of the list type, e.g. `PodList`.
+    pub fn list_kind(&self) -> String {
+        format!("{}List", self.kind)
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn entry(
+    group: &str,
+    version: &str,
+    plural: &str,
+    singular: &str,
+    kind: &str,
+    namespaced: bool,
+    short_names: &[&str],
+    categories: &[&str],
+    subresources: &[&str],
+) -> ResourceType {
+    let strings = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect();
+    ResourceType {
+        group: group.into(),
+        version: version.into(),
+        plural: plural.into(),
+        singular: singular.into(),
+        kind: kind.into(),
+        namespaced,
+        short_names: strings(short_names),
+        categories: strings(categories),
+        subresources: strings(subresources),
+    }
+}
+
+/// The built-in resource types of the skeleton, in discovery order.
+///
+/// Short names and categories are those kube-apiserver 1.33 reports
+/// (`kubectl api-resources`).
+pub fn builtin() -> Vec<ResourceType> {
+    vec![
+        entry("", "v1", "pods", "pod", "Pod", true, &["po"], &["all"], &["status", "log"]),
+        entry("", "v1", "nodes", "node", "Node", false, &["no"], &[], &["status"]),
+        entry("", "v1", "namespaces", "namespace", "Namespace", false, &["ns"], &[], &["status"]),
+        entry("", "v1", "services", "service", "Service", true, &["svc"], &["all"], &["status"]),
+        entry("", "v1", "configmaps", "configmap", "ConfigMap", true, &["cm"], &[], &[]),
+        entry("", "v1", "events", "event", "Event", true, &["ev"], &[], &[]),
+        entry("apps", "v1", "deployments", "deployment", "Deployment", true, &["deploy"], &["all"], &["status", "scale"]),
+        entry("apps", "v1", "replicasets", "replicaset", "ReplicaSet", true, &["rs"], &["all"], &["status", "scale"]),
+        entry("apps", "v1", "statefulsets", "statefulset", "StatefulSet", true, &["sts"], &["all"], &["status", "scale"]),
+        entry("discovery.k8s.io", "v1", "endpointslices", "endpointslice", "EndpointSlice", true, &[], &[], &[]),
+    ]
+}
+
+/// Finds a type of `catalog` by group, version and plural.
+pub fn find<'a>(catalog: &'a [ResourceType], group: &str, version: &str, plural: &str) -> Option<&'a ResourceType> {
+    catalog
+        .iter()
+        .find(|r| r.group == group && r.version == version && r.plural == plural)
+}
+
+/// Finds a type of `catalog` by its [`ResourceType::key`].
+pub fn find_by_key<'a>(catalog: &'a [ResourceType], key: &str) -> Option<&'a ResourceType> {
+    catalog.iter().find(|r| r.key() == key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_and_keys_follow_kubernetes_layout() {
+        let cat = builtin();
+        let pods = find(&cat, "", "v1", "pods").unwrap();
+        assert_eq!(pods.key(), "v1/pods");
+        assert_eq!(pods.collection_path(Some("default")), "/api/v1/namespaces/default/pods");
+        assert_eq!(pods.collection_path(None), "/api/v1/pods");
+        let deploy = find(&cat, "apps", "v1", "deployments").unwrap();
+        assert_eq!(deploy.api_version(), "apps/v1");
+        assert_eq!(deploy.collection_path(Some("ns")), "/apis/apps/v1/namespaces/ns/deployments");
+        let nodes = find_by_key(&cat, "v1/nodes").unwrap();
+        assert_eq!(nodes.collection_path(Some("ignored")), "/api/v1/nodes");
+        assert_eq!(nodes.list_kind(), "NodeList");
+    }
+}
