@@ -1,1 +1,344 @@
-//! index.
+//! The merged index: every live object of every cluster, by resource type,
+//! in list order. A view of the event log: it changes through one method,
+//! [`Index::apply`], and the aggregator plans events against it with
+//! [`plan_change`] and [`plan_relist`].
+//!
+//! The maps are persistent (`im`), so a clone is O(1) and shares structure:
+//! the aggregator publishes a clone after each batch as the snapshot that
+//! readers use while it goes on writing.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use crate::event::{Change, EventType, IndexEntry, ObjectKey, StoredEvent};
+use crate::object::{Ingested, ServedBody};
+
+/// The objects of one resource type, in list order.
+pub type ResourceIndex = im::OrdMap<ObjectKey, Arc<IndexEntry>>;
+
+/// Live objects by resource type, with the RV of the last applied event.
+#[derive(Debug, Clone, Default)]
+pub struct Index {
+    head_rv: u64,
+    resources: im::HashMap<String, ResourceIndex>,
+}
+
+impl Index {
+    /// An empty index at `head_rv` (the store's head after recovery).
+    pub fn at(head_rv: u64) -> Index {
+        Index { head_rv, resources: im::HashMap::new() }
+    }
+
+    /// The RV of the last event applied.
+    pub fn head_rv(&self) -> u64 {
+        self.head_rv
+    }
+
+    /// Moves the head without an event (recovery of an index whose last events
+    /// were deletions of objects it no longer holds).
+    pub fn set_head_rv(&mut self, rv: u64) {
+        self.head_rv = self.head_rv.max(rv);
+    }
+
+    /// Inserts an entry loaded from the store (recovery).
+    pub fn load(&mut self, resource: &str, key: ObjectKey, entry: IndexEntry) {
+        self.resources.entry(resource.to_string()).or_default().insert(key, Arc::new(entry));
+    }
+
+    /// Applies one committed event: the only way the index changes.
+    pub fn apply(&mut self, event: &StoredEvent) {
+        let objects = self.resources.entry(event.resource.clone()).or_default();
+        match event.event_type {
+            EventType::Added | EventType::Modified => {
+                objects.insert(event.key.clone(), Arc::new(event.index_entry()));
+            }
+            EventType::Deleted => {
+                objects.remove(&event.key);
+            }
+        }
+        self.head_rv = self.head_rv.max(event.rv);
+    }
+
+    /// The objects of one type (empty when none).
+    pub fn resource(&self, resource: &str) -> Option<&ResourceIndex> {
+        self.resources.get(resource)
+    }
+
+    /// One object.
+    pub fn get(&self, resource: &str, key: &ObjectKey) -> Option<&Arc<IndexEntry>> {
+        self.resources.get(resource)?.get(key)
+    }
+
+    /// Objects of `resource` in list order, optionally of one namespace, after
+    /// `start_after` (exclusive) when given.
+    pub fn range<'a>(
+        &'a self,
+        resource: &str,
+        namespace: Option<&'a str>,
+        start_after: Option<&ObjectKey>,
+    ) -> Box<dyn Iterator<Item = (&'a ObjectKey, &'a Arc<IndexEntry>)> + 'a> {
+        let Some(objects) = self.resources.get(resource) else {
+            return Box::new(std::iter::empty());
+        };
+        use std::ops::Bound;
+        let lower = match (start_after, namespace) {
+            (Some(k), _) => Bound::Excluded(k.clone()),
+            (None, Some(ns)) => Bound::Included(ObjectKey {
+                namespace: ns.to_string(),
+                name: String::new(),
+                cluster: String::new(),
+            }),
+            (None, None) => Bound::Unbounded,
+        };
+        let iter = objects.range((lower, Bound::Unbounded));
+        match namespace {
+            Some(ns) => Box::new(iter.take_while(move |(k, _)| k.namespace == ns)),
+            None => Box::new(iter),
+        }
+    }
+
+    /// Every cluster's object of that namespace and name (for bare names).
+    pub fn by_name<'a>(
+        &'a self,
+        resource: &str,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> Vec<(&'a ObjectKey, &'a Arc<IndexEntry>)> {
+        let Some(objects) = self.resources.get(resource) else {
+            return Vec::new();
+        };
+        let from = ObjectKey { namespace: namespace.to_string(), name: name.to_string(), cluster: String::new() };
+        objects
+            .range(from..)
+            .take_while(|(k, _)| k.namespace == namespace && k.name == name)
+            .collect()
+    }
+
+    /// Number of live objects of a type.
+    pub fn len(&self, resource: &str) -> usize {
+        self.resources.get(resource).map_or(0, |r| r.len())
+    }
+
+    /// Whether the index holds no object at all.
+    pub fn is_empty(&self) -> bool {
+        self.resources.values().all(|r| r.is_empty())
+    }
+
+    /// Number of live objects of all types.
+    pub fn total(&self) -> usize {
+        self.resources.values().map(|r| r.len()).sum()
+    }
+
+    /// Number of live objects of a type held for one cluster.
+    pub fn count_cluster(&self, resource: &str, cluster: &str) -> usize {
+        self.resources
+            .get(resource)
+            .map_or(0, |r| r.keys().filter(|k| k.cluster == cluster).count())
+    }
+
+    /// Types that have objects.
+    pub fn resource_keys(&self) -> Vec<String> {
+        self.resources.keys().cloned().collect()
+    }
+}
+
+/// Plans the event for one change seen by a watcher, numbered `rv`, or `None`
+/// when it changes nothing (a duplicate, or a delete of an unknown object).
+pub fn plan_change(index: &Index, resource: &str, cluster: &str, change: Change, rv: u64) -> Option<StoredEvent> {
+    match change {
+        Change::Upsert(ingested) => {
+            let key = key_of(&ingested, cluster);
+            match index.get(resource, &key) {
+                Some(entry) if entry.member_rv == ingested.member_rv && !ingested.member_rv.is_empty() => None,
+                Some(entry) => Some(StoredEvent::new(rv, EventType::Modified, resource, cluster, entry.rv, ingested)),
+                None => Some(StoredEvent::new(rv, EventType::Added, resource, cluster, 0, ingested)),
+            }
+        }
+        Change::Delete(ingested) => {
+            let key = key_of(&ingested, cluster);
+            let entry = index.get(resource, &key)?;
+            Some(StoredEvent::new(rv, EventType::Deleted, resource, cluster, entry.rv, ingested))
+        }
+    }
+}
+
+/// Plans the events that turn what the index holds for (`resource`,
+/// `cluster`) into exactly `objects` (a fresh list of the member): ADDED for
+/// new objects, MODIFIED for changed ones (by member RV), DELETED for objects
+/// the member no longer has, whose last body `last_body` loads from the store.
+/// Events are numbered from `first_rv` on.
+pub fn plan_relist(
+    index: &Index,
+    resource: &str,
+    cluster: &str,
+    objects: Vec<Ingested>,
+    first_rv: u64,
+    mut last_body: impl FnMut(u64) -> Option<ServedBody>,
+) -> Vec<StoredEvent> {
+    let mut rv = first_rv;
+    let mut events = Vec::new();
+    let mut seen: HashSet<ObjectKey> = HashSet::with_capacity(objects.len());
+    for ingested in objects {
+        let key = key_of(&ingested, cluster);
+        if !seen.insert(key) {
+            continue; // a member listing one object twice: keep the first
+        }
+        if let Some(event) = plan_change(index, resource, cluster, Change::Upsert(ingested), rv) {
+            events.push(event);
+            rv += 1;
+        }
+    }
+    if let Some(objects) = index.resource(resource) {
+        for (key, entry) in objects.iter().filter(|(k, _)| k.cluster == cluster) {
+            if seen.contains(key) {
+                continue;
+            }
+            let Some(body) = last_body(entry.rv) else { continue };
+            events.push(StoredEvent {
+                rv,
+                event_type: EventType::Deleted,
+                resource: resource.to_string(),
+                key: key.clone(),
+                prev_rv: entry.rv,
+                member_rv: entry.member_rv.clone(),
+                uid: entry.uid.clone(),
+                labels: entry.labels.clone(),
+                fields: entry.fields.clone(),
+                body,
+            });
+            rv += 1;
+        }
+    }
+    events
+}
+
+fn key_of(ingested: &Ingested, cluster: &str) -> ObjectKey {
+    ObjectKey { namespace: ingested.namespace.clone(), name: ingested.name.clone(), cluster: cluster.to_string() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::ingest;
+    use crate::resources;
+
+    fn pod(ns: &str, name: &str, member_rv: &str) -> Ingested {
+        let pods = resources::find(&resources::builtin(), "", "v1", "pods").unwrap().clone();
+        let raw = format!(
+            r#"{{"metadata":{{"name":"{name}","namespace":"{ns}","resourceVersion":"{member_rv}","labels":{{"app":"x"}}}}}}"#
+        );
+        ingest(&pods, "m", raw.as_bytes()).unwrap()
+    }
+
+    /// Plans and applies like the aggregator does.
+    fn commit(index: &mut Index, events: Vec<StoredEvent>) -> Vec<(EventType, String, u64)> {
+        events
+            .into_iter()
+            .map(|e| {
+                index.apply(&e);
+                (e.event_type, e.key.name.clone(), e.rv)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn global_rvs_increase_and_changes_become_events() {
+        let mut index = Index::at(0);
+        let mut out = Vec::new();
+        for (i, change) in [
+            Change::Upsert(pod("default", "a", "10")),
+            Change::Upsert(pod("default", "b", "11")),
+            Change::Upsert(pod("default", "a", "12")),
+            Change::Upsert(pod("default", "a", "12")), // duplicate: no event
+            Change::Delete(pod("default", "b", "13")),
+            Change::Delete(pod("default", "zz", "14")), // unknown: no event
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let rv = index.head_rv() + 1;
+            if let Some(e) = plan_change(&index, "v1/pods", "m", change, rv) {
+                out.extend(commit(&mut index, vec![e]));
+            }
+            let _ = i;
+        }
+        assert_eq!(
+            out,
+            vec![
+                (EventType::Added, "a".to_string(), 1),
+                (EventType::Added, "b".to_string(), 2),
+                (EventType::Modified, "a".to_string(), 3),
+                (EventType::Deleted, "b".to_string(), 4),
+            ]
+        );
+        assert_eq!(index.head_rv(), 4);
+        assert_eq!(index.len("v1/pods"), 1);
+        let a = index.get("v1/pods", &ObjectKey { namespace: "default".into(), name: "a".into(), cluster: "m".into() });
+        assert_eq!(a.unwrap().rv, 3);
+    }
+
+    #[test]
+    fn relist_is_applied_as_a_diff() {
+        let mut index = Index::at(100);
+        let events = plan_relist(&index, "v1/pods", "m", vec![pod("a", "p1", "1"), pod("a", "p2", "1"), pod("b", "p3", "1")], 101, |_| None);
+        commit(&mut index, events);
+        assert_eq!(index.len("v1/pods"), 3);
+        // Another cluster's object must survive this cluster's relist.
+        let other = plan_change(&index, "v1/pods", "other", Change::Upsert(pod("a", "p1", "7")), 104).unwrap();
+        commit(&mut index, vec![other]);
+
+        let body = |_| Some(pod("x", "x", "0").body);
+        let events = plan_relist(&index, "v1/pods", "m", vec![pod("a", "p1", "1"), pod("a", "p2", "5"), pod("c", "p4", "5")], 105, body);
+        let got = commit(&mut index, events);
+        assert_eq!(
+            got,
+            vec![
+                (EventType::Modified, "p2".to_string(), 105),
+                (EventType::Added, "p4".to_string(), 106),
+                (EventType::Deleted, "p3".to_string(), 107),
+            ]
+        );
+        let names: Vec<_> = index.range("v1/pods", None, None).map(|(k, _)| (k.namespace.clone(), k.name.clone(), k.cluster.clone())).collect();
+        assert_eq!(
+            names,
+            vec![
+                ("a".into(), "p1".into(), "m".into()),
+                ("a".into(), "p1".into(), "other".into()),
+                ("a".into(), "p2".into(), "m".into()),
+                ("c".into(), "p4".into(), "m".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn namespace_ranges_and_bare_names() {
+        let mut index = Index::at(0);
+        let mut rv = 1;
+        for (ns, name, cluster) in [("a", "x", "m1"), ("b", "web-0", "m1"), ("b", "web-0", "m2"), ("b", "web-1", "m1"), ("c", "y", "m1")] {
+            let e = plan_change(&index, "v1/pods", cluster, Change::Upsert(pod(ns, name, "1")), rv).unwrap();
+            index.apply(&e);
+            rv += 1;
+        }
+        let in_b: Vec<_> = index.range("v1/pods", Some("b"), None).map(|(k, _)| format!("{}_{}", k.name, k.cluster)).collect();
+        assert_eq!(in_b, vec!["web-0_m1", "web-0_m2", "web-1_m1"]);
+        let first = index.range("v1/pods", Some("b"), None).next().unwrap().0.clone();
+        let rest: Vec<_> = index.range("v1/pods", Some("b"), Some(&first)).map(|(k, _)| k.cluster.clone()).collect();
+        assert_eq!(rest, vec!["m2", "m1"]);
+        assert_eq!(index.by_name("v1/pods", "b", "web-0").len(), 2);
+        assert_eq!(index.by_name("v1/pods", "b", "web-1").len(), 1);
+        assert!(index.by_name("v1/pods", "b", "web").is_empty());
+    }
+
+    #[test]
+    fn snapshots_do_not_see_later_applies() {
+        let mut index = Index::at(0);
+        let e = plan_change(&index, "v1/pods", "m", Change::Upsert(pod("a", "p", "1")), 1).unwrap();
+        index.apply(&e);
+        let snapshot = index.clone();
+        let e = plan_change(&index, "v1/pods", "m", Change::Delete(pod("a", "p", "2")), 2).unwrap();
+        index.apply(&e);
+        assert_eq!(snapshot.len("v1/pods"), 1);
+        assert_eq!(snapshot.head_rv(), 1);
+        assert_eq!(index.len("v1/pods"), 0);
+    }
+}

@@ -1,1 +1,335 @@
-//! kubefold store.
+//! kubefold's durable store: the event log, the index entries, the member
+//! checkpoints and the head resource version, in one sled tree so that each
+//! batch commit is one atomic `apply_batch`.
+//!
+//! Key layout (all in the tree `kubefold`):
+//! - `e` + big-endian u64 RV → bincode [`StoredEvent`] (raw JSON body inside);
+//! - `i` + resource `\0` namespace `\0` name `\0` cluster → bincode [`IndexEntry`];
+//! - `c` + cluster `\0` resource → the member's resourceVersion (checkpoint);
+//! - `m` + name → metadata (`format`, `head`, `compacted`).
+//!
+//! Durability: every commit is atomic; it is durable once sled has flushed,
+//! which [`Store::commit`] waits for when [`Durability::Sync`] is chosen, and
+//! which happens within `flush_every_ms` otherwise.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use kubefold_engine::event::{EventType, IndexEntry, ObjectKey, StoredEvent};
+use kubefold_engine::index::Index;
+use kubefold_engine::object::ServedBody;
+use thiserror::Error;
+
+/// The on-disk format this build writes and reads.
+pub const FORMAT: &str = "kubefold-store/1";
+
+/// Errors of the store.
+#[derive(Debug, Error)]
+pub enum Error {
+    /// sled could not open the data directory.
+    #[error("cannot open data dir {path}: {source}")]
+    OpenFailed {
+        /// The data directory.
+        path: PathBuf,
+        /// sled's error.
+        #[source]
+        source: sled::Error,
+    },
+    /// The data directory was written by another, incompatible format.
+    #[error("data dir {path} holds format {found:?}, this kubefold reads {FORMAT:?}: restore a backup made by a matching version or start with an empty --data-dir")]
+    IncompatibleFormat {
+        /// The data directory.
+        path: PathBuf,
+        /// What it holds.
+        found: String,
+    },
+    /// A record could not be decoded: the data directory is damaged.
+    #[error("data dir is corrupt: {what}: restore a backup or start with an empty --data-dir")]
+    Corrupt {
+        /// What could not be read.
+        what: String,
+    },
+    /// A write or read failed.
+    #[error("store i/o failed: {0}")]
+    Io(#[from] sled::Error),
+    /// Encoding an envelope failed.
+    #[error("cannot encode record: {0}")]
+    Encode(#[from] bincode::error::EncodeError),
+}
+
+/// `Result` of the store.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// When a commit is durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// `commit` returns after sled has flushed the batch to disk.
+    Sync,
+    /// `commit` returns after the batch is applied; sled flushes it within
+    /// its `flush_every_ms` period.
+    Periodic,
+}
+
+/// How to open the store.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// When a commit is durable.
+    pub durability: Durability,
+    /// sled's background flush period in milliseconds.
+    pub flush_every_ms: u64,
+    /// sled's page cache size in bytes.
+    pub cache_capacity: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { durability: Durability::Sync, flush_every_ms: 500, cache_capacity: 256 * 1024 * 1024 }
+    }
+}
+
+/// One atomic commit: events (their index entries follow from them), the
+/// member checkpoints reached, and the new head RV.
+#[derive(Debug, Default)]
+pub struct Commit {
+    /// Events in RV order.
+    pub events: Vec<StoredEvent>,
+    /// (cluster, resource, member RV) checkpoints reached with these events.
+    pub checkpoints: Vec<(String, String, String)>,
+}
+
+/// What the store holds at start.
+#[derive(Debug)]
+pub struct Recovered {
+    /// The merged index as of the head RV.
+    pub index: Index,
+    /// Member RV checkpoints by (cluster, resource).
+    pub checkpoints: BTreeMap<(String, String), String>,
+    /// The oldest RV whose events are retained is `compacted_rv + 1`.
+    pub compacted_rv: u64,
+}
+
+/// The sled-backed store.
+#[derive(Clone)]
+pub struct Store {
+    db: sled::Db,
+    tree: sled::Tree,
+    durability: Durability,
+}
+
+const EVENT: u8 = b'e';
+const INDEX: u8 = b'i';
+const CHECKPOINT: u8 = b'c';
+const META: u8 = b'm';
+
+fn config() -> bincode::config::Configuration {
+    bincode::config::standard()
+}
+
+fn event_key(rv: u64) -> [u8; 9] {
+    let mut k = [0u8; 9];
+    k[0] = EVENT;
+    k[1..].copy_from_slice(&rv.to_be_bytes());
+    k
+}
+
+fn index_key(resource: &str, key: &ObjectKey) -> Vec<u8> {
+    let mut k = Vec::with_capacity(4 + resource.len() + key.namespace.len() + key.name.len() + key.cluster.len());
+    k.push(INDEX);
+    for part in [resource, &key.namespace, &key.name] {
+        k.extend_from_slice(part.as_bytes());
+        k.push(0);
+    }
+    k.extend_from_slice(key.cluster.as_bytes());
+    k
+}
+
+fn parse_index_key(k: &[u8]) -> Option<(String, ObjectKey)> {
+    let mut parts = k.get(1..)?.split(|b| *b == 0);
+    let mut next = || parts.next().and_then(|p| String::from_utf8(p.to_vec()).ok());
+    let resource = next()?;
+    let namespace = next()?;
+    let name = next()?;
+    let cluster = next()?;
+    Some((resource, ObjectKey { namespace, name, cluster }))
+}
+
+fn checkpoint_key(cluster: &str, resource: &str) -> Vec<u8> {
+    let mut k = vec![CHECKPOINT];
+    k.extend_from_slice(cluster.as_bytes());
+    k.push(0);
+    k.extend_from_slice(resource.as_bytes());
+    k
+}
+
+fn meta_key(name: &str) -> Vec<u8> {
+    let mut k = vec![META];
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T> {
+    bincode::serde::decode_from_slice(bytes, config())
+        .map(|(v, _)| v)
+        .map_err(|e| Error::Corrupt { what: format!("{what}: {e}") })
+}
+
+fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>> {
+    Ok(bincode::serde::encode_to_vec(value, config())?)
+}
+
+fn read_u64(bytes: &[u8], what: &str) -> Result<u64> {
+    let arr: [u8; 8] = bytes.try_into().map_err(|_| Error::Corrupt { what: what.to_string() })?;
+    Ok(u64::from_be_bytes(arr))
+}
+
+impl Store {
+    /// Opens (or creates) the store in `path`, refusing a data dir of another format.
+    pub fn open(path: &Path, options: &Options) -> Result<Store> {
+        let db = sled::Config::new()
+            .path(path)
+            .flush_every_ms(Some(options.flush_every_ms))
+            .cache_capacity(options.cache_capacity)
+            .open()
+            .map_err(|source| Error::OpenFailed { path: path.to_path_buf(), source })?;
+        let tree = db.open_tree("kubefold")?;
+        match tree.get(meta_key("format"))? {
+            Some(found) if found.as_ref() == FORMAT.as_bytes() => {}
+            Some(found) => {
+                return Err(Error::IncompatibleFormat {
+                    path: path.to_path_buf(),
+                    found: String::from_utf8_lossy(&found).into_owned(),
+                })
+            }
+            None if tree.is_empty() => {
+                tree.insert(meta_key("format"), FORMAT.as_bytes())?;
+                db.flush()?;
+            }
+            None => {
+                return Err(Error::IncompatibleFormat { path: path.to_path_buf(), found: "(none)".into() });
+            }
+        }
+        Ok(Store { db, tree, durability: options.durability })
+    }
+
+    /// The RV of the last committed event (0 for a new store).
+    pub fn head_rv(&self) -> Result<u64> {
+        match self.tree.get(meta_key("head"))? {
+            Some(v) => read_u64(&v, "head rv"),
+            None => Ok(0),
+        }
+    }
+
+    /// Events up to this RV have been compacted away (0 when none).
+    pub fn compacted_rv(&self) -> Result<u64> {
+        match self.tree.get(meta_key("compacted"))? {
+            Some(v) => read_u64(&v, "compacted rv"),
+            None => Ok(0),
+        }
+    }
+
+    /// Commits a batch atomically; with [`Durability::Sync`] it is on disk on return.
+    pub fn commit(&self, commit: &Commit) -> Result<()> {
+        let mut batch = sled::Batch::default();
+        let mut head = None;
+        for event in &commit.events {
+            batch.insert(&event_key(event.rv)[..], encode(event)?);
+            let ik = index_key(&event.resource, &event.key);
+            match event.event_type {
+                EventType::Added | EventType::Modified => batch.insert(ik, encode(&event.index_entry())?),
+                EventType::Deleted => batch.remove(ik),
+            }
+            head = Some(event.rv);
+        }
+        for (cluster, resource, member_rv) in &commit.checkpoints {
+            batch.insert(checkpoint_key(cluster, resource), member_rv.as_bytes());
+        }
+        if let Some(head) = head {
+            batch.insert(meta_key("head"), &head.to_be_bytes()[..]);
+        }
+        self.tree.apply_batch(batch)?;
+        if self.durability == Durability::Sync {
+            self.db.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Reads the merged index, the checkpoints and the compaction floor.
+    pub fn recover(&self) -> Result<Recovered> {
+        let mut index = Index::at(self.head_rv()?);
+        for item in self.tree.scan_prefix([INDEX]) {
+            let (k, v) = item?;
+            let (resource, key) =
+                parse_index_key(&k).ok_or_else(|| Error::Corrupt { what: "index key".into() })?;
+            let entry: IndexEntry = decode(&v, "index entry")?;
+            index.load(&resource, key, entry);
+        }
+        let mut checkpoints = BTreeMap::new();
+        for item in self.tree.scan_prefix([CHECKPOINT]) {
+            let (k, v) = item?;
+            let text = String::from_utf8_lossy(&k[1..]).into_owned();
+            let (cluster, resource) =
+                text.split_once('\0').ok_or_else(|| Error::Corrupt { what: "checkpoint key".into() })?;
+            checkpoints.insert(
+                (cluster.to_string(), resource.to_string()),
+                String::from_utf8_lossy(&v).into_owned(),
+            );
+        }
+        Ok(Recovered { index, checkpoints, compacted_rv: self.compacted_rv()? })
+    }
+
+    /// One event of the log.
+    pub fn event(&self, rv: u64) -> Result<Option<StoredEvent>> {
+        match self.tree.get(event_key(rv))? {
+            Some(v) => Ok(Some(decode(&v, "event")?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The body of the event at `rv` (an object's version).
+    pub fn body(&self, rv: u64) -> Result<Option<ServedBody>> {
+        Ok(self.event(rv)?.map(|e| e.body))
+    }
+
+    /// Events after `rv`, in order, up to the end of the log.
+    pub fn events_after(&self, rv: u64) -> impl Iterator<Item = Result<StoredEvent>> + '_ {
+        let start = event_key(rv.saturating_add(1));
+        let end = event_key(u64::MAX);
+        self.tree.range(start..=end).map(|item| {
+            let (_, v) = item?;
+            decode(&v, "event")
+        })
+    }
+
+    /// Removes the checkpoints of a cluster (it was removed).
+    pub fn remove_checkpoints(&self, cluster: &str) -> Result<()> {
+        let mut prefix = vec![CHECKPOINT];
+        prefix.extend_from_slice(cluster.as_bytes());
+        prefix.push(0);
+        let mut batch = sled::Batch::default();
+        for item in self.tree.scan_prefix(prefix) {
+            batch.remove(item?.0);
+        }
+        self.tree.apply_batch(batch)?;
+        Ok(())
+    }
+
+    /// Flushes everything to disk.
+    pub fn flush(&self) -> Result<()> {
+        self.db.flush()?;
+        Ok(())
+    }
+
+    /// Bytes the data directory takes on disk, as sled reports it.
+    pub fn size_on_disk(&self) -> Result<u64> {
+        Ok(self.db.size_on_disk()?)
+    }
+
+    /// Number of events retained in the log.
+    pub fn event_count(&self) -> usize {
+        self.tree.scan_prefix([EVENT]).count()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,156 @@
+//! The `Aggregator` actor owns the merged index and the write side of the
+//! store: it numbers every event with the next global resource version,
+//! commits each batch (events, index entries, checkpoint, head RV) atomically,
+//! and then publishes the new snapshot and the events.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix::{Actor, Context, Handler};
+use kubefold_engine::event::{Change, EventType};
+use kubefold_engine::index::{plan_change, plan_relist, Index};
+use kubefold_store::{Commit, Store};
+use tracing::{debug, error, info};
+
+use crate::fleet::Fleet;
+use crate::messages::{Ingest, RemoveCluster, WatchBatch};
+
+/// The aggregator's state.
+pub struct Aggregator {
+    index: Index,
+    store: Store,
+    fleet: Arc<Fleet>,
+}
+
+impl Aggregator {
+    /// An aggregator continuing from the fleet's current snapshot.
+    pub fn new(fleet: Arc<Fleet>) -> Aggregator {
+        Aggregator { index: (*fleet.snapshot()).clone(), store: fleet.store().clone(), fleet }
+    }
+
+    /// Plans, commits and publishes one batch; returns the number of events.
+    pub fn ingest(&mut self, msg: Ingest) -> Result<usize, kubefold_store::Error> {
+        let started = Instant::now();
+        let Ingest { cluster, resource, batch, checkpoint } = msg;
+        let mut working = self.index.clone();
+        let mut events = Vec::new();
+        match batch {
+            WatchBatch::Changes(changes) => {
+                for change in changes {
+                    if let Some(event) = plan_change(&working, &resource, &cluster, change, working.head_rv() + 1) {
+                        working.apply(&event);
+                        events.push(event);
+                    }
+                }
+            }
+            WatchBatch::Relist(objects) => {
+                let store = &self.store;
+                let planned = plan_relist(&working, &resource, &cluster, objects, working.head_rv() + 1, |rv| {
+                    store.body(rv).ok().flatten()
+                });
+                for event in &planned {
+                    working.apply(event);
+                }
+                events = planned;
+            }
+            WatchBatch::Bookmark => {}
+        }
+        let checkpoints = vec![(cluster.clone(), resource.clone(), checkpoint)];
+        let commit = Commit { events, checkpoints };
+        self.store.commit(&commit)?;
+        let count = commit.events.len();
+        metrics::counter!("kubefold_events_ingested_total", "cluster" => cluster.clone(), "resource" => resource.clone())
+            .increment(count as u64);
+        metrics::histogram!("kubefold_commit_seconds").record(started.elapsed().as_secs_f64());
+        metrics::histogram!("kubefold_commit_batch_events").record(count as f64);
+        metrics::gauge!("kubefold_head_resource_version").set(working.head_rv() as f64);
+        self.index = working.clone();
+        self.fleet.publish(working, commit.events);
+        if count > 0 {
+            debug!(cluster = %cluster, resource = %resource, events = count, head_rv = self.index.head_rv(), "Batch committed.");
+        }
+        Ok(count)
+    }
+
+    /// Turns every object of `cluster` into a DELETED event.
+    pub fn remove_cluster(&mut self, cluster: &str) -> Result<usize, kubefold_store::Error> {
+        let mut working = self.index.clone();
+        let mut events = Vec::new();
+        for resource in working.resource_keys() {
+            let doomed: Vec<_> = working
+                .range(&resource, None, None)
+                .filter(|(k, _)| k.cluster == cluster)
+                .map(|(k, e)| (k.clone(), e.clone()))
+                .collect();
+            for (key, entry) in doomed {
+                let Some(last) = self.store.event(entry.rv)? else { continue };
+                let ingested = kubefold_engine::object::Ingested {
+                    namespace: key.namespace.clone(),
+                    name: key.name.clone(),
+                    member_rv: entry.member_rv.clone(),
+                    uid: entry.uid.clone(),
+                    labels: entry.labels.clone(),
+                    fields: entry.fields.clone(),
+                    body: last.body,
+                };
+                let rv = working.head_rv() + 1;
+                if let Some(event) = plan_change(&working, &resource, cluster, Change::Delete(ingested), rv) {
+                    debug_assert_eq!(event.event_type, EventType::Deleted);
+                    working.apply(&event);
+                    events.push(event);
+                }
+            }
+        }
+        let commit = Commit { events, checkpoints: Vec::new() };
+        self.store.commit(&commit)?;
+        self.store.remove_checkpoints(cluster)?;
+        let count = commit.events.len();
+        self.index = working.clone();
+        self.fleet.publish(working, commit.events);
+        self.fleet.remove_status(cluster);
+        info!(cluster = %cluster, deleted = count, "Cluster removed.");
+        Ok(count)
+    }
+
+    /// The committed events of a batch, for tests.
+    pub fn head_rv(&self) -> u64 {
+        self.index.head_rv()
+    }
+}
+
+impl Actor for Aggregator {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        // Bounded mailbox: watchers that `send` more than this wait.
+        ctx.set_mailbox_capacity(64);
+        info!(head_rv = self.index.head_rv(), objects = self.index.total(), "Aggregator started.");
+    }
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        if let Err(e) = self.store.flush() {
+            error!(error = %e, "Store flush at shutdown failed.");
+        }
+    }
+}
+
+impl Handler<Ingest> for Aggregator {
+    type Result = Result<usize, String>;
+
+    fn handle(&mut self, msg: Ingest, _ctx: &mut Self::Context) -> Self::Result {
+        let (cluster, resource) = (msg.cluster.clone(), msg.resource.clone());
+        self.ingest(msg).map_err(|e| {
+            error!(cluster = %cluster, resource = %resource, error = %e, "Commit failed.");
+            metrics::counter!("kubefold_commit_failures_total").increment(1);
+            e.to_string()
+        })
+    }
+}
+
+impl Handler<RemoveCluster> for Aggregator {
+    type Result = Result<usize, String>;
+
+    fn handle(&mut self, msg: RemoveCluster, _ctx: &mut Self::Context) -> Self::Result {
+        self.remove_cluster(&msg.cluster).map_err(|e| e.to_string())
+    }
+}

@@ -1,0 +1,136 @@
+//! Member cluster connection settings, and kube clients built from them.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// Errors of connecting to a member.
+#[derive(Debug, Error)]
+pub enum Error {
+    /// The server URL does not parse.
+    #[error("cluster {cluster}: invalid server url {url:?}: {reason}")]
+    InvalidUrl {
+        /// The cluster.
+        cluster: String,
+        /// The URL given.
+        url: String,
+        /// Why it is invalid.
+        reason: String,
+    },
+    /// The kubeconfig could not be read or used.
+    #[error("cluster {cluster}: kubeconfig {path}: {reason}")]
+    KubeconfigFailed {
+        /// The cluster.
+        cluster: String,
+        /// The kubeconfig file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// kube could not build a client.
+    #[error("cluster {cluster}: cannot build client: {source}")]
+    ClientFailed {
+        /// The cluster.
+        cluster: String,
+        /// kube's error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// `Result` of this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// How to reach one member cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSpec {
+    /// Cluster name (a DNS-1123 label); the suffix of qualified names.
+    pub name: String,
+    /// API server URL, for members reached without credentials (simulators,
+    /// `kubectl proxy`). Exclusive with `kubeconfig`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Path of a kubeconfig file. Exclusive with `url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Context of the kubeconfig to use; its current context when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+}
+
+impl ClusterSpec {
+    /// Parses the `--cluster NAME=URL` / `--cluster NAME=PATH[#CONTEXT]` flag.
+    pub fn parse_flag(flag: &str) -> std::result::Result<ClusterSpec, String> {
+        let (name, target) = flag
+            .split_once('=')
+            .ok_or_else(|| format!("--cluster {flag:?}: expected NAME=URL or NAME=KUBECONFIG[#CONTEXT]"))?;
+        if !kubefold_engine::names::is_valid_cluster_name(name) {
+            return Err(format!(
+                "--cluster {flag:?}: cluster name {name:?} must be a DNS-1123 label (lowercase letters, digits, '-', at most 63)"
+            ));
+        }
+        if target.starts_with("http://") || target.starts_with("https://") {
+            return Ok(ClusterSpec { name: name.into(), url: Some(target.into()), kubeconfig: None, context: None });
+        }
+        let (path, context) = match target.split_once('#') {
+            Some((p, c)) => (p, Some(c.to_string())),
+            None => (target, None),
+        };
+        Ok(ClusterSpec { name: name.into(), url: None, kubeconfig: Some(PathBuf::from(path)), context })
+    }
+
+    /// Builds a kube client for this member. Must run inside a tokio runtime.
+    pub async fn client(&self) -> Result<kube::Client> {
+        let config = match (&self.url, &self.kubeconfig) {
+            (Some(url), _) => {
+                let uri: http::Uri = url.parse().map_err(|e: http::uri::InvalidUri| Error::InvalidUrl {
+                    cluster: self.name.clone(),
+                    url: url.clone(),
+                    reason: e.to_string(),
+                })?;
+                let mut config = kube::Config::new(uri);
+                // Watches are long; reads between lines are bounded by the watch timeout.
+                config.read_timeout = Some(std::time::Duration::from_secs(330));
+                config
+            }
+            (None, Some(path)) => {
+                let failed = |reason: String| Error::KubeconfigFailed {
+                    cluster: self.name.clone(),
+                    path: path.clone(),
+                    reason,
+                };
+                let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| failed(e.to_string()))?;
+                let options = kube::config::KubeConfigOptions { context: self.context.clone(), ..Default::default() };
+                kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+                    .await
+                    .map_err(|e| failed(e.to_string()))?
+            }
+            (None, None) => {
+                return Err(Error::InvalidUrl {
+                    cluster: self.name.clone(),
+                    url: String::new(),
+                    reason: "neither url nor kubeconfig is set".into(),
+                })
+            }
+        };
+        kube::Client::try_from(config).map_err(|source| Error::ClientFailed { cluster: self.name.clone(), source })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_flags_parse() {
+        let s = ClusterSpec::parse_flag("member1=http://127.0.0.1:1234").unwrap();
+        assert_eq!(s.url.as_deref(), Some("http://127.0.0.1:1234"));
+        let s = ClusterSpec::parse_flag("m2=/etc/kube/config#prod").unwrap();
+        assert_eq!(s.kubeconfig, Some(PathBuf::from("/etc/kube/config")));
+        assert_eq!(s.context.as_deref(), Some("prod"));
+        assert!(ClusterSpec::parse_flag("Bad_Name=http://x").is_err());
+        assert!(ClusterSpec::parse_flag("novalue").is_err());
+    }
+}

@@ -1,0 +1,354 @@
+//! The `ClusterWatcher` actor: one per (member cluster, resource type). It owns
+//! the connection to the member for that type and its [`Machine`]; it performs
+//! the list and watch requests the machine asks for, turns what the member
+//! sends into [`Change`]s, and hands them to the aggregator with backpressure
+//! (`send(..).await`: it reads the member no faster than commits complete).
+
+use std::sync::Arc;
+
+use actix::{Actor, ActorContext, ActorFutureExt, Addr, AsyncContext, Context, Handler, WrapFuture};
+use futures::{AsyncBufReadExt, FutureExt, StreamExt};
+use kube::api::{ListParams, WatchParams};
+use kube::core::Request as KubeRequest;
+use kubefold_engine::event::Change;
+use kubefold_engine::object::{ingest, Ingested};
+use kubefold_engine::resources::ResourceType;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tracing::{debug, info, warn};
+
+use crate::aggregator::Aggregator;
+use crate::cluster::ClusterSpec;
+use crate::fleet::{Fleet, SyncState};
+use crate::machine::{Input, Machine, Request};
+use crate::messages::{Ingest, Stop, WatchBatch};
+
+/// Page size of the watcher's lists.
+const LIST_PAGE: u32 = 500;
+/// Server-side timeout of each watch request (below kube's 295 s read timeout).
+const WATCH_TIMEOUT_SECS: u32 = 290;
+/// Most watch lines gathered into one commit.
+const MAX_BATCH: usize = 1000;
+
+/// The watcher actor.
+pub struct ClusterWatcher {
+    spec: ClusterSpec,
+    resource: ResourceType,
+    aggregator: Addr<Aggregator>,
+    fleet: Arc<Fleet>,
+    checkpoint: Option<String>,
+}
+
+impl ClusterWatcher {
+    /// A watcher of `resource` in the member `spec`, resuming from `checkpoint`.
+    pub fn new(
+        spec: ClusterSpec,
+        resource: ResourceType,
+        aggregator: Addr<Aggregator>,
+        fleet: Arc<Fleet>,
+        checkpoint: Option<String>,
+    ) -> ClusterWatcher {
+        ClusterWatcher { spec, resource, aggregator, fleet, checkpoint }
+    }
+}
+
+impl Actor for ClusterWatcher {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        let run = Run {
+            spec: self.spec.clone(),
+            resource: self.resource.clone(),
+            key: self.resource.key(),
+            aggregator: self.aggregator.clone(),
+            fleet: self.fleet.clone(),
+        };
+        let checkpoint = self.checkpoint.clone();
+        ctx.spawn(run.run(checkpoint).into_actor(self).map(|_, _, ctx| ctx.stop()));
+    }
+}
+
+impl Handler<Stop> for ClusterWatcher {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Stop, ctx: &mut Self::Context) {
+        ctx.stop();
+    }
+}
+
+/// What one watch line says.
+#[derive(Deserialize)]
+struct WatchLine<'a> {
+    #[serde(rename = "type")]
+    event_type: &'a str,
+    #[serde(borrow)]
+    object: &'a RawValue,
+}
+
+#[derive(Deserialize)]
+struct ListPage {
+    #[serde(default)]
+    metadata: ListMeta,
+    #[serde(default)]
+    items: Vec<Box<RawValue>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct ListMeta {
+    #[serde(default)]
+    resource_version: String,
+    #[serde(default, rename = "continue")]
+    continue_token: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ObjectRv<'a> {
+    #[serde(borrow)]
+    metadata: RvMeta<'a>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RvMeta<'a> {
+    #[serde(default)]
+    resource_version: Option<&'a str>,
+}
+
+#[derive(Deserialize)]
+struct StatusBody {
+    #[serde(default)]
+    code: u16,
+    #[serde(default)]
+    message: String,
+}
+
+/// The watcher's running loop (the I/O half of the machine).
+struct Run {
+    spec: ClusterSpec,
+    resource: ResourceType,
+    key: String,
+    aggregator: Addr<Aggregator>,
+    fleet: Arc<Fleet>,
+}
+
+impl Run {
+    async fn run(self, checkpoint: Option<String>) {
+        let seed = (self.spec.name.len() as u64) << 32 ^ self.key.len() as u64 ^ std::process::id() as u64;
+        let mut machine = Machine::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut action = machine.step(Input::Start { checkpoint });
+        let client = loop {
+            match self.spec.client().await {
+                Ok(client) => break client,
+                Err(e) => {
+                    self.fail(&e.to_string());
+                    let retry = machine.step(Input::Failed { retry_after: None });
+                    tokio::time::sleep(retry.delay).await;
+                }
+            }
+        };
+        loop {
+            if !action.delay.is_zero() {
+                tokio::time::sleep(action.delay).await;
+            }
+            let input = match action.request {
+                Request::List => self.list(&client).await,
+                Request::Watch { rv } => self.watch(&client, &rv, &mut machine).await,
+                Request::None => Input::WatchEnded,
+            };
+            action = machine.step(input);
+        }
+    }
+
+    fn fail(&self, error: &str) {
+        warn!(cluster = %self.spec.name, resource = %self.key, error, "Member request failed.");
+        metrics::counter!("kubefold_member_errors_total", "cluster" => self.spec.name.clone()).increment(1);
+        self.fleet.update_status(&self.spec.name, &self.key, |s| {
+            s.last_error = Some(error.to_string());
+            if s.state == SyncState::Synced {
+                s.state = SyncState::Stale;
+            }
+        });
+    }
+
+    fn classify(&self, error: kube::Error) -> Input {
+        match &error {
+            kube::Error::Api(status) if status.code == 410 => Input::Expired,
+            _ => {
+                self.fail(&error.to_string());
+                Input::Failed { retry_after: None }
+            }
+        }
+    }
+
+    fn ingest_raw(&self, raw: &RawValue) -> Option<Ingested> {
+        match ingest(&self.resource, &self.spec.name, raw.get().as_bytes()) {
+            Ok(i) => Some(i),
+            Err(e) => {
+                warn!(cluster = %self.spec.name, resource = %self.key, error = %e, "Member object skipped.");
+                metrics::counter!("kubefold_member_bad_objects_total", "cluster" => self.spec.name.clone()).increment(1);
+                None
+            }
+        }
+    }
+
+    async fn commit(&self, batch: WatchBatch, checkpoint: String) -> Result<usize, String> {
+        let msg = Ingest { cluster: self.spec.name.clone(), resource: self.key.clone(), batch, checkpoint };
+        match self.aggregator.send(msg).await {
+            Ok(result) => result,
+            Err(e) => Err(format!("aggregator unavailable: {e}")),
+        }
+    }
+
+    async fn list(&self, client: &kube::Client) -> Input {
+        let path = self.resource.collection_path(None);
+        let mut objects = Vec::new();
+        let mut list_rv = String::new();
+        let mut continue_token: Option<String> = None;
+        loop {
+            let mut params = ListParams::default().limit(LIST_PAGE);
+            if let Some(token) = &continue_token {
+                params = params.continue_token(token);
+            }
+            let request = match KubeRequest::new(&path).list(&params) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.fail(&e.to_string());
+                    return Input::Failed { retry_after: None };
+                }
+            };
+            let text = match client.request_text(request).await {
+                Ok(t) => t,
+                Err(e) => return self.classify(e),
+            };
+            let page: ListPage = match serde_json::from_str(&text) {
+                Ok(p) => p,
+                Err(e) => {
+                    self.fail(&format!("list response is not a list: {e}"));
+                    return Input::Failed { retry_after: None };
+                }
+            };
+            if list_rv.is_empty() {
+                list_rv = page.metadata.resource_version.clone();
+            }
+            objects.extend(page.items.iter().filter_map(|raw| self.ingest_raw(raw)));
+            match page.metadata.continue_token {
+                Some(t) if !t.is_empty() => continue_token = Some(t),
+                _ => break,
+            }
+        }
+        let count = objects.len();
+        match self.commit(WatchBatch::Relist(objects), list_rv.clone()).await {
+            Ok(events) => {
+                info!(cluster = %self.spec.name, resource = %self.key, objects = count, events, rv = %list_rv, "Initial list applied.");
+                metrics::counter!("kubefold_member_relists_total", "cluster" => self.spec.name.clone()).increment(1);
+                self.fleet.update_status(&self.spec.name, &self.key, |s| {
+                    s.state = SyncState::Synced;
+                    s.relists += 1;
+                    s.last_error = None;
+                    s.checkpoint = Some(list_rv.clone());
+                });
+                Input::Listed { rv: list_rv }
+            }
+            Err(e) => {
+                self.fail(&e);
+                Input::Failed { retry_after: None }
+            }
+        }
+    }
+
+    async fn watch(&self, client: &kube::Client, rv: &str, machine: &mut Machine) -> Input {
+        let path = self.resource.collection_path(None);
+        let params = WatchParams::default().timeout(WATCH_TIMEOUT_SECS);
+        let request = match KubeRequest::new(&path).watch(&params, rv) {
+            Ok(r) => r,
+            Err(e) => {
+                self.fail(&e.to_string());
+                return Input::Failed { retry_after: None };
+            }
+        };
+        let reader = match client.request_stream(request).await {
+            Ok(r) => r,
+            Err(e) => return self.classify(e),
+        };
+        self.fleet.update_status(&self.spec.name, &self.key, |s| {
+            s.state = SyncState::Synced;
+            s.reconnects += 1;
+            s.last_error = None;
+        });
+        debug!(cluster = %self.spec.name, resource = %self.key, rv, "Watch started.");
+        let start_rv: Option<u64> = rv.parse().ok();
+        let mut lines = reader.lines();
+        let mut current = rv.to_string();
+        loop {
+            let first = match lines.next().await {
+                Some(Ok(line)) => line,
+                Some(Err(e)) => {
+                    self.fail(&format!("watch stream broke: {e}"));
+                    return Input::Failed { retry_after: None };
+                }
+                None => return Input::WatchEnded,
+            };
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match lines.next().now_or_never() {
+                    Some(Some(Ok(line))) => batch.push(line),
+                    _ => break,
+                }
+            }
+            let mut changes = Vec::with_capacity(batch.len());
+            for line in &batch {
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let event: WatchLine<'_> = match serde_json::from_str(line) {
+                    Ok(e) => e,
+                    Err(e) => {
+                        warn!(cluster = %self.spec.name, resource = %self.key, error = %e, "Unreadable watch line skipped.");
+                        continue;
+                    }
+                };
+                if event.event_type == "ERROR" {
+                    let status: StatusBody = serde_json::from_str(event.object.get())
+                        .unwrap_or(StatusBody { code: 0, message: event.object.get().to_string() });
+                    if !changes.is_empty() {
+                        let _ = self.commit(WatchBatch::Changes(std::mem::take(&mut changes)), current.clone()).await;
+                    }
+                    if status.code == 410 {
+                        info!(cluster = %self.spec.name, resource = %self.key, message = %status.message, "Watch expired; relisting.");
+                        return Input::Expired;
+                    }
+                    self.fail(&format!("watch error {}: {}", status.code, status.message));
+                    return Input::Failed { retry_after: None };
+                }
+                if let Ok(o) = serde_json::from_str::<ObjectRv<'_>>(event.object.get()) {
+                    if let Some(event_rv) = o.metadata.resource_version {
+                        if let (Some(start), Ok(n)) = (start_rv, event_rv.parse::<u64>()) {
+                            if n < start && event.event_type != "BOOKMARK" {
+                                warn!(cluster = %self.spec.name, resource = %self.key, start, got = n, "Member resourceVersion went back; relisting.");
+                                return Input::RvWentBack;
+                            }
+                        }
+                        current = event_rv.to_string();
+                    }
+                }
+                match event.event_type {
+                    "ADDED" | "MODIFIED" => changes.extend(self.ingest_raw(event.object).map(Change::Upsert)),
+                    "DELETED" => changes.extend(self.ingest_raw(event.object).map(Change::Delete)),
+                    _ => {} // BOOKMARK: only the RV moves
+                }
+            }
+            let n = changes.len();
+            let batch = if changes.is_empty() { WatchBatch::Bookmark } else { WatchBatch::Changes(changes) };
+            if let Err(e) = self.commit(batch, current.clone()).await {
+                self.fail(&e);
+                return Input::Failed { retry_after: None };
+            }
+            self.fleet.update_status(&self.spec.name, &self.key, |s| {
+                s.events += n as u64;
+                s.checkpoint = Some(current.clone());
+            });
+            machine.step(Input::Progress { rv: current.clone() });
+        }
+    }
+}
