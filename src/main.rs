@@ -1,1 +1,131 @@
-fn main() {}
+//! The `kubefold` binary: parse the command line, wire, run.
+//!
+//! - `kubefold serve`: aggregate real member clusters.
+//! - `kubefold demo`: three simulated members and kubefold over them.
+//! - `kubefold sim`: one simulated member cluster API server.
+
+mod config;
+mod demo;
+mod serve;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use kubefold_actors::cluster::ClusterSpec;
+use kubefold_engine::names::NameStyle;
+
+use crate::config::Config;
+
+/// One Kubernetes-compatible API in front of many member clusters.
+#[derive(Parser)]
+#[command(name = "kubefold", version, about)]
+struct Cli {
+    /// Log format: text or json.
+    #[arg(long, global = true, default_value = "text")]
+    log_format: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the aggregated API over the configured member clusters.
+    Serve(ServeArgs),
+    /// Start three simulated member clusters and serve them (the embedded default).
+    Demo(demo::DemoArgs),
+    /// Run one simulated member cluster API server.
+    Sim(kubefold_testdata::SimArgs),
+}
+
+/// Flags of `kubefold serve`; they override the config file.
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// YAML config file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Directory of the store.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// A member: NAME=URL or NAME=KUBECONFIG[#CONTEXT]; repeatable.
+    #[arg(long = "cluster")]
+    clusters: Vec<String>,
+    /// qualified or original.
+    #[arg(long)]
+    name_style: Option<NameStyle>,
+    /// Seconds between watch bookmarks.
+    #[arg(long)]
+    bookmark_interval_seconds: Option<u64>,
+}
+
+fn init_logs(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sled=warn,kube_client=warn,actix_server=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+fn serve_config(args: ServeArgs) -> anyhow::Result<Config> {
+    let mut config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    if let Some(l) = args.listen {
+        config.listen = l;
+    }
+    if let Some(d) = args.data_dir {
+        config.data_dir = d;
+    }
+    if let Some(s) = args.name_style {
+        config.name_style = s;
+    }
+    if let Some(b) = args.bookmark_interval_seconds {
+        config.bookmark_interval_seconds = b;
+    }
+    for flag in &args.clusters {
+        config.clusters.push(ClusterSpec::parse_flag(flag).map_err(anyhow::Error::msg)?);
+    }
+    config.validate()?;
+    Ok(config)
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    init_logs(&cli.log_format);
+    match cli.command {
+        Command::Serve(args) => {
+            let config = serve_config(args)?;
+            serve::run(config, shutdown_signal(), |addr| println!("kubefold listening on http://{addr}"))
+        }
+        Command::Demo(args) => demo::run(args),
+        Command::Sim(args) => kubefold_testdata::run_cli(args).map_err(Into::into),
+    }
+}

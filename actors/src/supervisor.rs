@@ -77,7 +77,7 @@ impl Supervisor {
             let (spec2, aggregator, fleet) = (spec.clone(), self.aggregator.clone(), self.fleet.clone());
             let arbiter = self.arbiter();
             addrs.push(ClusterWatcher::start_in_arbiter(&arbiter, move |_| {
-                ClusterWatcher::new(spec2, resource, aggregator, fleet, checkpoint)
+                ClusterWatcher::new(spec2, resource, aggregator.recipient(), fleet, checkpoint)
             }));
         }
         info!(cluster = %spec.name, watchers = addrs.len(), "Cluster added.");

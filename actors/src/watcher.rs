@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use actix::{Actor, ActorContext, ActorFutureExt, Addr, AsyncContext, Context, Handler, WrapFuture};
+use actix::{Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Recipient, WrapFuture};
 use futures::{AsyncBufReadExt, FutureExt, StreamExt};
 use kube::api::{ListParams, WatchParams};
 use kube::core::Request as KubeRequest;
@@ -17,7 +17,6 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use tracing::{debug, info, warn};
 
-use crate::aggregator::Aggregator;
 use crate::cluster::ClusterSpec;
 use crate::fleet::{Fleet, SyncState};
 use crate::machine::{Input, Machine, Request};
@@ -34,21 +33,23 @@ const MAX_BATCH: usize = 1000;
 pub struct ClusterWatcher {
     spec: ClusterSpec,
     resource: ResourceType,
-    aggregator: Addr<Aggregator>,
+    sink: Recipient<Ingest>,
     fleet: Arc<Fleet>,
     checkpoint: Option<String>,
 }
 
 impl ClusterWatcher {
-    /// A watcher of `resource` in the member `spec`, resuming from `checkpoint`.
+    /// A watcher of `resource` in the member `spec`, resuming from
+    /// `checkpoint`, handing batches to `sink` (the aggregator, or the
+    /// resolver for the control plane's Services).
     pub fn new(
         spec: ClusterSpec,
         resource: ResourceType,
-        aggregator: Addr<Aggregator>,
+        sink: Recipient<Ingest>,
         fleet: Arc<Fleet>,
         checkpoint: Option<String>,
     ) -> ClusterWatcher {
-        ClusterWatcher { spec, resource, aggregator, fleet, checkpoint }
+        ClusterWatcher { spec, resource, sink, fleet, checkpoint }
     }
 }
 
@@ -60,7 +61,7 @@ impl Actor for ClusterWatcher {
             spec: self.spec.clone(),
             resource: self.resource.clone(),
             key: self.resource.key(),
-            aggregator: self.aggregator.clone(),
+            sink: self.sink.clone(),
             fleet: self.fleet.clone(),
         };
         let checkpoint = self.checkpoint.clone();
@@ -128,7 +129,7 @@ struct Run {
     spec: ClusterSpec,
     resource: ResourceType,
     key: String,
-    aggregator: Addr<Aggregator>,
+    sink: Recipient<Ingest>,
     fleet: Arc<Fleet>,
 }
 
@@ -194,9 +195,9 @@ impl Run {
 
     async fn commit(&self, batch: WatchBatch, checkpoint: String) -> Result<usize, String> {
         let msg = Ingest { cluster: self.spec.name.clone(), resource: self.key.clone(), batch, checkpoint };
-        match self.aggregator.send(msg).await {
+        match self.sink.send(msg).await {
             Ok(result) => result,
-            Err(e) => Err(format!("aggregator unavailable: {e}")),
+            Err(e) => Err(format!("event sink unavailable: {e}")),
         }
     }
 

@@ -1,1 +1,231 @@
-//! kubefold api.
+//! kubefold's HTTP surface (actix-web): the Kubernetes API over the merged
+//! index, health endpoints and metrics. Handlers translate only: request →
+//! snapshot read → response or Kubernetes `Status`.
+//!
+//! - [`path`]: parsing of Kubernetes API paths.
+//! - [`query`]: list, get and watch parameters.
+//! - [`discovery`]: `/version`, `/api`, `/apis` documents.
+//! - [`read`]: list and get (JSON and Table).
+//! - [`watch`]: watch streams.
+//! - [`health`]: `/healthz`, `/livez`, `/readyz`, `/metrics`.
+//! - [`respond`]: Status errors and JSON responses.
+
+pub mod discovery;
+pub mod health;
+pub mod path;
+pub mod query;
+pub mod read;
+pub mod respond;
+pub mod watch;
+
+use std::net::SocketAddr;
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix_web::dev::Server;
+use actix_web::http::Method;
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use kubefold_actors::fleet::Fleet;
+use kubefold_engine::index::Index;
+use kubefold_engine::resources;
+use kubefold_engine::status::Status;
+use metrics_exporter_prometheus::PrometheusHandle;
+
+use crate::path::{ApiPath, ResourcePath};
+use crate::query::Query;
+
+/// Settings of the HTTP surface.
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// actix-web worker threads.
+    pub workers: usize,
+    /// Interval of watch bookmarks (`allowWatchBookmarks=true`).
+    pub bookmark_interval: Duration,
+    /// Lower bound of the randomised default watch timeout.
+    pub min_watch_timeout: Duration,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            workers: 2,
+            bookmark_interval: Duration::from_secs(60),
+            min_watch_timeout: Duration::from_secs(1800),
+        }
+    }
+}
+
+/// What every HTTP worker shares.
+pub struct ApiState {
+    /// The read view.
+    pub fleet: Arc<Fleet>,
+    /// Settings.
+    pub config: ApiConfig,
+    /// Key of the continue-token checksum.
+    pub token_secret: Vec<u8>,
+    /// Prometheus exporter, when installed.
+    pub metrics: Option<PrometheusHandle>,
+    snapshots: Mutex<lru::LruCache<u64, Arc<Index>>>,
+}
+
+impl ApiState {
+    /// State over `fleet`.
+    pub fn new(fleet: Arc<Fleet>, config: ApiConfig, token_secret: Vec<u8>, metrics: Option<PrometheusHandle>) -> ApiState {
+        let cache = lru::LruCache::new(NonZeroUsize::new(8).unwrap_or(NonZeroUsize::MIN));
+        ApiState { fleet, config, token_secret, metrics, snapshots: Mutex::new(cache) }
+    }
+
+    /// The index as of `rv`: the live snapshot, a cached one, or the live one
+    /// rewound through the event log. 410 when `rv` left the retained history.
+    pub fn snapshot_at(&self, rv: u64) -> Result<Arc<Index>, Status> {
+        let current = self.fleet.snapshot();
+        if current.head_rv() == rv {
+            return Ok(current);
+        }
+        if rv > current.head_rv() {
+            return Err(Status::too_large_resource_version(rv, current.head_rv(), 1));
+        }
+        let expired = || Status::expired(format!("too old resource version: {rv} ({})", self.fleet.compacted_rv() + 1));
+        if rv < self.fleet.compacted_rv() {
+            return Err(expired());
+        }
+        let mut cache = self.snapshots.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = cache.get(&rv) {
+            return Ok(s.clone());
+        }
+        let store = self.fleet.store();
+        let mut newer: Vec<_> = store
+            .events_after(rv)
+            .take_while(|e| e.as_ref().map_or(true, |e| e.rv <= current.head_rv()))
+            .collect::<Result<_, _>>()
+            .map_err(|e| Status::internal(e.to_string()))?;
+        newer.reverse();
+        let rewound = current.rewind(rv, newer, |r| store.event(r).ok().flatten()).ok_or_else(expired)?;
+        let rewound = Arc::new(rewound);
+        cache.put(rv, rewound.clone());
+        Ok(rewound)
+    }
+}
+
+/// Percent-decodes a path, refusing encoded slashes (as kube-apiserver's
+/// router does not treat them as separators).
+fn decode_path(raw: &str) -> Option<String> {
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            let b = u8::from_str_radix(hex, 16).ok()?;
+            if b == b'/' {
+                return None;
+            }
+            out.push(b);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+async fn dispatch(req: HttpRequest, state: web::Data<ApiState>) -> HttpResponse {
+    let state = state.into_inner();
+    let started = std::time::Instant::now();
+    let response = match route(&req, &state) {
+        Ok(r) => r,
+        Err(status) => respond::status(&status),
+    };
+    metrics::counter!(
+        "kubefold_requests_total",
+        "method" => req.method().to_string(),
+        "code" => response.status().as_u16().to_string()
+    )
+    .increment(1);
+    metrics::histogram!("kubefold_request_seconds", "method" => req.method().to_string())
+        .record(started.elapsed().as_secs_f64());
+    response
+}
+
+fn route(req: &HttpRequest, state: &Arc<ApiState>) -> Result<HttpResponse, Status> {
+    let path = decode_path(req.path()).ok_or_else(|| Status::bad_request("invalid path: encoded slashes and bad escapes are not allowed"))?;
+    let catalog = state.fleet.catalog();
+    let is_namespaced = |g: &str, v: &str, r: &str| resources::find(catalog, g, v, r).is_some_and(|t| t.namespaced);
+    let parsed = path::parse(&path, is_namespaced).ok_or_else(Status::path_not_found)?;
+    if !matches!(parsed, ApiPath::Resource(_)) && req.method() != Method::GET {
+        return Err(Status::method_not_allowed(format!("the server does not allow this method on the requested resource: {}", req.method())));
+    }
+    match parsed {
+        ApiPath::Version => Ok(respond::json(&discovery::version())),
+        ApiPath::CoreVersions { .. } => Ok(respond::json(&discovery::core_versions())),
+        ApiPath::Groups { .. } => Ok(respond::json(&discovery::groups(catalog))),
+        ApiPath::Group { group, .. } => discovery::group(catalog, &group).map(|d| respond::json(&d)).ok_or_else(Status::path_not_found),
+        ApiPath::GroupVersion { group, version, .. } => discovery::resource_list(catalog, &group, &version)
+            .map(|d| respond::json(&d))
+            .ok_or_else(Status::path_not_found),
+        ApiPath::Resource(path) => resource(req, state, path),
+    }
+}
+
+fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath) -> Result<HttpResponse, Status> {
+    let catalog = state.fleet.catalog();
+    let resource = resources::find(catalog, &path.group, &path.version, &path.resource)
+        .ok_or_else(|| {
+            Status::path_not_found().with_details(&path.group, &path.resource, path.name.as_deref().unwrap_or(""))
+        })?
+        .clone();
+    if !resource.namespaced && path.namespace.is_some() {
+        return Err(Status::path_not_found());
+    }
+    let query = Query::parse(req.query_string())?;
+    let scope = read::Scope::new(state, resource, &path);
+    match (req.method().clone(), path.name.as_deref(), path.subresource.as_deref()) {
+        (Method::GET, None, None) if query.is_watch()? => watch::watch(state.clone(), scope, &query, read::wants_table(req)),
+        (Method::GET, None, None) => read::list(state, req, &scope, &query),
+        (Method::GET, Some(name), None) => read::get(state, req, &scope, name, &query),
+        (Method::GET, Some(name), Some("status")) => read::get(state, req, &scope, name, &query),
+        (method, _, _) => Err(Status::method_not_allowed(format!(
+            "{method} is not supported on {} yet",
+            req.path()
+        ))),
+    }
+}
+
+/// Builds the HTTP server over `state`; returns it (to be awaited) and the
+/// addresses it listens on.
+pub fn server(state: Arc<ApiState>) -> std::io::Result<(Server, Vec<SocketAddr>)> {
+    let config = state.config.clone();
+    let data = web::Data::from(state);
+    let http = HttpServer::new(move || {
+        App::new()
+            .app_data(data.clone())
+            .route("/healthz", web::get().to(health::healthz))
+            .route("/livez", web::get().to(health::healthz))
+            .route("/readyz", web::get().to(health::readyz))
+            .route("/metrics", web::get().to(health::metrics))
+            .default_service(web::to(dispatch))
+    })
+    .workers(config.workers.max(1))
+    .shutdown_timeout(2)
+    .bind(config.listen)?;
+    let addrs = http.addrs();
+    Ok((http.run(), addrs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decode_path;
+
+    #[test]
+    fn paths_are_decoded_and_encoded_slashes_refused() {
+        assert_eq!(decode_path("/api/v1/namespaces/a%2Db/pods").as_deref(), Some("/api/v1/namespaces/a-b/pods"));
+        assert_eq!(decode_path("/api/v1/namespaces/a%2Fb/pods"), None);
+        assert_eq!(decode_path("/api/v1/namespaces/a%2fb/pods"), None);
+        assert_eq!(decode_path("/api/%zz"), None);
+    }
+}

@@ -66,7 +66,12 @@ const NAMESPACE: &[&str] = &["metadata.name", "status.phase"];
 const REPLICAS: &[&str] = &["metadata.name", "metadata.namespace", "status.replicas"];
 
 /// `service.SelectableFields`.
-const SERVICE: &[&str] = &["metadata.name", "metadata.namespace", "spec.clusterIP", "spec.type"];
+const SERVICE: &[&str] = &[
+    "metadata.name",
+    "metadata.namespace",
+    "spec.clusterIP",
+    "spec.type",
+];
 
 /// `job.JobToSelectableFields`.
 const JOB: &[&str] = &["metadata.name", "metadata.namespace", "status.successful"];
@@ -108,7 +113,9 @@ pub fn selectable_fields(group: &str, plural: &str) -> &'static [&'static str] {
 pub fn extract(group: &str, plural: &str, object: &Value) -> Vec<(String, String)> {
     selectable_fields(group, plural)
         .iter()
-        .filter_map(|field| field_value(group, plural, field, object).map(|value| (field.to_string(), value)))
+        .filter_map(|field| {
+            field_value(group, plural, field, object).map(|value| (field.to_string(), value))
+        })
         .collect()
 }
 
@@ -121,24 +128,51 @@ pub fn extract(group: &str, plural: &str, object: &Value) -> Vec<(String, String
 pub fn validate(group: &str, plural: &str, selector: &FieldSelector) -> Result<()> {
     let registered = registered(group, plural);
     let accepted = registered.unwrap_or(METADATA_ONLY);
-    match selector.requirements.iter().find(|r| !accepted.contains(&r.field.as_str())) {
+    match selector
+        .requirements
+        .iter()
+        .find(|r| !accepted.contains(&r.field.as_str()))
+    {
         None => Ok(()),
-        Some(unsupported) if registered.is_some() => Err(SelectorError::UnsupportedField(unsupported.field.clone())),
+        Some(unsupported) if registered.is_some() => {
+            Err(SelectorError::UnsupportedField(unsupported.field.clone()))
+        }
         Some(unsupported) => Err(SelectorError::UnknownField(unsupported.field.clone())),
     }
 }
 
 /// The value of one selectable field, `None` for a field never set.
 fn field_value(group: &str, plural: &str, field: &str, object: &Value) -> Option<String> {
-    let text = |pointer: &str| object.pointer(pointer).and_then(Value::as_str).unwrap_or_default().to_string();
-    let boolean = |pointer: &str| object.pointer(pointer).and_then(Value::as_bool).unwrap_or(false).to_string();
-    let integer = |pointer: &str| object.pointer(pointer).and_then(Value::as_i64).unwrap_or(0).to_string();
+    let text = |pointer: &str| {
+        object
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let boolean = |pointer: &str| {
+        object
+            .pointer(pointer)
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+            .to_string()
+    };
+    let integer = |pointer: &str| {
+        object
+            .pointer(pointer)
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+            .to_string()
+    };
     let value = match (group, plural, field) {
         ("", "pods", "spec.hostNetwork") => boolean("/spec/hostNetwork"),
         ("", "pods", "spec.host") => text("/spec/nodeName"),
         ("", "pods", "status.podIPs") => return None,
         // The internal Pod keeps only `podIPs`; v1 `podIP` is its first entry.
-        ("", "pods", "status.podIP") => match object.pointer("/status/podIPs/0/ip").and_then(Value::as_str) {
+        ("", "pods", "status.podIP") => match object
+            .pointer("/status/podIPs/0/ip")
+            .and_then(Value::as_str)
+        {
             Some(ip) => ip.to_string(),
             None => text("/status/podIP"),
         },
@@ -146,10 +180,12 @@ fn field_value(group: &str, plural: &str, field: &str, object: &Value) -> Option
         (_, _, "status.replicas") => integer("/status/replicas"),
         ("batch", "jobs", "status.successful") => integer("/status/succeeded"),
         // `source` is the reporting component of old and new events alike.
-        ("", "events", "source") => match object.pointer("/source/component").and_then(Value::as_str) {
-            Some(component) if !component.is_empty() => component.to_string(),
-            _ => text("/reportingComponent"),
-        },
+        ("", "events", "source") => {
+            match object.pointer("/source/component").and_then(Value::as_str) {
+                Some(component) if !component.is_empty() => component.to_string(),
+                _ => text("/reportingComponent"),
+            }
+        }
         _ => text(&format!("/{}", field.replace('.', "/"))),
     };
     Some(value)
@@ -161,7 +197,10 @@ mod tests {
     use serde_json::json;
 
     fn pairs(expected: &[(&str, &str)]) -> Vec<(String, String)> {
-        expected.iter().map(|(f, v)| (f.to_string(), v.to_string())).collect()
+        expected
+            .iter()
+            .map(|(f, v)| (f.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -183,17 +222,41 @@ mod tests {
                 "spec.host",
             ]
         );
-        assert_eq!(selectable_fields("", "nodes"), &["metadata.name", "spec.unschedulable"]);
-        assert_eq!(selectable_fields("", "namespaces"), &["metadata.name", "status.phase"]);
-        assert_eq!(selectable_fields("", "secrets"), &["metadata.name", "metadata.namespace", "type"]);
+        assert_eq!(
+            selectable_fields("", "nodes"),
+            &["metadata.name", "spec.unschedulable"]
+        );
+        assert_eq!(
+            selectable_fields("", "namespaces"),
+            &["metadata.name", "status.phase"]
+        );
+        assert_eq!(
+            selectable_fields("", "secrets"),
+            &["metadata.name", "metadata.namespace", "type"]
+        );
         assert_eq!(
             selectable_fields("", "services"),
-            &["metadata.name", "metadata.namespace", "spec.clusterIP", "spec.type"]
+            &[
+                "metadata.name",
+                "metadata.namespace",
+                "spec.clusterIP",
+                "spec.type"
+            ]
         );
-        assert_eq!(selectable_fields("apps", "replicasets"), &["metadata.name", "metadata.namespace", "status.replicas"]);
+        assert_eq!(
+            selectable_fields("apps", "replicasets"),
+            &["metadata.name", "metadata.namespace", "status.replicas"]
+        );
         assert_eq!(selectable_fields("", "events").len(), 13);
-        for (group, plural) in [("apps", "deployments"), ("", "configmaps"), ("discovery.k8s.io", "endpointslices")] {
-            assert_eq!(selectable_fields(group, plural), &["metadata.name", "metadata.namespace"]);
+        for (group, plural) in [
+            ("apps", "deployments"),
+            ("", "configmaps"),
+            ("discovery.k8s.io", "endpointslices"),
+        ] {
+            assert_eq!(
+                selectable_fields(group, plural),
+                &["metadata.name", "metadata.namespace"]
+            );
         }
     }
 
@@ -238,13 +301,24 @@ mod tests {
             "status": {"phase": "Pending", "podIP": "10.0.0.7"}
         });
         let fields = extract("", "pods", &pending);
-        let get = |name: &str| fields.iter().find(|(f, _)| f == name).map(|(_, v)| v.as_str());
+        let get = |name: &str| {
+            fields
+                .iter()
+                .find(|(f, _)| f == name)
+                .map(|(_, v)| v.as_str())
+        };
         assert_eq!(get("spec.nodeName"), Some(""));
         assert_eq!(get("spec.hostNetwork"), Some("false"));
         assert_eq!(get("status.podIP"), Some("10.0.0.7"));
         assert_eq!(get("status.podIPs"), None);
-        assert_eq!(extract("apps", "replicasets", &json!({"metadata": {"name": "rs"}}))[2], ("status.replicas".into(), "0".into()));
-        assert_eq!(extract("", "nodes", &json!({"metadata": {"name": "n1"}})), pairs(&[("metadata.name", "n1"), ("spec.unschedulable", "false")]));
+        assert_eq!(
+            extract("apps", "replicasets", &json!({"metadata": {"name": "rs"}}))[2],
+            ("status.replicas".into(), "0".into())
+        );
+        assert_eq!(
+            extract("", "nodes", &json!({"metadata": {"name": "n1"}})),
+            pairs(&[("metadata.name", "n1"), ("spec.unschedulable", "false")])
+        );
     }
 
     #[test]
@@ -278,24 +352,49 @@ mod tests {
             ])
         );
         // events.k8s.io-style events have no source.component: source is the reporting controller.
-        let new_style = json!({"metadata": {"name": "e"}, "reportingComponent": "kubelet", "source": {}});
+        let new_style =
+            json!({"metadata": {"name": "e"}, "reportingComponent": "kubelet", "source": {}});
         assert!(extract("", "events", &new_style).contains(&("source".into(), "kubelet".into())));
 
         let node = json!({"metadata": {"name": "nameValue", "namespace": "namespaceValue"}, "spec": {"unschedulable": true}});
-        assert_eq!(extract("", "nodes", &node), pairs(&[("metadata.name", "nameValue"), ("spec.unschedulable", "true")]));
+        assert_eq!(
+            extract("", "nodes", &node),
+            pairs(&[
+                ("metadata.name", "nameValue"),
+                ("spec.unschedulable", "true")
+            ])
+        );
         let namespace = json!({"metadata": {"name": "team-a"}, "status": {"phase": "Terminating"}});
-        assert_eq!(extract("", "namespaces", &namespace), pairs(&[("metadata.name", "team-a"), ("status.phase", "Terminating")]));
+        assert_eq!(
+            extract("", "namespaces", &namespace),
+            pairs(&[("metadata.name", "team-a"), ("status.phase", "Terminating")])
+        );
         let service = json!({"metadata": {"name": "web", "namespace": "default"}, "spec": {"clusterIP": "10.96.0.10", "type": "ClusterIP"}});
         assert_eq!(
             extract("", "services", &service),
-            pairs(&[("metadata.name", "web"), ("metadata.namespace", "default"), ("spec.clusterIP", "10.96.0.10"), ("spec.type", "ClusterIP")])
+            pairs(&[
+                ("metadata.name", "web"),
+                ("metadata.namespace", "default"),
+                ("spec.clusterIP", "10.96.0.10"),
+                ("spec.type", "ClusterIP")
+            ])
         );
         let secret = json!({"metadata": {"name": "token", "namespace": "default"}, "type": "kubernetes.io/tls"});
-        assert_eq!(extract("", "secrets", &secret)[2], ("type".into(), "kubernetes.io/tls".into()));
+        assert_eq!(
+            extract("", "secrets", &secret)[2],
+            ("type".into(), "kubernetes.io/tls".into())
+        );
         let replicaset = json!({"metadata": {"name": "web-5d4f", "namespace": "default"}, "status": {"replicas": 3}});
-        assert_eq!(extract("apps", "replicasets", &replicaset)[2], ("status.replicas".into(), "3".into()));
-        let deployment = json!({"metadata": {"name": "web", "namespace": "default"}, "status": {"replicas": 3}});
-        assert_eq!(extract("apps", "deployments", &deployment), pairs(&[("metadata.name", "web"), ("metadata.namespace", "default")]));
+        assert_eq!(
+            extract("apps", "replicasets", &replicaset)[2],
+            ("status.replicas".into(), "3".into())
+        );
+        let deployment =
+            json!({"metadata": {"name": "web", "namespace": "default"}, "status": {"replicas": 3}});
+        assert_eq!(
+            extract("apps", "deployments", &deployment),
+            pairs(&[("metadata.name", "web"), ("metadata.namespace", "default")])
+        );
     }
 
     #[test]

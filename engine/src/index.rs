@@ -142,6 +142,35 @@ impl Index {
     }
 }
 
+impl Index {
+    /// The index as it was at `rv`: undoes `newer` (the events after `rv`,
+    /// newest first), restoring each object's previous version through
+    /// `load` (which reads the event at an RV from the store). `None` when a
+    /// needed version is no longer retained.
+    pub fn rewind(
+        &self,
+        rv: u64,
+        newer: impl IntoIterator<Item = StoredEvent>,
+        mut load: impl FnMut(u64) -> Option<StoredEvent>,
+    ) -> Option<Index> {
+        let mut index = self.clone();
+        for event in newer {
+            if event.rv <= rv {
+                continue;
+            }
+            let objects = index.resources.entry(event.resource.clone()).or_default();
+            if event.prev_rv == 0 {
+                objects.remove(&event.key);
+            } else {
+                let previous = load(event.prev_rv)?;
+                objects.insert(event.key.clone(), Arc::new(previous.index_entry()));
+            }
+        }
+        index.head_rv = rv;
+        Some(index)
+    }
+}
+
 /// Plans the event for one change seen by a watcher, numbered `rv`, or `None`
 /// when it changes nothing (a duplicate, or a delete of an unknown object).
 pub fn plan_change(index: &Index, resource: &str, cluster: &str, change: Change, rv: u64) -> Option<StoredEvent> {
@@ -327,6 +356,33 @@ mod tests {
         assert_eq!(index.by_name("v1/pods", "b", "web-0").len(), 2);
         assert_eq!(index.by_name("v1/pods", "b", "web-1").len(), 1);
         assert!(index.by_name("v1/pods", "b", "web").is_empty());
+    }
+
+    #[test]
+    fn rewind_restores_the_state_at_an_older_rv() {
+        let mut index = Index::at(0);
+        let mut log = Vec::new();
+        for (change, rv) in [
+            (Change::Upsert(pod("a", "p", "1")), 1),
+            (Change::Upsert(pod("a", "q", "1")), 2),
+            (Change::Upsert(pod("a", "p", "2")), 3),
+            (Change::Delete(pod("a", "q", "3")), 4),
+            (Change::Upsert(pod("a", "r", "4")), 5),
+        ] {
+            let e = plan_change(&index, "v1/pods", "m", change, rv).unwrap();
+            index.apply(&e);
+            log.push(e);
+        }
+        let state = |i: &Index| -> Vec<(String, u64)> { i.range("v1/pods", None, None).map(|(k, e)| (k.name.clone(), e.rv)).collect() };
+        let load = |rv: u64| log.iter().find(|e| e.rv == rv).cloned();
+        let newer: Vec<_> = log.iter().rev().cloned().collect();
+        let at2 = index.rewind(2, newer.clone(), load).unwrap();
+        assert_eq!(state(&at2), vec![("p".to_string(), 1), ("q".to_string(), 2)]);
+        assert_eq!(at2.head_rv(), 2);
+        let at4 = index.rewind(4, newer.clone(), load).unwrap();
+        assert_eq!(state(&at4), vec![("p".to_string(), 3)]);
+        assert!(index.rewind(0, newer, |_| None).is_none(), "missing versions cannot be rewound");
+        assert_eq!(state(&index), vec![("p".to_string(), 3), ("r".to_string(), 5)]);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! - [`object`]: turning a member's object into the served form and back.
 //! - [`event`]: events, the persisted envelope, and index entries.
 //! - [`index`]: the merged index with its one `apply` and relist diffs.
+//! - [`paging`]: continue tokens.
 //! - [`selector`]: label and field selectors.
 //! - [`fields`]: per-type selectable fields.
 //! - [`table`]: server-side printing (`meta.k8s.io/v1` Table).
@@ -16,6 +17,7 @@ pub mod fields;
 pub mod index;
 pub mod names;
 pub mod object;
+pub mod paging;
 pub mod resources;
 pub mod selector;
 pub mod status;

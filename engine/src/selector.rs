@@ -59,7 +59,9 @@ pub enum SelectorError {
     UnsupportedField(String),
     /// A field selector uses a field other than `metadata.name` and
     /// `metadata.namespace` on a type that registers no selectable fields.
-    #[error("\"{0}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\"")]
+    #[error(
+        "\"{0}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+    )]
     UnknownField(String),
 }
 
@@ -168,14 +170,20 @@ impl Requirement {
     /// A validated requirement, with the rules of apimachinery's
     /// `labels.NewRequirement`: a valid key, valid label values, and the
     /// number of values the operator takes (integers for `>` and `<`).
-    pub fn new(key: impl Into<String>, operator: Operator, values: Vec<String>) -> Result<Requirement, RequirementError> {
+    pub fn new(
+        key: impl Into<String>,
+        operator: Operator,
+        values: Vec<String>,
+    ) -> Result<Requirement, RequirementError> {
         let key = key.into();
         validate_label_key(&key)?;
         let count_error = match operator {
             Operator::In | Operator::NotIn if values.is_empty() => {
                 Some("for 'in', 'notin' operators, values set can't be empty")
             }
-            Operator::Equals | Operator::DoubleEquals | Operator::NotEquals if values.len() != 1 => {
+            Operator::Equals | Operator::DoubleEquals | Operator::NotEquals
+                if values.len() != 1 =>
+            {
                 Some("exact-match compatibility requires one single value")
             }
             Operator::Exists | Operator::DoesNotExist if !values.is_empty() => {
@@ -187,20 +195,35 @@ impl Requirement {
             _ => None,
         };
         if let Some(reason) = count_error {
-            return Err(RequirementError::InvalidValues { key, reason: reason.to_string() });
+            return Err(RequirementError::InvalidValues {
+                key,
+                reason: reason.to_string(),
+            });
         }
         for value in &values {
             if let Err(reason) = check_label_value(value) {
-                return Err(RequirementError::InvalidValue { key, value: value.clone(), reason });
+                return Err(RequirementError::InvalidValue {
+                    key,
+                    value: value.clone(),
+                    reason,
+                });
             }
-            if matches!(operator, Operator::GreaterThan | Operator::LessThan) && value.parse::<i64>().is_err() {
+            if matches!(operator, Operator::GreaterThan | Operator::LessThan)
+                && value.parse::<i64>().is_err()
+            {
                 return Err(RequirementError::InvalidValues {
                     key,
-                    reason: format!("for 'gt', 'lt' operators, the value must be an integer, not \"{value}\""),
+                    reason: format!(
+                        "for 'gt', 'lt' operators, the value must be an integer, not \"{value}\""
+                    ),
                 });
             }
         }
-        Ok(Requirement { key, operator, values })
+        Ok(Requirement {
+            key,
+            operator,
+            values,
+        })
     }
 
     /// Whether a label value (`None` when the object has no such label)
@@ -273,7 +296,11 @@ impl LabelSelector {
     /// `labels.Parse`. `""` selects everything.
     pub fn parse(input: &str) -> Result<LabelSelector> {
         let tokens = tokenize(input);
-        let mut requirements = Parser { tokens, position: 0 }.parse()?;
+        let mut requirements = Parser {
+            tokens,
+            position: 0,
+        }
+        .parse()?;
         requirements.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(LabelSelector { requirements })
     }
@@ -283,15 +310,30 @@ impl LabelSelector {
     /// A `null` or empty object selects everything.
     pub fn from_label_selector(object: &serde_json::Value) -> Result<LabelSelector> {
         let mut requirements = Vec::new();
-        if let Some(match_labels) = object.get("matchLabels").and_then(serde_json::Value::as_object) {
+        if let Some(match_labels) = object
+            .get("matchLabels")
+            .and_then(serde_json::Value::as_object)
+        {
             for (key, value) in match_labels {
                 let value = value.as_str().unwrap_or_default().to_string();
-                requirements.push(Requirement::new(key.as_str(), Operator::Equals, vec![value])?);
+                requirements.push(Requirement::new(
+                    key.as_str(),
+                    Operator::Equals,
+                    vec![value],
+                )?);
             }
         }
-        if let Some(expressions) = object.get("matchExpressions").and_then(serde_json::Value::as_array) {
+        if let Some(expressions) = object
+            .get("matchExpressions")
+            .and_then(serde_json::Value::as_array)
+        {
             for expression in expressions {
-                let text = |name: &str| expression.get(name).and_then(serde_json::Value::as_str).unwrap_or_default();
+                let text = |name: &str| {
+                    expression
+                        .get(name)
+                        .and_then(serde_json::Value::as_str)
+                        .unwrap_or_default()
+                };
                 let operator = match text("operator") {
                     "In" => Operator::In,
                     "NotIn" => Operator::NotIn,
@@ -308,7 +350,12 @@ impl LabelSelector {
                 let values = expression
                     .get("values")
                     .and_then(serde_json::Value::as_array)
-                    .map(|values| values.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+                    .map(|values| {
+                        values
+                            .iter()
+                            .filter_map(|v| v.as_str().map(str::to_string))
+                            .collect()
+                    })
                     .unwrap_or_default();
                 requirements.push(Requirement::new(text("key"), operator, values)?);
             }
@@ -324,12 +371,19 @@ impl LabelSelector {
 
     /// Whether an object whose labels `get` looks up is selected.
     pub fn matches<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
-        self.requirements.iter().all(|r| r.matches_value(get(&r.key)))
+        self.requirements
+            .iter()
+            .all(|r| r.matches_value(get(&r.key)))
     }
 
     /// Whether an object with these `(key, value)` labels is selected.
     pub fn matches_pairs(&self, labels: &[(String, String)]) -> bool {
-        self.matches(|key| labels.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str()))
+        self.matches(|key| {
+            labels
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.as_str())
+        })
     }
 
     /// Whether an object with these labels is selected.
@@ -340,7 +394,9 @@ impl LabelSelector {
     /// Removes and returns the requirements on `key` (kubefold uses this to
     /// take the `kubefold.io/cluster` search condition out of a selector).
     pub fn take_key(&mut self, key: &str) -> Vec<Requirement> {
-        let (taken, kept) = std::mem::take(&mut self.requirements).into_iter().partition(|r| r.key == key);
+        let (taken, kept) = std::mem::take(&mut self.requirements)
+            .into_iter()
+            .partition(|r| r.key == key);
         self.requirements = kept;
         taken
     }
@@ -381,7 +437,9 @@ fn is_label_name(s: &str) -> bool {
         (Some(first), Some(last)) => {
             first.is_ascii_alphanumeric()
                 && last.is_ascii_alphanumeric()
-                && bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+                && bytes
+                    .iter()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
         }
         _ => false,
     }
@@ -394,7 +452,9 @@ fn is_dns_subdomain(s: &str) -> bool {
         let bytes = label.as_bytes();
         match (bytes.first(), bytes.last()) {
             (Some(first), Some(last)) => {
-                lower_alnum(first) && lower_alnum(last) && bytes.iter().all(|b| lower_alnum(b) || *b == b'-')
+                lower_alnum(first)
+                    && lower_alnum(last)
+                    && bytes.iter().all(|b| lower_alnum(b) || *b == b'-')
             }
             _ => false,
         }
@@ -412,7 +472,9 @@ fn validate_label_key(key: &str) -> Result<(), RequirementError> {
                 errors.push("prefix part must be non-empty".to_string());
             } else {
                 if prefix.len() > DNS_SUBDOMAIN_MAX {
-                    errors.push(format!("prefix part must be no more than {DNS_SUBDOMAIN_MAX} bytes"));
+                    errors.push(format!(
+                        "prefix part must be no more than {DNS_SUBDOMAIN_MAX} bytes"
+                    ));
                 }
                 if !is_dns_subdomain(prefix) {
                     errors.push(format!("prefix part {SUBDOMAIN_RULE}"));
@@ -433,7 +495,9 @@ fn validate_label_key(key: &str) -> Result<(), RequirementError> {
     if name.is_empty() {
         errors.push("name part must be non-empty".to_string());
     } else if name.len() > LABEL_NAME_MAX {
-        errors.push(format!("name part must be no more than {LABEL_NAME_MAX} bytes"));
+        errors.push(format!(
+            "name part must be no more than {LABEL_NAME_MAX} bytes"
+        ));
     }
     if !is_label_name(name) {
         errors.push(format!("name part {NAME_RULE}"));
@@ -441,7 +505,10 @@ fn validate_label_key(key: &str) -> Result<(), RequirementError> {
     if errors.is_empty() {
         Ok(())
     } else {
-        Err(RequirementError::InvalidKey { key: key.to_string(), reason: errors.join("; ") })
+        Err(RequirementError::InvalidKey {
+            key: key.to_string(),
+            reason: errors.join("; "),
+        })
     }
 }
 
@@ -553,7 +620,8 @@ fn tokenize(input: &str) -> Vec<Token<'_>> {
             pos += len;
         } else {
             let start = pos;
-            while pos < bytes.len() && !is_whitespace(bytes[pos]) && !is_special_symbol(bytes[pos]) {
+            while pos < bytes.len() && !is_whitespace(bytes[pos]) && !is_special_symbol(bytes[pos])
+            {
                 pos += 1;
             }
             // Token boundaries are ASCII bytes, so this slice is on char boundaries.
@@ -574,7 +642,10 @@ struct Parser<'a> {
 }
 
 fn unexpected(found: Token<'_>, expected: &'static str) -> RequirementError {
-    RequirementError::UnexpectedToken { found: found.literal().to_string(), expected }
+    RequirementError::UnexpectedToken {
+        found: found.literal().to_string(),
+        expected,
+    }
 }
 
 impl<'a> Parser<'a> {
@@ -584,7 +655,10 @@ impl<'a> Parser<'a> {
     }
 
     fn peek_raw(&self) -> Token<'a> {
-        self.tokens.get(self.position).copied().unwrap_or(Token::End)
+        self.tokens
+            .get(self.position)
+            .copied()
+            .unwrap_or(Token::End)
     }
 
     /// Consumes the next token as it was scanned (keywords kept).
@@ -786,9 +860,16 @@ impl FieldSelector {
         let mut requirements = Vec::with_capacity(terms.len());
         for term in terms.into_iter().filter(|t| !t.is_empty()) {
             let Some((field, negated, raw_value)) = split_term(term) else {
-                return Err(SelectorError::InvalidFieldTerm { selector: input.to_string(), term: term.to_string() });
+                return Err(SelectorError::InvalidFieldTerm {
+                    selector: input.to_string(),
+                    term: term.to_string(),
+                });
             };
-            requirements.push(FieldRequirement { field: field.to_string(), negated, value: unescape_value(raw_value)? });
+            requirements.push(FieldRequirement {
+                field: field.to_string(),
+                negated,
+                value: unescape_value(raw_value)?,
+            });
         }
         Ok(FieldSelector { requirements })
     }
@@ -801,12 +882,19 @@ impl FieldSelector {
     /// Whether an object whose selectable fields `get` looks up is selected.
     /// A missing field reads as `""`, as in kube-apiserver's `fields.Set`.
     pub fn matches<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
-        self.requirements.iter().all(|r| r.matches_value(get(&r.field).unwrap_or_default()))
+        self.requirements
+            .iter()
+            .all(|r| r.matches_value(get(&r.field).unwrap_or_default()))
     }
 
     /// Whether an object with these `(field, value)` pairs is selected.
     pub fn matches_pairs(&self, fields: &[(String, String)]) -> bool {
-        self.matches(|field| fields.iter().find(|(f, _)| f == field).map(|(_, v)| v.as_str()))
+        self.matches(|field| {
+            fields
+                .iter()
+                .find(|(f, _)| f == field)
+                .map(|(_, v)| v.as_str())
+        })
     }
 }
 
@@ -855,7 +943,8 @@ fn split_term(term: &str) -> Option<(&str, bool, &str)> {
         } else if let Some(value) = rest.strip_prefix("==") {
             Some((&term[..i], false, value))
         } else {
-            rest.strip_prefix('=').map(|value| (&term[..i], false, value))
+            rest.strip_prefix('=')
+                .map(|value| (&term[..i], false, value))
         }
     })
 }
@@ -869,7 +958,9 @@ fn unescape_value(raw: &str) -> Result<String> {
         match c {
             '\\' => match chars.next() {
                 Some(escaped @ ('\\' | ',' | '=')) => value.push(escaped),
-                Some(other) => return Err(SelectorError::InvalidEscapeSequence(format!("\\{other}"))),
+                Some(other) => {
+                    return Err(SelectorError::InvalidEscapeSequence(format!("\\{other}")))
+                }
                 None => return Err(SelectorError::InvalidEscapeSequence("\\".to_string())),
             },
             ',' | '=' => return Err(SelectorError::UnescapedCharacter(c)),
@@ -886,10 +977,17 @@ mod tests {
     /// (selector, labels, selected)
     type MatchCase = (&'static str, &'static [(&'static str, &'static str)], bool);
     /// (input, canonical string, terms as (field, negated, value))
-    type FieldCase = (&'static str, &'static str, &'static [(&'static str, bool, &'static str)]);
+    type FieldCase = (
+        &'static str,
+        &'static str,
+        &'static [(&'static str, bool, &'static str)],
+    );
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -901,14 +999,32 @@ mod tests {
             // Examples of the "Labels and Selectors" docs page.
             ("environment = production", "environment=production"),
             ("tier != frontend", "tier!=frontend"),
-            ("environment=production,tier!=frontend", "environment=production,tier!=frontend"),
-            ("environment in (production, qa)", "environment in (production,qa)"),
-            ("tier notin (frontend, backend)", "tier notin (backend,frontend)"),
+            (
+                "environment=production,tier!=frontend",
+                "environment=production,tier!=frontend",
+            ),
+            (
+                "environment in (production, qa)",
+                "environment in (production,qa)",
+            ),
+            (
+                "tier notin (frontend, backend)",
+                "tier notin (backend,frontend)",
+            ),
             ("partition", "partition"),
             ("!partition", "!partition"),
-            ("partition,environment notin (qa)", "environment notin (qa),partition"),
-            ("environment,environment notin (frontend)", "environment,environment notin (frontend)"),
-            ("environment in (production),tier in (frontend)", "environment in (production),tier in (frontend)"),
+            (
+                "partition,environment notin (qa)",
+                "environment notin (qa),partition",
+            ),
+            (
+                "environment,environment notin (frontend)",
+                "environment,environment notin (frontend)",
+            ),
+            (
+                "environment in (production),tier in (frontend)",
+                "environment in (production),tier in (frontend)",
+            ),
             // apimachinery behaviour.
             ("x==a", "x==a"),
             ("x=", "x="),
@@ -919,9 +1035,15 @@ mod tests {
             ("x notin (,)", "x notin ()"),
             ("x notin (, a)", "x notin (,a)"),
             ("x>1", "x>1"),
-            ("in in (in),notin notin (notin)", "in in (in),notin notin (notin)"),
+            (
+                "in in (in),notin notin (notin)",
+                "in in (in),notin notin (notin)",
+            ),
             ("example.com/app=web", "example.com/app=web"),
-            ("kubefold.io/cluster in (member1, member2)", "kubefold.io/cluster in (member1,member2)"),
+            (
+                "kubefold.io/cluster in (member1, member2)",
+                "kubefold.io/cluster in (member1,member2)",
+            ),
             (" x  in  ( a , b ) , y ", "x in (a,b),y"),
             ("\tx\n=\ra", "x=a"),
             ("z=1,x=2,y", "x=2,y,z=1"),
@@ -940,7 +1062,9 @@ mod tests {
         // although the integer parses. The canonical test above must not
         // contain it: check it here explicitly.
         let error = LabelSelector::parse("x<-1").unwrap_err();
-        assert!(error.to_string().starts_with("unable to parse requirement: invalid label value \"-1\" for key \"x\""));
+        assert!(error
+            .to_string()
+            .starts_with("unable to parse requirement: invalid label value \"-1\" for key \"x\""));
     }
 
     #[test]
@@ -949,13 +1073,21 @@ mod tests {
         assert_eq!(
             selector.requirements,
             vec![
-                Requirement { key: "canary".into(), operator: Operator::DoesNotExist, values: vec![] },
+                Requirement {
+                    key: "canary".into(),
+                    operator: Operator::DoesNotExist,
+                    values: vec![]
+                },
                 Requirement {
                     key: "tier".into(),
                     operator: Operator::NotIn,
                     values: vec!["backend".into(), "frontend".into()],
                 },
-                Requirement { key: "x".into(), operator: Operator::GreaterThan, values: vec!["5".into()] },
+                Requirement {
+                    key: "x".into(),
+                    operator: Operator::GreaterThan,
+                    values: vec!["5".into()]
+                },
             ]
         );
         let empty_set = LabelSelector::parse("x in ()").unwrap();
@@ -1035,7 +1167,13 @@ mod tests {
     fn enforces_key_and_value_lengths() {
         let name63 = "a".repeat(63);
         let name64 = "a".repeat(64);
-        let prefix253 = format!("{}.{}.{}.{}", "b".repeat(63), "b".repeat(63), "b".repeat(63), "b".repeat(61));
+        let prefix253 = format!(
+            "{}.{}.{}.{}",
+            "b".repeat(63),
+            "b".repeat(63),
+            "b".repeat(63),
+            "b".repeat(61)
+        );
         assert_eq!(prefix253.len(), 253);
         let prefix254 = format!("{prefix253}b");
         assert!(LabelSelector::parse(&format!("{name63}={name63}")).is_ok());
@@ -1064,26 +1202,54 @@ mod tests {
         let cases: &[MatchCase] = &[
             ("", &[], true),
             ("", &[("a", "b")], true),
-            ("environment=production", &[("environment", "production")], true),
+            (
+                "environment=production",
+                &[("environment", "production")],
+                true,
+            ),
             ("environment=production", &[("environment", "qa")], false),
             ("environment=production", &[], false),
-            ("environment==production", &[("environment", "production")], true),
+            (
+                "environment==production",
+                &[("environment", "production")],
+                true,
+            ),
             // "tier != frontend" also selects resources without a tier label.
             ("tier!=frontend", &[("tier", "backend")], true),
             ("tier!=frontend", &[("tier", "frontend")], false),
             ("tier!=frontend", &[], true),
-            ("environment in (production, qa)", &[("environment", "qa")], true),
-            ("environment in (production, qa)", &[("environment", "dev")], false),
+            (
+                "environment in (production, qa)",
+                &[("environment", "qa")],
+                true,
+            ),
+            (
+                "environment in (production, qa)",
+                &[("environment", "dev")],
+                false,
+            ),
             ("environment in (production, qa)", &[], false),
             ("tier notin (frontend, backend)", &[("tier", "cache")], true),
-            ("tier notin (frontend, backend)", &[("tier", "frontend")], false),
+            (
+                "tier notin (frontend, backend)",
+                &[("tier", "frontend")],
+                false,
+            ),
             ("tier notin (frontend, backend)", &[], true),
             ("partition", &[("partition", "")], true),
             ("partition", &[], false),
             ("!partition", &[], true),
             ("!partition", &[("partition", "a")], false),
-            ("partition,environment notin (qa)", &[("partition", "x"), ("environment", "prod")], true),
-            ("partition,environment notin (qa)", &[("partition", "x"), ("environment", "qa")], false),
+            (
+                "partition,environment notin (qa)",
+                &[("partition", "x"), ("environment", "prod")],
+                true,
+            ),
+            (
+                "partition,environment notin (qa)",
+                &[("partition", "x"), ("environment", "qa")],
+                false,
+            ),
             ("x=", &[("x", "")], true),
             ("x=", &[], false),
             ("x in ()", &[("x", "")], true),
@@ -1096,26 +1262,47 @@ mod tests {
             ("x<5", &[("x", "+4")], true),
             ("x<5", &[("x", "5")], false),
             ("x=a,x=b", &[("x", "a")], false),
-            ("kubefold.io/cluster=member1", &[("kubefold.io/cluster", "member1")], true),
+            (
+                "kubefold.io/cluster=member1",
+                &[("kubefold.io/cluster", "member1")],
+                true,
+            ),
         ];
         for (input, pairs, selected) in cases {
             let selector = LabelSelector::parse(input).unwrap();
             let map = labels(pairs);
             let vec: Vec<(String, String)> = map.clone().into_iter().collect();
-            assert_eq!(selector.matches_map(&map), *selected, "{input:?} on {pairs:?}");
-            assert_eq!(selector.matches_pairs(&vec), *selected, "{input:?} on {pairs:?}");
-            assert_eq!(selector.matches(|k| map.get(k).map(String::as_str)), *selected, "{input:?} on {pairs:?}");
+            assert_eq!(
+                selector.matches_map(&map),
+                *selected,
+                "{input:?} on {pairs:?}"
+            );
+            assert_eq!(
+                selector.matches_pairs(&vec),
+                *selected,
+                "{input:?} on {pairs:?}"
+            );
+            assert_eq!(
+                selector.matches(|k| map.get(k).map(String::as_str)),
+                *selected,
+                "{input:?} on {pairs:?}"
+            );
         }
     }
 
     #[test]
     fn take_key_removes_the_cluster_condition() {
-        let mut selector =
-            LabelSelector::parse("kubefold.io/cluster in (member1,member2),app=web,kubefold.io/cluster!=member3").unwrap();
+        let mut selector = LabelSelector::parse(
+            "kubefold.io/cluster in (member1,member2),app=web,kubefold.io/cluster!=member3",
+        )
+        .unwrap();
         let taken = selector.take_key("kubefold.io/cluster");
         assert_eq!(selector.to_string(), "app=web");
         assert_eq!(taken.len(), 2);
-        assert_eq!(taken[0].to_string(), "kubefold.io/cluster in (member1,member2)");
+        assert_eq!(
+            taken[0].to_string(),
+            "kubefold.io/cluster in (member1,member2)"
+        );
         assert_eq!(taken[1].to_string(), "kubefold.io/cluster!=member3");
         assert!(taken[0].matches_value(Some("member2")));
         assert!(!taken[1].matches_value(Some("member3")));
@@ -1133,14 +1320,22 @@ mod tests {
             ]
         });
         let selector = LabelSelector::from_label_selector(&object).unwrap();
-        assert_eq!(selector.to_string(), "app=web,!canary,env notin (dev,qa),tier=frontend");
-        assert!(LabelSelector::from_label_selector(&serde_json::json!({})).unwrap().is_empty());
+        assert_eq!(
+            selector.to_string(),
+            "app=web,!canary,env notin (dev,qa),tier=frontend"
+        );
+        assert!(LabelSelector::from_label_selector(&serde_json::json!({}))
+            .unwrap()
+            .is_empty());
         let bad = serde_json::json!({"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]});
         assert_eq!(
-            LabelSelector::from_label_selector(&bad).unwrap_err().to_string(),
+            LabelSelector::from_label_selector(&bad)
+                .unwrap_err()
+                .to_string(),
             "unable to parse requirement: found 'Gt', expected: In, NotIn, Exists, DoesNotExist"
         );
-        let empty_in = serde_json::json!({"matchExpressions": [{"key": "a", "operator": "In", "values": []}]});
+        let empty_in =
+            serde_json::json!({"matchExpressions": [{"key": "a", "operator": "In", "values": []}]});
         assert_eq!(
             LabelSelector::from_label_selector(&empty_in).unwrap_err().to_string(),
             "unable to parse requirement: invalid values for key \"a\": for 'in', 'notin' operators, values set can't be empty"
@@ -1153,19 +1348,46 @@ mod tests {
             ("", "", &[]),
             (",", "", &[]),
             // Examples of the "Field Selectors" docs page.
-            ("status.phase=Running", "status.phase=Running", &[("status.phase", false, "Running")]),
-            ("metadata.namespace!=default", "metadata.namespace!=default", &[("metadata.namespace", true, "default")]),
+            (
+                "status.phase=Running",
+                "status.phase=Running",
+                &[("status.phase", false, "Running")],
+            ),
+            (
+                "metadata.namespace!=default",
+                "metadata.namespace!=default",
+                &[("metadata.namespace", true, "default")],
+            ),
             (
                 "status.phase!=Running,spec.restartPolicy=Always",
                 "spec.restartPolicy=Always,status.phase!=Running",
-                &[("spec.restartPolicy", false, "Always"), ("status.phase", true, "Running")],
+                &[
+                    ("spec.restartPolicy", false, "Always"),
+                    ("status.phase", true, "Running"),
+                ],
             ),
             // fields.ParseSelector behaviour.
-            ("metadata.name==my-service", "metadata.name=my-service", &[("metadata.name", false, "my-service")]),
-            ("spec.nodeName=", "spec.nodeName=", &[("spec.nodeName", false, "")]),
-            ("a=b,,c=d", "a=b,c=d", &[("a", false, "b"), ("c", false, "d")]),
+            (
+                "metadata.name==my-service",
+                "metadata.name=my-service",
+                &[("metadata.name", false, "my-service")],
+            ),
+            (
+                "spec.nodeName=",
+                "spec.nodeName=",
+                &[("spec.nodeName", false, "")],
+            ),
+            (
+                "a=b,,c=d",
+                "a=b,c=d",
+                &[("a", false, "b"), ("c", false, "d")],
+            ),
             (r"a=b\,c", r"a=b\,c", &[("a", false, "b,c")]),
-            (r"a=b\=c,d=e", r"a=b\=c,d=e", &[("a", false, "b=c"), ("d", false, "e")]),
+            (
+                r"a=b\=c,d=e",
+                r"a=b\=c,d=e",
+                &[("a", false, "b=c"), ("d", false, "e")],
+            ),
             (r"a=b\\c", r"a=b\\c", &[("a", false, r"b\c")]),
             ("a=b!c", "a=b!c", &[("a", false, "b!c")]),
             (" a = b ", " a = b ", &[(" a ", false, " b ")]),
@@ -1189,14 +1411,29 @@ mod tests {
     #[test]
     fn rejects_invalid_field_selectors() {
         let cases = [
-            ("status.phase", "invalid selector: 'status.phase'; can't understand 'status.phase'"),
+            (
+                "status.phase",
+                "invalid selector: 'status.phase'; can't understand 'status.phase'",
+            ),
             ("a=b,c", "invalid selector: 'a=b,c'; can't understand 'c'"),
             ("a!b", "invalid selector: 'a!b'; can't understand 'a!b'"),
-            ("a=b=c", "invalid field selector: unescaped character in value: ="),
+            (
+                "a=b=c",
+                "invalid field selector: unescaped character in value: =",
+            ),
             // The first operator wins: `!=`, leaving `=b` with an unescaped `=`.
-            ("a!==b", "invalid field selector: unescaped character in value: ="),
-            (r"a=b\!c", r"invalid field selector: invalid escape sequence: \!"),
-            (r"a=b\", r"invalid field selector: invalid escape sequence: \"),
+            (
+                "a!==b",
+                "invalid field selector: unescaped character in value: =",
+            ),
+            (
+                r"a=b\!c",
+                r"invalid field selector: invalid escape sequence: \!",
+            ),
+            (
+                r"a=b\",
+                r"invalid field selector: invalid escape sequence: \",
+            ),
         ];
         for (input, message) in cases {
             match FieldSelector::parse(input) {

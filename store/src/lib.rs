@@ -314,6 +314,17 @@ impl Store {
         Ok(())
     }
 
+    /// A metadata value, created by `init` (and flushed) when absent.
+    pub fn meta_or_init(&self, name: &str, init: impl FnOnce() -> Vec<u8>) -> Result<Vec<u8>> {
+        if let Some(v) = self.tree.get(meta_key(name))? {
+            return Ok(v.to_vec());
+        }
+        let value = init();
+        self.tree.insert(meta_key(name), value.clone())?;
+        self.db.flush()?;
+        Ok(value)
+    }
+
     /// Flushes everything to disk.
     pub fn flush(&self) -> Result<()> {
         self.db.flush()?;

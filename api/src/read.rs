@@ -1,0 +1,329 @@
+//! Reads: list and get, served from a consistent snapshot of the index, with
+//! bodies spliced from the store; JSON or Table.
+//!
+//! resourceVersion semantics follow the Kubernetes API Concepts page
+//! ("Resource versions", "Semantics for get and list").
+//! <https://kubernetes.io/docs/reference/using-api/api-concepts/#the-resourceversion-parameter>
+
+use std::sync::Arc;
+
+use actix_web::{HttpRequest, HttpResponse};
+use kubefold_engine::event::{IndexEntry, ObjectKey};
+use kubefold_engine::index::Index;
+use kubefold_engine::names::{self, NameStyle, RequestedName};
+use kubefold_engine::paging;
+use kubefold_engine::resources::ResourceType;
+use kubefold_engine::selector::{FieldSelector, LabelSelector, Requirement};
+use kubefold_engine::status::Status;
+use serde_json::{json, Value};
+
+use crate::path::ResourcePath;
+use crate::query::Query;
+use crate::respond;
+use crate::ApiState;
+
+/// The label-selector key that selects clusters.
+pub const CLUSTER_SEARCH_KEY: &str = "kubefold.io/cluster";
+
+/// Which objects a request sees, and how their names are served.
+#[derive(Debug, Clone)]
+pub struct Scope {
+    /// The type.
+    pub resource: ResourceType,
+    /// `/clusters/{c}` scope.
+    pub cluster: Option<String>,
+    /// Namespace, for namespaced paths.
+    pub namespace: Option<String>,
+    /// Names as served: qualified unless the cluster scope or the server says otherwise.
+    pub qualified: bool,
+}
+
+impl Scope {
+    /// The scope of a parsed path.
+    pub fn new(state: &ApiState, resource: ResourceType, path: &ResourcePath) -> Scope {
+        let qualified = path.cluster.is_none() && state.fleet.name_style() == NameStyle::Qualified;
+        let namespace = if resource.namespaced { path.namespace.clone() } else { None };
+        Scope { resource, cluster: path.cluster.clone(), namespace, qualified }
+    }
+
+    /// The `_cluster` suffix of served names.
+    pub fn name_suffix(&self, cluster: &str) -> Option<String> {
+        self.qualified.then(|| format!("{}{}", names::SEPARATOR, cluster))
+    }
+
+    /// The name of an object as served.
+    pub fn served_name(&self, key: &ObjectKey) -> String {
+        if self.qualified {
+            names::qualify(&key.name, &key.cluster)
+        } else {
+            key.name.clone()
+        }
+    }
+}
+
+/// A parsed label and field selector, with the cluster search condition
+/// taken out of the label selector.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    clusters: Vec<Requirement>,
+    labels: LabelSelector,
+    fields: FieldSelector,
+}
+
+impl Filter {
+    /// Parses the selectors of a request, rejecting invalid ones with 400.
+    pub fn parse(resource: &ResourceType, query: &Query) -> Result<Filter, Status> {
+        let mut labels = LabelSelector::parse(query.label_selector.as_deref().unwrap_or(""))
+            .map_err(|e| Status::bad_request(format!("unable to parse requirement: {e}")))?;
+        let clusters = labels.take_key(CLUSTER_SEARCH_KEY);
+        let fields = FieldSelector::parse(query.field_selector.as_deref().unwrap_or(""))
+            .map_err(|e| Status::bad_request(e.to_string()))?;
+        kubefold_engine::fields::validate(&resource.group, &resource.plural, &fields)
+            .map_err(|e| Status::bad_request(e.to_string()))?;
+        Ok(Filter { clusters, labels, fields })
+    }
+
+    /// Whether an object passes the filter and the scope.
+    pub fn matches(&self, scope: &Scope, key: &ObjectKey, entry: &IndexEntry) -> bool {
+        if let Some(c) = &scope.cluster {
+            if &key.cluster != c {
+                return false;
+            }
+        }
+        if !self.clusters.iter().all(|r| r.matches_value(Some(&key.cluster))) {
+            return false;
+        }
+        if !self.labels.is_empty() && !self.labels.matches_pairs(&entry.labels) {
+            return false;
+        }
+        if self.fields.is_empty() {
+            return true;
+        }
+        let served = scope.served_name(key);
+        self.fields.matches(|field| match field {
+            "metadata.name" => Some(served.as_str()),
+            "metadata.namespace" => Some(key.namespace.as_str()),
+            other => entry.fields.iter().find(|(f, _)| f == other).map(|(_, v)| v.as_str()),
+        })
+    }
+}
+
+/// Whether the client asked for a Table (server-side printing).
+pub fn wants_table(req: &HttpRequest) -> bool {
+    req.headers()
+        .get(actix_web::http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|accept| {
+            accept.split(',').next().is_some_and(|first| first.contains("as=Table") && first.contains("g=meta.k8s.io"))
+        })
+}
+
+/// How a Table row carries its object (`includeObject`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IncludeObject {
+    /// No object.
+    None,
+    /// PartialObjectMetadata (the default).
+    Metadata,
+    /// The whole object.
+    Object,
+}
+
+impl IncludeObject {
+    /// Parses `includeObject`.
+    pub fn parse(value: Option<&str>) -> Result<IncludeObject, Status> {
+        match value {
+            None | Some("") | Some("Metadata") => Ok(IncludeObject::Metadata),
+            Some("None") => Ok(IncludeObject::None),
+            Some("Object") => Ok(IncludeObject::Object),
+            Some(other) => Err(Status::bad_request(format!(
+                "includeObject {other:?} is not supported: use None, Metadata or Object"
+            ))),
+        }
+    }
+}
+
+/// Builds Table rows.
+pub struct TablePrinter {
+    resource: ResourceType,
+    include: IncludeObject,
+    now: chrono::DateTime<chrono::Utc>,
+}
+
+impl TablePrinter {
+    /// A printer for one request.
+    pub fn new(resource: &ResourceType, include: IncludeObject) -> TablePrinter {
+        TablePrinter { resource: resource.clone(), include, now: chrono::Utc::now() }
+    }
+
+    /// One row for an object as served.
+    pub fn row(&self, served: &[u8], cluster: &str) -> Value {
+        let object: Value = serde_json::from_slice(served).unwrap_or(Value::Null);
+        let name = object["metadata"]["name"].as_str().unwrap_or("").to_string();
+        let cells = kubefold_engine::table::cells(&self.resource, &object, &name, cluster, self.now);
+        let mut row = json!({"cells": cells});
+        match self.include {
+            IncludeObject::None => {}
+            IncludeObject::Metadata => row["object"] = kubefold_engine::table::partial_object_metadata(&object),
+            IncludeObject::Object => row["object"] = object,
+        }
+        row
+    }
+
+    /// A Table holding `rows`, with column definitions unless `no_headers`.
+    pub fn table(&self, rows: Vec<Value>, rv: u64, continue_token: Option<&str>, no_headers: bool) -> Value {
+        let columns = if no_headers { Vec::new() } else { kubefold_engine::table::columns(&self.resource) };
+        let mut metadata = json!({"resourceVersion": rv.to_string()});
+        if let Some(t) = continue_token {
+            metadata["continue"] = t.into();
+        }
+        json!({
+            "kind": "Table",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": metadata,
+            "columnDefinitions": columns,
+            "rows": rows,
+        })
+    }
+}
+
+/// Finds the object a request names: qualified names always, bare names when
+/// exactly one cluster has them (409 Conflict naming the candidates otherwise).
+pub fn resolve_name(
+    index: &Index,
+    scope: &Scope,
+    name: &str,
+) -> Result<(ObjectKey, Arc<IndexEntry>), Status> {
+    let resource = &scope.resource;
+    let namespace = scope.namespace.clone().unwrap_or_default();
+    let not_found = || Status::not_found(&resource.group, &resource.plural, name);
+    if let Some(cluster) = &scope.cluster {
+        let key = ObjectKey { namespace, name: name.to_string(), cluster: cluster.clone() };
+        let entry = index.get(&resource.key(), &key).ok_or_else(not_found)?.clone();
+        return Ok((key, entry));
+    }
+    match names::parse(name) {
+        RequestedName::Qualified { name: member_name, cluster } => {
+            let key = ObjectKey { namespace, name: member_name.to_string(), cluster: cluster.to_string() };
+            let entry = index.get(&resource.key(), &key).ok_or_else(not_found)?.clone();
+            Ok((key, entry))
+        }
+        RequestedName::Bare(bare) => {
+            let found = index.by_name(&resource.key(), &namespace, bare);
+            match found.as_slice() {
+                [] => Err(not_found()),
+                [(key, entry)] => Ok(((*key).clone(), (*entry).clone())),
+                many => {
+                    let candidates: Vec<String> = many.iter().map(|(k, _)| names::qualify(&k.name, &k.cluster)).collect();
+                    Err(Status::conflict(format!(
+                        "{} \"{}\" is ambiguous: it exists in {} clusters; use one of the qualified names: {}",
+                        resource.plural,
+                        bare,
+                        many.len(),
+                        candidates.join(", ")
+                    ))
+                    .with_details(&resource.group, &resource.plural, bare))
+                }
+            }
+        }
+    }
+}
+
+/// Serves a get.
+pub fn get(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &str, query: &Query) -> Result<HttpResponse, Status> {
+    let _ = query.resource_version()?;
+    let snapshot = state.fleet.snapshot();
+    let (key, entry) = resolve_name(&snapshot, scope, name)?;
+    let body = state
+        .fleet
+        .store()
+        .body(entry.rv)
+        .map_err(|e| Status::internal(e.to_string()))?
+        .ok_or_else(|| Status::internal(format!("object body at resourceVersion {} is missing from the store", entry.rv)))?;
+    let bytes = body.to_bytes(scope.name_suffix(&key.cluster).as_deref(), entry.rv);
+    if wants_table(req) {
+        let printer = TablePrinter::new(&scope.resource, IncludeObject::parse(query.include_object.as_deref())?);
+        let row = printer.row(&bytes, &key.cluster);
+        return Ok(respond::json(&printer.table(vec![row], entry.rv, None, false)));
+    }
+    Ok(respond::json_bytes(bytes))
+}
+
+/// Serves a list (all pages read at the first page's snapshot).
+pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query) -> Result<HttpResponse, Status> {
+    let filter = Filter::parse(&scope.resource, query)?;
+    let limit = query.limit()?;
+    let requested_rv = query.resource_version()?;
+    let (snapshot, start_after) = match query.continue_token.as_deref().filter(|t| !t.is_empty()) {
+        Some(token) => {
+            if requested_rv.is_some_and(|rv| rv != 0) {
+                return Err(Status::bad_request("specifying resource version is not allowed when using continue"));
+            }
+            let (rv, key) = paging::decode(&state.token_secret, token).map_err(|e| Status::bad_request(e.to_string()))?;
+            (state.snapshot_at(rv)?, Some(key))
+        }
+        None => (state.fleet.snapshot(), None),
+    };
+    let resource_key = scope.resource.key();
+    let mut selected: Vec<(ObjectKey, u64)> = Vec::new();
+    let mut more = false;
+    let mut remaining = 0usize;
+    for (key, entry) in snapshot.range(&resource_key, scope.namespace.as_deref(), start_after.as_ref()) {
+        if !filter.matches(scope, key, entry) {
+            continue;
+        }
+        if limit.is_some_and(|l| selected.len() >= l) {
+            more = true;
+            remaining += 1;
+            continue;
+        }
+        selected.push((key.clone(), entry.rv));
+    }
+    let rv = snapshot.head_rv();
+    let token = if more { selected.last().map(|(k, _)| paging::encode(&state.token_secret, rv, k)) } else { None };
+    let store = state.fleet.store();
+    let mut bodies = Vec::with_capacity(selected.len());
+    for (key, object_rv) in &selected {
+        let body = store
+            .body(*object_rv)
+            .map_err(|e| Status::internal(e.to_string()))?
+            .ok_or_else(|| Status::expired(format!("object version {object_rv} is no longer retained; list again")))?;
+        bodies.push((key, body, *object_rv));
+    }
+    if wants_table(req) {
+        let printer = TablePrinter::new(&scope.resource, IncludeObject::parse(query.include_object.as_deref())?);
+        let rows: Vec<Value> = bodies
+            .iter()
+            .map(|(key, body, object_rv)| {
+                printer.row(&body.to_bytes(scope.name_suffix(&key.cluster).as_deref(), *object_rv), &key.cluster)
+            })
+            .collect();
+        let mut table = printer.table(rows, rv, token.as_deref(), false);
+        if more {
+            table["metadata"]["remainingItemCount"] = remaining.into();
+        }
+        return Ok(respond::json(&table));
+    }
+    let mut out = Vec::with_capacity(bodies.iter().map(|(_, b, _)| b.json.len() + 48).sum::<usize>() + 256);
+    out.extend_from_slice(
+        format!(
+            "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{{\"resourceVersion\":\"{}\"",
+            scope.resource.list_kind(),
+            scope.resource.api_version(),
+            rv
+        )
+        .as_bytes(),
+    );
+    if let Some(t) = &token {
+        out.extend_from_slice(format!(",\"continue\":\"{t}\",\"remainingItemCount\":{remaining}").as_bytes());
+    }
+    out.extend_from_slice(b"},\"items\":[");
+    for (i, (key, body, object_rv)) in bodies.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        body.write(&mut out, scope.name_suffix(&key.cluster).as_deref(), *object_rv);
+    }
+    out.extend_from_slice(b"]}");
+    Ok(respond::json_bytes(out))
+}

@@ -1,0 +1,217 @@
+//! Watch: a stream of JSON lines, one event each, from a start point
+//! (unset/"0": the current state as synthetic ADDED events; N: every event
+//! after N, replayed from the durable log) and then live from the aggregator's
+//! fan-out. Never waits on a member: a dead cluster only stops sending.
+//! <https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes>
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::web::Bytes;
+use actix_web::HttpResponse;
+use kubefold_engine::event::{EventType, StoredEvent};
+use kubefold_engine::status::Status;
+use serde_json::{json, Value};
+use tokio::sync::{broadcast, mpsc};
+
+use crate::query::{flag, Query};
+use crate::read::{Filter, IncludeObject, Scope, TablePrinter};
+use crate::ApiState;
+
+/// Chunks buffered towards one watch client before it counts as slow.
+const CLIENT_BUFFER: usize = 1024;
+
+struct Watch {
+    state: Arc<ApiState>,
+    scope: Scope,
+    filter: Filter,
+    table: Option<TablePrinter>,
+    headers_sent: bool,
+    bookmarks: bool,
+    tx: mpsc::Sender<Bytes>,
+}
+
+/// Starts a watch and returns its streaming response.
+pub fn watch(state: Arc<ApiState>, scope: Scope, query: &Query, table: bool) -> Result<HttpResponse, Status> {
+    let filter = Filter::parse(&scope.resource, query)?;
+    let start = query.resource_version()?;
+    let bookmarks = flag(&query.allow_watch_bookmarks)?;
+    let timeout = match query.timeout_seconds()? {
+        Some(s) => Duration::from_secs(s),
+        // kube-apiserver picks a random timeout in [minRequestTimeout, 2x) so
+        // that clients do not reconnect all at once.
+        None => {
+            let min = state.config.min_watch_timeout;
+            min + min.mul_f64(rand::random::<f64>())
+        }
+    };
+    let table = if table {
+        Some(TablePrinter::new(&scope.resource, IncludeObject::parse(query.include_object.as_deref())?))
+    } else {
+        None
+    };
+    let (tx, mut rx) = mpsc::channel::<Bytes>(CLIENT_BUFFER);
+    // Subscribe before reading the snapshot so that no event falls between them.
+    let events = state.fleet.subscribe();
+    let snapshot = state.fleet.snapshot();
+    let compacted = state.fleet.compacted_rv();
+    let watch = Watch { state, scope, filter, table, headers_sent: false, bookmarks, tx };
+    metrics::gauge!("kubefold_watches").increment(1.0);
+    actix_web::rt::spawn(async move {
+        let end = tokio::time::sleep(timeout);
+        tokio::pin!(end);
+        let run = watch.run(start, snapshot, compacted, events);
+        tokio::select! {
+            _ = run => {}
+            _ = &mut end => {}
+        }
+        metrics::gauge!("kubefold_watches").decrement(1.0);
+    });
+    let body = futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|o| o.map(Ok::<_, actix_web::Error>)));
+    Ok(HttpResponse::Ok().content_type("application/json").streaming(body))
+}
+
+impl Watch {
+    async fn run(
+        mut self,
+        start: Option<u64>,
+        snapshot: Arc<kubefold_engine::index::Index>,
+        compacted: u64,
+        mut events: broadcast::Receiver<Arc<StoredEvent>>,
+    ) {
+        let mut last = snapshot.head_rv();
+        match start {
+            None | Some(0) => {
+                let key = self.scope.resource.key();
+                let store = self.state.fleet.store().clone();
+                let initial: Vec<_> = snapshot
+                    .range(&key, self.scope.namespace.as_deref(), None)
+                    .filter(|(k, e)| self.filter.matches(&self.scope, k, e))
+                    .map(|(k, e)| (k.clone(), e.rv))
+                    .collect();
+                for (_, rv) in initial {
+                    let Ok(Some(event)) = store.event(rv) else { continue };
+                    if !self.send_event(EventType::Added, &event).await {
+                        return;
+                    }
+                }
+            }
+            Some(from) if from < compacted => {
+                let status = Status::expired(format!("too old resource version: {from} ({})", compacted + 1));
+                self.send_error(&status).await;
+                return;
+            }
+            Some(from) => {
+                let store = self.state.fleet.store().clone();
+                let replay: Vec<StoredEvent> = store
+                    .events_after(from)
+                    .take_while(|e| e.as_ref().map_or(true, |e| e.rv <= last))
+                    .filter_map(Result::ok)
+                    .collect();
+                for event in replay {
+                    if !self.forward(&event).await {
+                        return;
+                    }
+                }
+                last = last.max(from);
+            }
+        }
+        let interval = self.state.config.bookmark_interval;
+        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+        loop {
+            tokio::select! {
+                received = events.recv() => match received {
+                    Ok(event) => {
+                        if event.rv <= last {
+                            continue;
+                        }
+                        last = event.rv;
+                        if !self.forward(&event).await {
+                            return;
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        metrics::counter!("kubefold_watch_slow_closed_total").increment(1);
+                        tracing::info!(skipped = n, last, "Slow watch client closed.");
+                        let status = Status::expired(format!(
+                            "watch fell {n} events behind and was closed; resume with resourceVersion={last}"
+                        ));
+                        self.send_error(&status).await;
+                        return;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+                _ = ticker.tick(), if self.bookmarks => {
+                    if !self.send_bookmark(last).await {
+                        return;
+                    }
+                }
+                _ = self.tx.closed() => return,
+            }
+        }
+    }
+
+    /// Sends a committed event if it concerns this watch, turning selector
+    /// transitions into ADDED/DELETED as the watch cache does.
+    async fn forward(&mut self, event: &StoredEvent) -> bool {
+        if event.resource != self.scope.resource.key() {
+            return true;
+        }
+        if let Some(ns) = &self.scope.namespace {
+            if &event.key.namespace != ns {
+                return true;
+            }
+        }
+        let entry = event.index_entry();
+        let now = self.filter.matches(&self.scope, &event.key, &entry);
+        let event_type = match event.event_type {
+            EventType::Modified if event.prev_rv != 0 => {
+                let before = match self.state.fleet.store().event(event.prev_rv) {
+                    Ok(Some(prev)) => self.filter.matches(&self.scope, &prev.key, &prev.index_entry()),
+                    _ => now,
+                };
+                match (before, now) {
+                    (true, true) => EventType::Modified,
+                    (false, true) => EventType::Added,
+                    (true, false) => EventType::Deleted,
+                    (false, false) => return true,
+                }
+            }
+            other if now => other,
+            _ => return true,
+        };
+        self.send_event(event_type, event).await
+    }
+
+    async fn send_event(&mut self, event_type: EventType, event: &StoredEvent) -> bool {
+        let suffix = self.scope.name_suffix(&event.key.cluster);
+        let mut line = Vec::with_capacity(event.body.json.len() + 64);
+        line.extend_from_slice(format!("{{\"type\":\"{}\",\"object\":", event_type.as_str()).as_bytes());
+        match &self.table {
+            None => event.body.write(&mut line, suffix.as_deref(), event.rv),
+            Some(printer) => {
+                let row = printer.row(&event.body.to_bytes(suffix.as_deref(), event.rv), &event.key.cluster);
+                let table = printer.table(vec![row], event.rv, None, self.headers_sent);
+                self.headers_sent = true;
+                line.extend_from_slice(table.to_string().as_bytes());
+            }
+        }
+        line.extend_from_slice(b"}\n");
+        self.tx.send(Bytes::from(line)).await.is_ok()
+    }
+
+    async fn send_bookmark(&mut self, rv: u64) -> bool {
+        let (kind, api_version) = match &self.table {
+            Some(_) => ("Table".to_string(), "meta.k8s.io/v1".to_string()),
+            None => (self.scope.resource.kind.clone(), self.scope.resource.api_version()),
+        };
+        let object: Value = json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": rv.to_string()}});
+        let line = format!("{}\n", json!({"type": "BOOKMARK", "object": object}));
+        self.tx.send(Bytes::from(line)).await.is_ok()
+    }
+
+    async fn send_error(&mut self, status: &Status) {
+        let line = format!("{}\n", json!({"type": "ERROR", "object": status.to_json()}));
+        let _ = self.tx.send(Bytes::from(line)).await;
+    }
+}

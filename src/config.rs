@@ -1,0 +1,148 @@
+//! kubefold's configuration file (YAML) and its defaults. Every field is
+//! operator documentation; `ops/kubefold.example.yaml` shows them all.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use kubefold_actors::cluster::ClusterSpec;
+use kubefold_engine::names::NameStyle;
+use kubefold_store::Durability;
+use serde::Deserialize;
+
+/// The whole configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Config {
+    /// Address of the API listener.
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// Directory of the sled store (event log, index, checkpoints).
+    #[serde(default = "default_data_dir")]
+    pub data_dir: PathBuf,
+    /// How object names are served: `qualified` (`web-0_member1`) or `original`.
+    #[serde(default)]
+    pub name_style: NameStyle,
+    /// Member clusters to aggregate.
+    #[serde(default)]
+    pub clusters: Vec<ClusterSpec>,
+    /// When a committed event is durable: `sync` (flushed before it is
+    /// published to any client) or `periodic` (within `flushEveryMs`).
+    #[serde(default = "default_durability")]
+    pub durability: Durability,
+    /// sled's background flush period, in milliseconds.
+    #[serde(default = "default_flush_every_ms")]
+    pub flush_every_ms: u64,
+    /// Seconds between watch bookmarks for clients that allow them.
+    #[serde(default = "default_bookmark_interval_seconds")]
+    pub bookmark_interval_seconds: u64,
+    /// Lower bound of the randomised default watch timeout, in seconds
+    /// (kube-apiserver's `--min-request-timeout`).
+    #[serde(default = "default_min_request_timeout_seconds")]
+    pub min_request_timeout_seconds: u64,
+    /// Threads that run the cluster watchers.
+    #[serde(default = "default_watcher_threads")]
+    pub watcher_threads: usize,
+    /// HTTP worker threads.
+    #[serde(default = "default_http_workers")]
+    pub http_workers: usize,
+}
+
+/// `127.0.0.1:8080`.
+pub fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8080))
+}
+
+/// `./kubefold-data`.
+pub fn default_data_dir() -> PathBuf {
+    PathBuf::from("kubefold-data")
+}
+
+/// `sync`.
+pub fn default_durability() -> Durability {
+    Durability::Sync
+}
+
+/// 500 ms (sled's default).
+pub fn default_flush_every_ms() -> u64 {
+    500
+}
+
+/// 60 s, about kube-apiserver's bookmark frequency.
+pub fn default_bookmark_interval_seconds() -> u64 {
+    60
+}
+
+/// 1800 s, kube-apiserver's default `--min-request-timeout`.
+pub fn default_min_request_timeout_seconds() -> u64 {
+    1800
+}
+
+/// 2 threads.
+pub fn default_watcher_threads() -> usize {
+    2
+}
+
+/// 2 threads.
+pub fn default_http_workers() -> usize {
+    2
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        serde_yaml::from_str("{}").unwrap_or_else(|_| unreachable!("every field has a default"))
+    }
+}
+
+impl Config {
+    /// Reads a YAML config file.
+    pub fn load(path: &std::path::Path) -> anyhow::Result<Config> {
+        let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read config {}: {e}", path.display()))?;
+        let config: Config = serde_yaml::from_str(&text).map_err(|e| anyhow::anyhow!("config {}: {e}", path.display()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks what serde cannot.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let mut seen = std::collections::BTreeSet::new();
+        for c in &self.clusters {
+            if !kubefold_engine::names::is_valid_cluster_name(&c.name) {
+                anyhow::bail!("cluster name {:?} must be a DNS-1123 label (lowercase letters, digits, '-', at most 63)", c.name);
+            }
+            if !seen.insert(&c.name) {
+                anyhow::bail!("cluster {:?} is configured twice", c.name);
+            }
+            if c.url.is_some() == c.kubeconfig.is_some() {
+                anyhow::bail!("cluster {:?}: set exactly one of url and kubeconfig", c.name);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_config_parses_and_defaults_hold() {
+        let text = include_str!("../ops/kubefold.example.yaml");
+        let config: Config = serde_yaml::from_str(text).unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.clusters.len(), 2);
+        let defaults = Config::default();
+        assert_eq!(defaults.listen, default_listen());
+        assert_eq!(defaults.durability, Durability::Sync);
+        assert_eq!(defaults.name_style, NameStyle::Qualified);
+        assert_eq!(config.bookmark_interval_seconds, defaults.bookmark_interval_seconds);
+    }
+
+    #[test]
+    fn unknown_fields_and_bad_clusters_are_refused() {
+        assert!(serde_yaml::from_str::<Config>("listn: 1.2.3.4:5").is_err());
+        let c: Config = serde_yaml::from_str("clusters: [{name: Bad_Name, url: 'http://x'}]").unwrap();
+        assert!(c.validate().is_err());
+        let c: Config = serde_yaml::from_str("clusters: [{name: a}]").unwrap();
+        assert!(c.validate().is_err());
+    }
+}

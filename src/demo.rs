@@ -1,0 +1,65 @@
+//! `kubefold demo`: the embedded default. Three simulated member clusters
+//! (`member1..3`) with a realistic workload and mild churn, and kubefold
+//! serving them.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use kubefold_actors::cluster::ClusterSpec;
+use kubefold_testdata::{SimConfig, Workload};
+
+use crate::config::Config;
+
+/// Flags of `kubefold demo`.
+#[derive(clap::Args)]
+pub struct DemoArgs {
+    /// Address of kubefold's API.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Directory of the store.
+    #[arg(long, default_value = "kubefold-data")]
+    data_dir: PathBuf,
+    /// Number of simulated member clusters.
+    #[arg(long, default_value_t = 3)]
+    members: usize,
+    /// Changes per second in each member.
+    #[arg(long, default_value_t = 0.5)]
+    churn_per_sec: f64,
+    /// Extra pods per member.
+    #[arg(long, default_value_t = 0)]
+    pods: usize,
+}
+
+/// Runs the demo until Ctrl-C.
+pub fn run(args: DemoArgs) -> anyhow::Result<()> {
+    let mut sims = Vec::new();
+    let mut config = Config { listen: args.listen, data_dir: args.data_dir.clone(), ..Config::default() };
+    for i in 1..=args.members {
+        let name = format!("member{i}");
+        let sim = kubefold_testdata::start(SimConfig {
+            name: name.clone(),
+            workload: Workload::Demo,
+            pods: args.pods,
+            churn_per_sec: args.churn_per_sec,
+            seed: i as u64,
+            ..SimConfig::default()
+        })?;
+        println!("member cluster {name}: {}", sim.url());
+        config.clusters.push(ClusterSpec { name, url: Some(sim.url()), kubeconfig: None, context: None });
+        sims.push(sim);
+    }
+    let urls: Vec<String> = sims.iter().map(|s| s.url()).collect();
+    let result = crate::serve::run(config, crate::shutdown_signal(), move |addr| {
+        println!("kubefold demo: {} member clusters, data in {}", urls.len(), args.data_dir.display());
+        println!("kubefold listening on http://{addr}");
+        println!("try:");
+        println!("  kubectl --server http://{addr} get pods -A");
+        println!("  kubectl --server http://{addr} get pods -A -l kubefold.io/cluster=member1");
+        println!("  kubectl --server http://{addr} get pods -A -w");
+        println!("  kubectl --server {} get pods -A    # one member directly", urls[0]);
+    });
+    for sim in sims {
+        sim.stop();
+    }
+    result
+}

@@ -1,0 +1,88 @@
+//! Wiring: open the store, recover the index, start the aggregator, the
+//! watchers and the HTTP server, and stop them all when `shutdown` resolves.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::{Actor, Arbiter};
+use anyhow::Context as _;
+use kubefold_actors::aggregator::Aggregator;
+use kubefold_actors::fleet::Fleet;
+use kubefold_actors::supervisor::{AddCluster, Supervisor};
+use kubefold_api::{ApiConfig, ApiState};
+use kubefold_store::{Options, Store};
+use tracing::info;
+
+use crate::config::Config;
+
+/// Installs the Prometheus recorder once per process.
+fn metrics_handle() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
+    static HANDLE: std::sync::OnceLock<Option<metrics_exporter_prometheus::PrometheusHandle>> = std::sync::OnceLock::new();
+    HANDLE
+        .get_or_init(|| metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder().ok())
+        .clone()
+}
+
+/// Runs kubefold until `shutdown` resolves; `on_listening` is told the
+/// address once the API listens.
+pub fn run(config: Config, shutdown: impl Future<Output = ()> + 'static, on_listening: impl FnOnce(SocketAddr) + 'static) -> anyhow::Result<()> {
+    let system = actix::System::new();
+    system.block_on(async move {
+        let options = Options {
+            durability: config.durability,
+            flush_every_ms: config.flush_every_ms,
+            ..Options::default()
+        };
+        let store = Store::open(&config.data_dir, &options)?;
+        let recovered = store.recover()?;
+        info!(
+            data_dir = %config.data_dir.display(),
+            head_rv = recovered.index.head_rv(),
+            objects = recovered.index.total(),
+            "Store opened."
+        );
+        let secret = store.meta_or_init("token-secret", || rand::random::<[u8; 32]>().to_vec())?;
+        let catalog = kubefold_engine::resources::builtin();
+        let fleet = Fleet::new(catalog, config.name_style, store.clone(), recovered.index, recovered.compacted_rv);
+        for cluster in &config.clusters {
+            for resource in fleet.catalog() {
+                let checkpoint = recovered.checkpoints.get(&(cluster.name.clone(), resource.key())).cloned();
+                fleet.update_status(&cluster.name, &resource.key(), |s| s.checkpoint = checkpoint);
+            }
+        }
+        let aggregator_arbiter = Arbiter::new();
+        let fleet2 = fleet.clone();
+        let aggregator = Aggregator::start_in_arbiter(&aggregator_arbiter.handle(), move |_| Aggregator::new(fleet2));
+        let supervisor =
+            Supervisor::new(fleet.clone(), aggregator.clone(), config.watcher_threads, recovered.checkpoints).start();
+
+        let api_config = ApiConfig {
+            listen: config.listen,
+            workers: config.http_workers,
+            bookmark_interval: Duration::from_secs(config.bookmark_interval_seconds.max(1)),
+            min_watch_timeout: Duration::from_secs(config.min_request_timeout_seconds.max(1)),
+        };
+        let state = Arc::new(ApiState::new(fleet.clone(), api_config, secret, metrics_handle()));
+        let (server, addrs) = kubefold_api::server(state).context("cannot start the API listener")?;
+        let addr = addrs.first().copied().context("the API listener has no address")?;
+        info!(listen = %addr, "Serving the Kubernetes API.");
+        on_listening(addr);
+        // Members are contacted only after reads are served from the store.
+        for cluster in &config.clusters {
+            supervisor.do_send(AddCluster(cluster.clone()));
+        }
+        let handle = server.handle();
+        let server_task = actix::spawn(server);
+        shutdown.await;
+        info!("Shutting down.");
+        handle.stop(true).await;
+        let _ = server_task.await;
+        drop(supervisor);
+        aggregator_arbiter.stop();
+        store.flush()?;
+        info!("Stopped.");
+        Ok::<_, anyhow::Error>(())
+    })
+}

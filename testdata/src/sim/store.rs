@@ -1,0 +1,488 @@
+//! The simulator's storage, standing in for etcd and the watch cache: objects
+//! per resource type keyed as etcd keys them, one cluster-wide integer
+//! resource version, a bounded history of changes, and the fan-out of changes
+//! to watch streams.
+//!
+//! Every object is encoded to JSON once, when it is written; lists and watch
+//! streams only concatenate those bytes. Reads at an older resource version
+//! (paginated lists, `resourceVersionMatch=Exact`) are answered from the
+//! current objects and the history, the way etcd's MVCC answers them, until
+//! the history no longer reaches back (then 410 Expired, like a compacted
+//! etcd).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::Bound;
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kubefold_engine::resources::ResourceType;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use serde_json::Value;
+use tokio::sync::{broadcast, mpsc, watch};
+
+use super::controllers::Task;
+
+/// One stored object: its JSON bytes and what selectors need, computed once.
+#[derive(Debug)]
+pub struct Object {
+    /// The object's JSON, with `kind`, `apiVersion` and `metadata.resourceVersion`.
+    pub bytes: Bytes,
+    /// `metadata.resourceVersion`.
+    pub rv: u64,
+    /// `metadata.uid`.
+    pub uid: String,
+    /// `metadata.labels`.
+    pub labels: Vec<(String, String)>,
+    /// The selectable fields of its type (`kubefold_engine::fields`).
+    pub fields: Vec<(String, String)>,
+    /// The uids of its `ownerReferences`.
+    pub owners: Vec<String>,
+}
+
+impl Object {
+    /// Encodes `value` (whose `metadata.resourceVersion` must already be `rv`).
+    pub fn encode(resource: &ResourceType, value: &Value, rv: u64) -> Object {
+        let bytes = Bytes::from(serde_json::to_vec(value).unwrap_or_default());
+        let meta = &value["metadata"];
+        let labels = meta["labels"]
+            .as_object()
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect())
+            .unwrap_or_default();
+        let owners = meta["ownerReferences"]
+            .as_array()
+            .map(|refs| refs.iter().filter_map(|r| r["uid"].as_str().map(str::to_string)).collect())
+            .unwrap_or_default();
+        Object {
+            bytes,
+            rv,
+            uid: meta["uid"].as_str().unwrap_or_default().to_string(),
+            labels,
+            fields: kubefold_engine::fields::extract(&resource.group, &resource.plural, value),
+            owners,
+        }
+    }
+
+    /// The object decoded.
+    pub fn value(&self) -> Value {
+        serde_json::from_slice(&self.bytes).unwrap_or(Value::Null)
+    }
+
+    /// The object's name and namespace from its `fields`.
+    pub fn field(&self, name: &str) -> Option<&str> {
+        self.fields.iter().find(|(f, _)| f == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// The type of a change, as watch events name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeType {
+    /// The object was created.
+    Added,
+    /// The object was changed.
+    Modified,
+    /// The object was deleted.
+    Deleted,
+}
+
+impl ChangeType {
+    /// `ADDED`, `MODIFIED` or `DELETED`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeType::Added => "ADDED",
+            ChangeType::Modified => "MODIFIED",
+            ChangeType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One committed change: one resource version.
+#[derive(Debug)]
+pub struct Change {
+    /// The resource version the change was committed at.
+    pub rv: u64,
+    /// Index of the resource type in the catalog.
+    pub resource: usize,
+    /// The store key (`{namespace}/{name}` or `{name}`).
+    pub key: String,
+    /// What happened.
+    pub change_type: ChangeType,
+    /// The object after the change; for a deletion its last state, carrying
+    /// the deletion's resource version (as kube-apiserver sends it).
+    pub object: Arc<Object>,
+    /// The object before the change (`None` for an addition).
+    pub previous: Option<Arc<Object>>,
+    /// The watch event line, `{"type":...,"object":...}\n`, encoded once.
+    pub frame: Bytes,
+}
+
+/// Builds a watch event line `{"type":"<type>","object":<object>}\n`.
+pub fn frame(event_type: &str, object: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(object.len() + event_type.len() + 24);
+    out.put_slice(b"{\"type\":\"");
+    out.put_slice(event_type.as_bytes());
+    out.put_slice(b"\",\"object\":");
+    out.put_slice(object);
+    out.put_slice(b"}\n");
+    out.freeze()
+}
+
+/// The etcd-like key of an object: `{namespace}/{name}` for namespaced
+/// types, `{name}` for cluster-scoped ones. Keys sort as etcd sorts them.
+pub fn key(namespace: Option<&str>, name: &str) -> String {
+    match namespace {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.to_string(),
+    }
+}
+
+/// The key range of a list: all keys, or the keys of one namespace.
+pub fn prefix(namespace: Option<&str>) -> String {
+    namespace.map(|ns| format!("{ns}/")).unwrap_or_default()
+}
+
+/// The first key after every key with `prefix` (`clientv3.GetPrefixRangeEnd`).
+fn prefix_end(prefix: &str) -> Option<String> {
+    let mut bytes = prefix.as_bytes().to_vec();
+    while let Some(last) = bytes.pop() {
+        if last < 0xff {
+            bytes.push(last + 1);
+            return String::from_utf8(bytes).ok();
+        }
+    }
+    None
+}
+
+/// A read at an older resource version that the history no longer covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Compacted {
+    /// Every change after this version is retained; reads at or after it are possible.
+    pub compacted: u64,
+}
+
+/// The simulator's objects, resource version, history and watch fan-out.
+pub struct Store {
+    catalog: Arc<[ResourceType]>,
+    tables: Vec<BTreeMap<String, Arc<Object>>>,
+    rv: u64,
+    history: VecDeque<Arc<Change>>,
+    history_limit: usize,
+    compacted: u64,
+    changes: broadcast::Sender<Arc<Change>>,
+    head: watch::Sender<u64>,
+    /// Random source for uids and generated names (seeded: runs repeat).
+    pub rng: StdRng,
+    /// The background controllers' queue (kubelet, garbage collector, namespace controller).
+    pub tasks: Option<mpsc::UnboundedSender<Task>>,
+}
+
+impl Store {
+    /// An empty store whose next write gets `first_rv`, keeping `history_limit` changes.
+    pub fn new(catalog: Arc<[ResourceType]>, history_limit: usize, first_rv: u64, seed: u64) -> Store {
+        let history_limit = history_limit.max(1);
+        let (changes, _) = broadcast::channel(history_limit.clamp(1024, 65_536));
+        let (head, _) = watch::channel(first_rv.saturating_sub(1));
+        Store {
+            tables: catalog.iter().map(|_| BTreeMap::new()).collect(),
+            catalog,
+            rv: first_rv.saturating_sub(1),
+            history: VecDeque::with_capacity(history_limit.min(100_000)),
+            history_limit,
+            compacted: first_rv.saturating_sub(1),
+            changes,
+            head,
+            rng: StdRng::seed_from_u64(seed),
+            tasks: None,
+        }
+    }
+
+    /// The resource types served.
+    pub fn catalog(&self) -> &Arc<[ResourceType]> {
+        &self.catalog
+    }
+
+    /// The type at `index`.
+    pub fn resource(&self, index: usize) -> &ResourceType {
+        &self.catalog[index]
+    }
+
+    /// The index of a type in the catalog.
+    pub fn resource_index(&self, group: &str, version: &str, plural: &str) -> Option<usize> {
+        self.catalog.iter().position(|r| r.group == group && r.version == version && r.plural == plural)
+    }
+
+    /// The index of a type by its `kind` and `apiVersion`.
+    pub fn resource_index_of_kind(&self, api_version: &str, kind: &str) -> Option<usize> {
+        self.catalog.iter().position(|r| r.kind == kind && r.api_version() == api_version)
+    }
+
+    /// The head resource version: that of the last write.
+    pub fn rv(&self) -> u64 {
+        self.rv
+    }
+
+    /// Every change after this version is in the history.
+    pub fn compacted(&self) -> u64 {
+        self.compacted
+    }
+
+    /// A receiver of every change committed after this call.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Change>> {
+        self.changes.subscribe()
+    }
+
+    /// A receiver of the head resource version.
+    pub fn head(&self) -> watch::Receiver<u64> {
+        self.head.subscribe()
+    }
+
+    /// The number of objects of a type.
+    pub fn count(&self, resource: usize) -> usize {
+        self.tables[resource].len()
+    }
+
+    /// The object at `key`.
+    pub fn get(&self, resource: usize, key: &str) -> Option<&Arc<Object>> {
+        self.tables[resource].get(key)
+    }
+
+    /// The current objects of a type under `prefix`, in key order.
+    pub fn range<'a>(&'a self, resource: usize, prefix: &str) -> impl Iterator<Item = (&'a String, &'a Arc<Object>)> + 'a {
+        let end = prefix_end(prefix);
+        let upper = match &end {
+            Some(end) if !prefix.is_empty() => Bound::Excluded(end.clone()),
+            _ => Bound::Unbounded,
+        };
+        self.tables[resource].range::<String, _>((Bound::Included(prefix.to_string()), upper))
+    }
+
+    /// Loads an object without recording a change (bulk load of the initial
+    /// state, like objects that existed before the history begins). Sets
+    /// `metadata.resourceVersion`; the object must have name, uid and
+    /// creationTimestamp.
+    pub fn load(&mut self, resource: usize, mut value: Value) {
+        self.rv += 1;
+        let namespace = value["metadata"]["namespace"].as_str().map(str::to_string);
+        let name = value["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        value["metadata"]["resourceVersion"] = Value::String(self.rv.to_string());
+        let object = Object::encode(&self.catalog[resource], &value, self.rv);
+        self.tables[resource].insert(key(namespace.as_deref(), &name), Arc::new(object));
+    }
+
+    /// Ends a bulk load: the history starts at the current version.
+    pub fn finish_load(&mut self) {
+        self.compacted = self.rv;
+        self.head.send_replace(self.rv);
+    }
+
+    /// Commits `value` at `key` as a new resource version (ADDED or
+    /// MODIFIED), records the change and sends it to watchers.
+    pub fn put(&mut self, resource: usize, key: &str, mut value: Value) -> Arc<Change> {
+        self.rv += 1;
+        let rv = self.rv;
+        value["metadata"]["resourceVersion"] = Value::String(rv.to_string());
+        let object = Arc::new(Object::encode(&self.catalog[resource], &value, rv));
+        let previous = self.tables[resource].insert(key.to_string(), object.clone());
+        let change_type = if previous.is_some() { ChangeType::Modified } else { ChangeType::Added };
+        self.record(resource, key, change_type, object, previous)
+    }
+
+    /// Deletes the object at `key` as a new resource version; `last` is its
+    /// final state, sent in the DELETED event with the deletion's version.
+    pub fn remove(&mut self, resource: usize, key: &str, mut last: Value) -> Option<Arc<Change>> {
+        let previous = self.tables[resource].remove(key)?;
+        self.rv += 1;
+        let rv = self.rv;
+        last["metadata"]["resourceVersion"] = Value::String(rv.to_string());
+        let object = Arc::new(Object::encode(&self.catalog[resource], &last, rv));
+        Some(self.record(resource, key, ChangeType::Deleted, object, Some(previous)))
+    }
+
+    fn record(
+        &mut self,
+        resource: usize,
+        key: &str,
+        change_type: ChangeType,
+        object: Arc<Object>,
+        previous: Option<Arc<Object>>,
+    ) -> Arc<Change> {
+        let change = Arc::new(Change {
+            rv: object.rv,
+            resource,
+            key: key.to_string(),
+            change_type,
+            frame: frame(change_type.as_str(), &object.bytes),
+            object,
+            previous,
+        });
+        if self.history.len() >= self.history_limit {
+            if let Some(evicted) = self.history.pop_front() {
+                self.compacted = evicted.rv;
+            }
+        }
+        self.history.push_back(change.clone());
+        // No receivers is fine: nobody watches.
+        let _ = self.changes.send(change.clone());
+        self.head.send_replace(self.rv);
+        change
+    }
+
+    /// The retained changes after `rv`, oldest first, or the compaction
+    /// point when the history does not reach back to `rv`.
+    pub fn changes_after(&self, rv: u64) -> Result<impl Iterator<Item = &Arc<Change>>, Compacted> {
+        if rv < self.compacted {
+            return Err(Compacted { compacted: self.compacted });
+        }
+        let start = self.history.partition_point(|c| c.rv <= rv);
+        Ok(self.history.range(start..))
+    }
+
+    /// The objects of a type under `prefix` with key `>= start`, as they were
+    /// at resource version `at` (`at <= rv()`), in key order.
+    ///
+    /// For the current version this is [`Store::range`]; for an older one the
+    /// history undoes later changes, as an etcd range read at a revision.
+    pub fn snapshot(
+        &self,
+        resource: usize,
+        prefix: &str,
+        start: &str,
+        at: u64,
+    ) -> Result<Vec<(String, Arc<Object>)>, Compacted> {
+        let lower = if start > prefix { start } else { prefix };
+        let current = self
+            .range(resource, prefix)
+            .skip_while(|(k, _)| k.as_str() < lower)
+            .map(|(k, o)| (k.clone(), o.clone()));
+        if at >= self.rv {
+            return Ok(current.collect());
+        }
+        // The state at `at` of every key changed since: the state before its first later change.
+        let mut overlay: BTreeMap<String, Option<Arc<Object>>> = BTreeMap::new();
+        for change in self.changes_after(at)? {
+            if change.resource != resource || !change.key.starts_with(prefix) || change.key.as_str() < lower {
+                continue;
+            }
+            overlay.entry(change.key.clone()).or_insert_with(|| match change.change_type {
+                ChangeType::Added => None,
+                ChangeType::Modified | ChangeType::Deleted => change.previous.clone(),
+            });
+        }
+        let mut out = Vec::new();
+        let mut overlay_iter = overlay.into_iter().peekable();
+        for (key, object) in current {
+            while let Some((k, _)) = overlay_iter.peek() {
+                if *k < key {
+                    if let Some((k, Some(o))) = overlay_iter.next() {
+                        out.push((k, o));
+                    }
+                } else {
+                    break;
+                }
+            }
+            match overlay_iter.peek() {
+                Some((k, _)) if *k == key => {
+                    if let Some((k, Some(o))) = overlay_iter.next() {
+                        out.push((k, o));
+                    }
+                }
+                _ => out.push((key, object)),
+            }
+        }
+        out.extend(overlay_iter.filter_map(|(k, o)| o.map(|o| (k, o))));
+        Ok(out)
+    }
+
+    /// Queues work for the background controllers (dropped when none run).
+    pub fn schedule(&self, task: Task) {
+        if let Some(tasks) = &self.tasks {
+            let _ = tasks.send(task);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn store(history: usize) -> (Store, usize) {
+        let catalog: Arc<[ResourceType]> = kubefold_engine::resources::builtin().into();
+        let store = Store::new(catalog, history, 500, 1);
+        let pods = store.resource_index("", "v1", "pods").unwrap();
+        (store, pods)
+    }
+
+    fn pod(ns: &str, name: &str, label: &str) -> Value {
+        json!({"kind": "Pod", "apiVersion": "v1",
+               "metadata": {"name": name, "namespace": ns, "uid": format!("uid-{name}"), "labels": {"v": label}}})
+    }
+
+    fn names(items: &[(String, Arc<Object>)]) -> Vec<String> {
+        items.iter().map(|(k, o)| format!("{k}@{}", o.labels[0].1)).collect()
+    }
+
+    #[test]
+    fn versions_start_where_configured_and_increase_by_one() {
+        let (mut s, pods) = store(10);
+        s.load(pods, pod("a", "x", "1"));
+        s.finish_load();
+        assert_eq!(s.rv(), 500);
+        let change = s.put(pods, "a/y", pod("a", "y", "1"));
+        assert_eq!((change.rv, change.change_type), (501, ChangeType::Added));
+        assert!(std::str::from_utf8(&change.frame).unwrap().starts_with("{\"type\":\"ADDED\",\"object\":{"));
+        let change = s.put(pods, "a/y", pod("a", "y", "2"));
+        assert_eq!((change.rv, change.change_type), (502, ChangeType::Modified));
+        let deleted = s.remove(pods, "a/y", pod("a", "y", "2")).unwrap();
+        assert_eq!(deleted.rv, 503);
+        assert_eq!(deleted.object.value()["metadata"]["resourceVersion"], "503");
+    }
+
+    #[test]
+    fn keys_sort_like_etcd_and_prefixes_select_a_namespace() {
+        let (mut s, pods) = store(10);
+        for (ns, name) in [("a-b", "p"), ("a", "q"), ("a", "p"), ("b", "z")] {
+            s.load(pods, pod(ns, name, "1"));
+        }
+        let all: Vec<&String> = s.range(pods, "").map(|(k, _)| k).collect();
+        // '-' (0x2d) sorts before '/' (0x2f), as in etcd's byte order.
+        assert_eq!(all, ["a-b/p", "a/p", "a/q", "b/z"]);
+        let a: Vec<&String> = s.range(pods, &prefix(Some("a"))).map(|(k, _)| k).collect();
+        assert_eq!(a, ["a/p", "a/q"]);
+    }
+
+    #[test]
+    fn snapshots_undo_later_changes() {
+        let (mut s, pods) = store(100);
+        s.load(pods, pod("a", "1", "old"));
+        s.load(pods, pod("a", "2", "old"));
+        s.load(pods, pod("a", "3", "old"));
+        s.finish_load();
+        let at = s.rv();
+        s.put(pods, "a/2", pod("a", "2", "new"));
+        s.remove(pods, "a/3", pod("a", "3", "old"));
+        s.put(pods, "a/0", pod("a", "0", "new"));
+        s.put(pods, "a/4", pod("a", "4", "new"));
+        assert_eq!(names(&s.snapshot(pods, "a/", "", at).unwrap()), ["a/1@old", "a/2@old", "a/3@old"]);
+        assert_eq!(names(&s.snapshot(pods, "a/", "a/2", at).unwrap()), ["a/2@old", "a/3@old"]);
+        assert_eq!(
+            names(&s.snapshot(pods, "a/", "", s.rv()).unwrap()),
+            ["a/0@new", "a/1@old", "a/2@new", "a/4@new"]
+        );
+    }
+
+    #[test]
+    fn history_is_bounded_and_compaction_expires_old_reads() {
+        let (mut s, pods) = store(3);
+        s.finish_load();
+        for i in 0..5 {
+            s.put(pods, &format!("a/{i}"), pod("a", &i.to_string(), "1"));
+        }
+        // Versions 500..=504 were written; 502..=504 are retained.
+        assert_eq!(s.compacted(), 501);
+        assert!(s.changes_after(500).is_err());
+        let after: Vec<u64> = s.changes_after(501).unwrap().map(|c| c.rv).collect();
+        assert_eq!(after, [502, 503, 504]);
+        assert_eq!(s.snapshot(pods, "", "", 500).unwrap_err(), Compacted { compacted: 501 });
+    }
+}
