@@ -63,6 +63,7 @@ pub fn run(config: Config, shutdown: impl Future<Output = ()> + 'static, on_list
             workers: config.http_workers,
             bookmark_interval: Duration::from_secs(config.bookmark_interval_seconds.max(1)),
             min_watch_timeout: Duration::from_secs(config.min_request_timeout_seconds.max(1)),
+            ..ApiConfig::default()
         };
         let state = Arc::new(ApiState::new(fleet.clone(), api_config, secret, metrics_handle()));
         let (server, addrs) = kubefold_api::server(state).context("cannot start the API listener")?;

@@ -14,5 +14,6 @@ pub mod cluster;
 pub mod fleet;
 pub mod machine;
 pub mod messages;
+pub mod resolver;
 pub mod supervisor;
 pub mod watcher;

@@ -11,6 +11,7 @@
 //! - [`respond`]: Status errors and JSON responses.
 
 pub mod discovery;
+pub mod estimators;
 pub mod health;
 pub mod path;
 pub mod query;
@@ -33,7 +34,7 @@ use kubefold_engine::status::Status;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::path::{ApiPath, ResourcePath};
-use crate::query::Query;
+use crate::query::{Query, ReadAt};
 
 /// Settings of the HTTP surface.
 #[derive(Debug, Clone)]
@@ -46,6 +47,10 @@ pub struct ApiConfig {
     pub bookmark_interval: Duration,
     /// Lower bound of the randomised default watch timeout.
     pub min_watch_timeout: Duration,
+    /// How long a read waits for a resourceVersion the index has not reached
+    /// yet before 504 "Too large resource version" (kube-apiserver's watch
+    /// cache waits 3 s).
+    pub rv_wait: Duration,
 }
 
 impl Default for ApiConfig {
@@ -55,6 +60,7 @@ impl Default for ApiConfig {
             workers: 2,
             bookmark_interval: Duration::from_secs(60),
             min_watch_timeout: Duration::from_secs(1800),
+            rv_wait: Duration::from_secs(3),
         }
     }
 }
@@ -77,6 +83,22 @@ impl ApiState {
     pub fn new(fleet: Arc<Fleet>, config: ApiConfig, token_secret: Vec<u8>, metrics: Option<PrometheusHandle>) -> ApiState {
         let cache = lru::LruCache::new(NonZeroUsize::new(8).unwrap_or(NonZeroUsize::MIN));
         ApiState { fleet, config, token_secret, metrics, snapshots: Mutex::new(cache) }
+    }
+
+    /// Waits until the index reaches `rv`, up to `rv_wait`; 504 Timeout
+    /// "Too large resource version" with Retry-After after that.
+    pub async fn wait_for_rv(&self, rv: u64) -> Result<(), Status> {
+        let deadline = tokio::time::Instant::now() + self.config.rv_wait;
+        loop {
+            let head = self.fleet.snapshot().head_rv();
+            if head >= rv {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(Status::too_large_resource_version(rv, head, 1));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// The index as of `rv`: the live snapshot, a cached one, or the live one
@@ -137,7 +159,7 @@ fn decode_path(raw: &str) -> Option<String> {
 async fn dispatch(req: HttpRequest, state: web::Data<ApiState>) -> HttpResponse {
     let state = state.into_inner();
     let started = std::time::Instant::now();
-    let response = match route(&req, &state) {
+    let response = match route(&req, &state).await {
         Ok(r) => r,
         Err(status) => respond::status(&status),
     };
@@ -152,7 +174,7 @@ async fn dispatch(req: HttpRequest, state: web::Data<ApiState>) -> HttpResponse 
     response
 }
 
-fn route(req: &HttpRequest, state: &Arc<ApiState>) -> Result<HttpResponse, Status> {
+async fn route(req: &HttpRequest, state: &Arc<ApiState>) -> Result<HttpResponse, Status> {
     let path = decode_path(req.path()).ok_or_else(|| Status::bad_request("invalid path: encoded slashes and bad escapes are not allowed"))?;
     let catalog = state.fleet.catalog();
     let is_namespaced = |g: &str, v: &str, r: &str| resources::find(catalog, g, v, r).is_some_and(|t| t.namespaced);
@@ -168,11 +190,11 @@ fn route(req: &HttpRequest, state: &Arc<ApiState>) -> Result<HttpResponse, Statu
         ApiPath::GroupVersion { group, version, .. } => discovery::resource_list(catalog, &group, &version)
             .map(|d| respond::json(&d))
             .ok_or_else(Status::path_not_found),
-        ApiPath::Resource(path) => resource(req, state, path),
+        ApiPath::Resource(path) => resource(req, state, path).await,
     }
 }
 
-fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath) -> Result<HttpResponse, Status> {
+async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath) -> Result<HttpResponse, Status> {
     let catalog = state.fleet.catalog();
     let resource = resources::find(catalog, &path.group, &path.version, &path.resource)
         .ok_or_else(|| {
@@ -185,10 +207,26 @@ fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath) -> Res
     let query = Query::parse(req.query_string())?;
     let scope = read::Scope::new(state, resource, &path);
     match (req.method().clone(), path.name.as_deref(), path.subresource.as_deref()) {
-        (Method::GET, None, None) if query.is_watch()? => watch::watch(state.clone(), scope, &query, read::wants_table(req)),
-        (Method::GET, None, None) => read::list(state, req, &scope, &query),
-        (Method::GET, Some(name), None) => read::get(state, req, &scope, name, &query),
-        (Method::GET, Some(name), Some("status")) => read::get(state, req, &scope, name, &query),
+        (Method::GET, None, None) if query.is_watch()? => {
+            let send_initial = query.watch_send_initial_events()?;
+            if let (Some(true), Some(n)) = (send_initial, query.resource_version()?) {
+                state.wait_for_rv(n).await?;
+            }
+            watch::watch(state.clone(), scope, &query, send_initial, read::wants_table(req))
+        }
+        (Method::GET, None, None) => {
+            let read_at = query.list_read_at()?;
+            if let ReadAt::NotOlderThan(n) | ReadAt::Exact(n) = read_at {
+                state.wait_for_rv(n).await?;
+            }
+            read::list(state, req, &scope, &query, read_at)
+        }
+        (Method::GET, Some(name), None | Some("status")) => {
+            if let ReadAt::NotOlderThan(n) = query.get_read_at()? {
+                state.wait_for_rv(n).await?;
+            }
+            read::get(state, req, &scope, name, &query)
+        }
         (method, _, _) => Err(Status::method_not_allowed(format!(
             "{method} is not supported on {} yet",
             req.path()

@@ -122,7 +122,7 @@ mod tests {
     use super::*;
 
     fn ns(_: &str, _: &str, r: &str) -> bool {
-        r != "nodes" && r != "namespaces"
+        matches!(r, "pods" | "deployments" | "services")
     }
 
     fn res(p: &str) -> ResourcePath {

@@ -107,3 +107,151 @@ mod tests {
         assert_eq!(Query::parse("limit=0").unwrap().limit().unwrap(), None);
     }
 }
+
+/// Which state a read is served at ("Semantics for get and list",
+/// Kubernetes API Concepts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadAt {
+    /// resourceVersion unset: the most recent state.
+    Latest,
+    /// resourceVersion="0": any state (kubefold serves its latest snapshot).
+    Any,
+    /// Not older than N: wait briefly for the index to reach N.
+    NotOlderThan(u64),
+    /// Exactly at N (resourceVersionMatch=Exact): a snapshot of the past.
+    Exact(u64),
+}
+
+/// A 422 Invalid on `ListOptions`, as kube-apiserver answers failed
+/// `ValidateListOptions` (apimachinery meta/internalversion/validation).
+fn invalid_list_options(errors: Vec<String>) -> Status {
+    let detail = if errors.len() == 1 { errors[0].clone() } else { format!("[{}]", errors.join(", ")) };
+    Status::new(422, "Invalid", format!("ListOptions.meta.k8s.io \"\" is invalid: {detail}"))
+        .with_details("meta.k8s.io", "ListOptions", "")
+}
+
+impl Query {
+    /// The read point of a get: unset = latest, "0" = any, N = not older than N.
+    pub fn get_read_at(&self) -> Result<ReadAt, Status> {
+        Ok(match self.resource_version()? {
+            None => ReadAt::Latest,
+            Some(0) => ReadAt::Any,
+            Some(n) => ReadAt::NotOlderThan(n),
+        })
+    }
+
+    /// The read point of a list, validating resourceVersion ×
+    /// resourceVersionMatch × continue like kube-apiserver's
+    /// `ValidateListOptions`.
+    pub fn list_read_at(&self) -> Result<ReadAt, Status> {
+        let rv = self.resource_version.as_deref().unwrap_or("");
+        let matching = self.resource_version_match.as_deref().unwrap_or("");
+        let has_continue = self.continue_token.as_deref().is_some_and(|c| !c.is_empty());
+        let mut errors = Vec::new();
+        if !matching.is_empty() {
+            if rv.is_empty() {
+                errors.push("resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided".to_string());
+            }
+            if has_continue {
+                errors.push("resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden when continue is provided".to_string());
+            }
+            if matching != "Exact" && matching != "NotOlderThan" {
+                errors.push(format!(
+                    "resourceVersionMatch: Unsupported value: \"{matching}\": supported values: \"Exact\", \"NotOlderThan\", \"\""
+                ));
+            }
+            if matching == "Exact" && rv == "0" {
+                errors.push("resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"".to_string());
+            }
+        }
+        if self.send_initial_events.is_some() {
+            errors.push("sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list".to_string());
+        }
+        if !errors.is_empty() {
+            return Err(invalid_list_options(errors));
+        }
+        let n = self.resource_version()?;
+        Ok(match (n, matching) {
+            (None, _) => ReadAt::Latest,
+            (Some(0), _) => ReadAt::Any,
+            (Some(n), "Exact") => ReadAt::Exact(n),
+            (Some(n), _) => ReadAt::NotOlderThan(n),
+        })
+    }
+
+    /// Validates a watch's options like kube-apiserver's
+    /// `validateWatchOptions`; returns `sendInitialEvents`.
+    pub fn watch_send_initial_events(&self) -> Result<Option<bool>, Status> {
+        let send = match self.send_initial_events.as_deref() {
+            None => None,
+            Some(_) => Some(flag(&self.send_initial_events)?),
+        };
+        let matching = self.resource_version_match.as_deref().unwrap_or("");
+        let mut errors = Vec::new();
+        if send.is_some() {
+            if matching != "NotOlderThan" {
+                errors.push("resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan".to_string());
+            }
+            if !flag(&self.allow_watch_bookmarks)? {
+                errors.push("allowWatchBookmarks: Forbidden: allowWatchBookmarks must be set to true when sendInitialEvents is provided".to_string());
+            }
+        } else if !matching.is_empty() {
+            errors.push("resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided".to_string());
+        }
+        if !errors.is_empty() {
+            return Err(invalid_list_options(errors));
+        }
+        Ok(send)
+    }
+}
+
+#[cfg(test)]
+mod read_at_tests {
+    use super::*;
+
+    fn q(s: &str) -> Query {
+        Query::parse(s).unwrap()
+    }
+
+    #[test]
+    fn list_resource_version_rules() {
+        assert_eq!(q("").list_read_at().unwrap(), ReadAt::Latest);
+        assert_eq!(q("resourceVersion=0").list_read_at().unwrap(), ReadAt::Any);
+        assert_eq!(q("resourceVersion=7").list_read_at().unwrap(), ReadAt::NotOlderThan(7));
+        assert_eq!(q("resourceVersion=7&resourceVersionMatch=NotOlderThan").list_read_at().unwrap(), ReadAt::NotOlderThan(7));
+        assert_eq!(q("resourceVersion=0&resourceVersionMatch=NotOlderThan").list_read_at().unwrap(), ReadAt::Any);
+        assert_eq!(q("resourceVersion=7&resourceVersionMatch=Exact").list_read_at().unwrap(), ReadAt::Exact(7));
+        for bad in [
+            "resourceVersionMatch=Exact",
+            "resourceVersionMatch=NotOlderThan",
+            "resourceVersion=0&resourceVersionMatch=Exact",
+            "resourceVersion=5&resourceVersionMatch=Newest",
+            "resourceVersion=5&resourceVersionMatch=Exact&continue=abc",
+            "sendInitialEvents=true",
+        ] {
+            let err = q(bad).list_read_at().unwrap_err();
+            assert_eq!((err.code, err.reason.as_str()), (422, "Invalid"), "{bad}: {err}");
+            assert!(err.message.starts_with("ListOptions.meta.k8s.io \"\" is invalid: "), "{bad}: {err}");
+        }
+        assert_eq!(q("resourceVersion=x").list_read_at().unwrap_err().code, 400);
+    }
+
+    #[test]
+    fn get_resource_version_rules() {
+        assert_eq!(q("").get_read_at().unwrap(), ReadAt::Latest);
+        assert_eq!(q("resourceVersion=0").get_read_at().unwrap(), ReadAt::Any);
+        assert_eq!(q("resourceVersion=9").get_read_at().unwrap(), ReadAt::NotOlderThan(9));
+    }
+
+    #[test]
+    fn watch_list_rules() {
+        assert_eq!(q("").watch_send_initial_events().unwrap(), None);
+        assert_eq!(
+            q("sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true").watch_send_initial_events().unwrap(),
+            Some(true)
+        );
+        assert_eq!(q("sendInitialEvents=true&allowWatchBookmarks=true").watch_send_initial_events().unwrap_err().code, 422);
+        assert_eq!(q("sendInitialEvents=true&resourceVersionMatch=NotOlderThan").watch_send_initial_events().unwrap_err().code, 422);
+        assert_eq!(q("resourceVersionMatch=NotOlderThan").watch_send_initial_events().unwrap_err().code, 422);
+    }
+}

@@ -18,7 +18,7 @@ use kubefold_engine::status::Status;
 use serde_json::{json, Value};
 
 use crate::path::ResourcePath;
-use crate::query::Query;
+use crate::query::{Query, ReadAt};
 use crate::respond;
 use crate::ApiState;
 
@@ -231,7 +231,6 @@ pub fn resolve_name(
 
 /// Serves a get.
 pub fn get(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &str, query: &Query) -> Result<HttpResponse, Status> {
-    let _ = query.resource_version()?;
     let snapshot = state.fleet.snapshot();
     let (key, entry) = resolve_name(&snapshot, scope, name)?;
     let body = state
@@ -250,19 +249,21 @@ pub fn get(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &str, query
 }
 
 /// Serves a list (all pages read at the first page's snapshot).
-pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query) -> Result<HttpResponse, Status> {
+pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, read_at: ReadAt) -> Result<HttpResponse, Status> {
     let filter = Filter::parse(&scope.resource, query)?;
     let limit = query.limit()?;
-    let requested_rv = query.resource_version()?;
     let (snapshot, start_after) = match query.continue_token.as_deref().filter(|t| !t.is_empty()) {
         Some(token) => {
-            if requested_rv.is_some_and(|rv| rv != 0) {
+            if !matches!(read_at, ReadAt::Latest | ReadAt::Any) {
                 return Err(Status::bad_request("specifying resource version is not allowed when using continue"));
             }
             let (rv, key) = paging::decode(&state.token_secret, token).map_err(|e| Status::bad_request(e.to_string()))?;
             (state.snapshot_at(rv)?, Some(key))
         }
-        None => (state.fleet.snapshot(), None),
+        None => match read_at {
+            ReadAt::Exact(rv) => (state.snapshot_at(rv)?, None),
+            _ => (state.fleet.snapshot(), None),
+        },
     };
     let resource_key = scope.resource.key();
     let mut selected: Vec<(ObjectKey, u64)> = Vec::new();

@@ -21,6 +21,20 @@ use crate::ApiState;
 /// Chunks buffered towards one watch client before it counts as slow.
 const CLIENT_BUFFER: usize = 1024;
 
+/// Where a watch starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// The current state as synthetic ADDED events first.
+    State {
+        /// Then a BOOKMARK with `k8s.io/initial-events-end: "true"`.
+        end_bookmark: bool,
+    },
+    /// Every event after this RV.
+    After(u64),
+    /// Only what happens from now on.
+    Now,
+}
+
 struct Watch {
     state: Arc<ApiState>,
     scope: Scope,
@@ -32,9 +46,20 @@ struct Watch {
 }
 
 /// Starts a watch and returns its streaming response.
-pub fn watch(state: Arc<ApiState>, scope: Scope, query: &Query, table: bool) -> Result<HttpResponse, Status> {
+///
+/// `send_initial` is `sendInitialEvents` (already validated): `Some(true)`
+/// streams the state as ADDED events and then a BOOKMARK annotated
+/// `k8s.io/initial-events-end` ("Streaming lists", API Concepts);
+/// `Some(false)` with no resourceVersion starts at the most recent state
+/// without replaying it.
+pub fn watch(state: Arc<ApiState>, scope: Scope, query: &Query, send_initial: Option<bool>, table: bool) -> Result<HttpResponse, Status> {
     let filter = Filter::parse(&scope.resource, query)?;
-    let start = query.resource_version()?;
+    let start = match (send_initial, query.resource_version()?) {
+        (Some(true), _) => Start::State { end_bookmark: true },
+        (Some(false), None | Some(0)) => Start::Now,
+        (None, None | Some(0)) => Start::State { end_bookmark: false },
+        (_, Some(n)) => Start::After(n),
+    };
     let bookmarks = flag(&query.allow_watch_bookmarks)?;
     let timeout = match query.timeout_seconds()? {
         Some(s) => Duration::from_secs(s),
@@ -74,14 +99,15 @@ pub fn watch(state: Arc<ApiState>, scope: Scope, query: &Query, table: bool) -> 
 impl Watch {
     async fn run(
         mut self,
-        start: Option<u64>,
+        start: Start,
         snapshot: Arc<kubefold_engine::index::Index>,
         compacted: u64,
         mut events: broadcast::Receiver<Arc<StoredEvent>>,
     ) {
         let mut last = snapshot.head_rv();
         match start {
-            None | Some(0) => {
+            Start::Now => {}
+            Start::State { end_bookmark } => {
                 let key = self.scope.resource.key();
                 let store = self.state.fleet.store().clone();
                 let initial: Vec<_> = snapshot
@@ -95,13 +121,16 @@ impl Watch {
                         return;
                     }
                 }
+                if end_bookmark && !self.send_bookmark(last, true).await {
+                    return;
+                }
             }
-            Some(from) if from < compacted => {
+            Start::After(from) if from < compacted => {
                 let status = Status::expired(format!("too old resource version: {from} ({})", compacted + 1));
                 self.send_error(&status).await;
                 return;
             }
-            Some(from) => {
+            Start::After(from) => {
                 let store = self.state.fleet.store().clone();
                 let replay: Vec<StoredEvent> = store
                     .events_after(from)
@@ -142,7 +171,7 @@ impl Watch {
                     Err(broadcast::error::RecvError::Closed) => return,
                 },
                 _ = ticker.tick(), if self.bookmarks => {
-                    if !self.send_bookmark(last).await {
+                    if !self.send_bookmark(last, false).await {
                         return;
                     }
                 }
@@ -200,12 +229,15 @@ impl Watch {
         self.tx.send(Bytes::from(line)).await.is_ok()
     }
 
-    async fn send_bookmark(&mut self, rv: u64) -> bool {
+    async fn send_bookmark(&mut self, rv: u64, initial_events_end: bool) -> bool {
         let (kind, api_version) = match &self.table {
             Some(_) => ("Table".to_string(), "meta.k8s.io/v1".to_string()),
             None => (self.scope.resource.kind.clone(), self.scope.resource.api_version()),
         };
-        let object: Value = json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": rv.to_string()}});
+        let mut object: Value = json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": rv.to_string()}});
+        if initial_events_end {
+            object["metadata"]["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
         let line = format!("{}\n", json!({"type": "BOOKMARK", "object": object}));
         self.tx.send(Bytes::from(line)).await.is_ok()
     }

@@ -12,6 +12,7 @@
 //! - [`table`]: server-side printing (`meta.k8s.io/v1` Table).
 //! - [`status`]: Kubernetes `Status` errors.
 
+pub mod estimator;
 pub mod event;
 pub mod fields;
 pub mod index;

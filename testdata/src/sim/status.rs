@@ -133,9 +133,11 @@ pub enum ApiError {
         /// The field errors.
         causes: Vec<Cause>,
     },
-    /// 422 with a free message, e.g. a JSON patch that does not apply.
-    #[error("{0}")]
-    Unprocessable(String),
+    /// 422 of a patch that does not apply, as kube-apiserver answers it
+    /// (`errors.NewGenericServerResponse(422, ...)`): a generic message, the
+    /// patch error in `details.causes`.
+    #[error("the server rejected our request due to an error in our request")]
+    PatchFailed(String),
     /// 405: the verb is not served on this path.
     #[error("the server does not allow this method on the requested resource")]
     MethodNotAllowed,
@@ -227,7 +229,7 @@ impl ApiError {
             ApiError::NotFound { .. } | ApiError::PathNotFound => 404,
             ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } => 409,
             ApiError::BadRequest(_) => 400,
-            ApiError::Invalid { .. } | ApiError::Unprocessable(_) => 422,
+            ApiError::Invalid { .. } | ApiError::PatchFailed(_) => 422,
             ApiError::MethodNotAllowed => 405,
             ApiError::UnsupportedMediaType(_) => 415,
             ApiError::Expired { .. } => 410,
@@ -245,7 +247,7 @@ impl ApiError {
             ApiError::AlreadyExists { .. } => "AlreadyExists",
             ApiError::Conflict { .. } => "Conflict",
             ApiError::BadRequest(_) => "BadRequest",
-            ApiError::Invalid { .. } | ApiError::Unprocessable(_) => "Invalid",
+            ApiError::Invalid { .. } | ApiError::PatchFailed(_) => "Invalid",
             ApiError::MethodNotAllowed => "MethodNotAllowed",
             ApiError::UnsupportedMediaType(_) => "UnsupportedMediaType",
             ApiError::Expired { .. } => "Expired",
@@ -284,6 +286,9 @@ impl ApiError {
                     .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
                     .collect();
                 details.insert("causes".into(), Value::Array(causes));
+            }
+            ApiError::PatchFailed(detail) => {
+                details.insert("causes".into(), json!([{"reason": "UnexpectedServerResponse", "message": detail}]));
             }
             ApiError::TooLargeResourceVersion { .. } => {
                 details.insert(

@@ -1,0 +1,199 @@
+//! Test harness: kubefold as a child process (as users run it), simulators
+//! in-process on free ports, and kubectl as the real client it is.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use kubefold_testdata::{SimConfig, SimHandle, Workload};
+use serde_json::Value;
+
+/// A kubefold child process.
+pub struct Kubefold {
+    child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    /// Everything it printed on stderr (logs), collected in the background.
+    logs: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Kubefold {
+    /// Starts `kubefold serve` with `args` plus `--listen 127.0.0.1:0`.
+    pub fn serve(data_dir: &Path, clusters: &[(String, String)], extra: &[&str]) -> Kubefold {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kubefold"));
+        cmd.arg("serve").arg("--listen").arg("127.0.0.1:0").arg("--data-dir").arg(data_dir);
+        for (name, url) in clusters {
+            cmd.arg("--cluster").arg(format!("{name}={url}"));
+        }
+        cmd.args(extra);
+        Kubefold::spawn(cmd)
+    }
+
+    fn spawn(mut cmd: Command) -> Kubefold {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).env("RUST_LOG", "info,sled=warn");
+        let mut child = cmd.spawn().expect("kubefold starts");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(url) = line.strip_prefix("kubefold listening on ") {
+                    let _ = tx.send(url.trim().to_string());
+                }
+            }
+        });
+        let logs = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let mut stderr = child.stderr.take().unwrap();
+        let sink = logs.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = stderr.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        let url = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(url) => url,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("kubefold did not start: {}", logs.lock().unwrap());
+            }
+        };
+        Kubefold { child, url, logs }
+    }
+
+    /// Its logs so far.
+    pub fn logs(&self) -> String {
+        self.logs.lock().unwrap().clone()
+    }
+
+    /// Stops it with SIGTERM and waits (SIGKILL after 20 s).
+    pub fn stop(mut self) {
+        self.terminate();
+    }
+
+    fn terminate(&mut self) {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// GET a path, returning status and body.
+    pub fn get(&self, path: &str) -> (u16, String) {
+        http_get(&format!("{}{}", self.url, path))
+    }
+
+    /// GET a path that must answer 200 with JSON.
+    pub fn get_json(&self, path: &str) -> Value {
+        let (code, body) = self.get(path);
+        assert_eq!(code, 200, "GET {path}: {body}");
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
+    }
+
+    /// Waits until `/readyz` says every cluster is synced.
+    pub fn wait_ready(&self) {
+        wait_for(Duration::from_secs(60), "kubefold ready", || self.get("/readyz").0 == 200);
+    }
+}
+
+impl Drop for Kubefold {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.terminate();
+        }
+    }
+}
+
+/// A blocking GET.
+pub fn http_get(url: &str) -> (u16, String) {
+    let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+    match client.get(url).send() {
+        Ok(r) => {
+            let code = r.status().as_u16();
+            (code, r.text().unwrap_or_default())
+        }
+        Err(e) => (0, e.to_string()),
+    }
+}
+
+/// Polls `check` until it holds, panicking with `what` after `limit`.
+pub fn wait_for(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if check() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("timed out waiting for {what}");
+}
+
+/// Starts `n` demo-workload simulators `member1..n` (no churn unless asked).
+pub fn demo_members(n: usize, churn_per_sec: f64) -> Vec<(String, SimHandle)> {
+    (1..=n)
+        .map(|i| {
+            let name = format!("member{i}");
+            let sim = kubefold_testdata::start(SimConfig {
+                name: name.clone(),
+                workload: Workload::Demo,
+                churn_per_sec,
+                seed: i as u64,
+                ..SimConfig::default()
+            })
+            .expect("simulator starts");
+            (name, sim)
+        })
+        .collect()
+}
+
+/// `(name, url)` pairs for `--cluster` flags.
+pub fn cluster_flags(members: &[(String, SimHandle)]) -> Vec<(String, String)> {
+    members.iter().map(|(n, s)| (n.clone(), s.url())).collect()
+}
+
+/// Runs kubectl with a timeout; returns (success, stdout, stderr).
+pub fn kubectl(args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+    let mut cmd = Command::new("timeout");
+    cmd.arg("60").arg("kubectl").args(args);
+    cmd.env("KUBECONFIG", "/dev/null").env("HOME", std::env::temp_dir());
+    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("kubectl runs");
+    if let Some(input) = stdin {
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A fresh temporary data dir.
+pub fn data_dir() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data");
+    (dir, path)
+}
+
+/// A free loopback port with nothing listening on it.
+pub fn dead_port_url() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    drop(l);
+    format!("http://127.0.0.1:{port}")
+}
