@@ -26,8 +26,13 @@ use super::controllers::Task;
 /// One stored object: its JSON bytes and what selectors need, computed once.
 #[derive(Debug)]
 pub struct Object {
-    /// The object's JSON, with `kind`, `apiVersion` and `metadata.resourceVersion`.
+    /// The object's JSON, `kind` and `apiVersion` first, then the other
+    /// fields, with `metadata.resourceVersion`.
     pub bytes: Bytes,
+    /// Where the fields after `kind` and `apiVersion` start in `bytes`: a
+    /// list item (which kube-apiserver sends without them) is `{` followed by
+    /// `bytes[list_offset..]`.
+    pub list_offset: usize,
     /// `metadata.resourceVersion`.
     pub rv: u64,
     /// `metadata.uid`.
@@ -43,7 +48,7 @@ pub struct Object {
 impl Object {
     /// Encodes `value` (whose `metadata.resourceVersion` must already be `rv`).
     pub fn encode(resource: &ResourceType, value: &Value, rv: u64) -> Object {
-        let bytes = Bytes::from(serde_json::to_vec(value).unwrap_or_default());
+        let (bytes, list_offset) = encode_with_type_meta(resource, value);
         let meta = &value["metadata"];
         let labels = meta["labels"]
             .as_object()
@@ -55,11 +60,23 @@ impl Object {
             .unwrap_or_default();
         Object {
             bytes,
+            list_offset,
             rv,
             uid: meta["uid"].as_str().unwrap_or_default().to_string(),
             labels,
             fields: kubefold_engine::fields::extract(&resource.group, &resource.plural, value),
             owners,
+        }
+    }
+
+    /// The object as a list item: without `kind` and `apiVersion`, as
+    /// kube-apiserver lists built-in types (kubernetes/kubernetes#3030).
+    pub fn write_list_item(&self, out: &mut BytesMut) {
+        if self.list_offset >= self.bytes.len() {
+            out.put_slice(b"{}");
+        } else {
+            out.put_u8(b'{');
+            out.put_slice(&self.bytes[self.list_offset..]);
         }
     }
 
@@ -72,6 +89,36 @@ impl Object {
     pub fn field(&self, name: &str) -> Option<&str> {
         self.fields.iter().find(|(f, _)| f == name).map(|(_, v)| v.as_str())
     }
+}
+
+/// Encodes an object as `{"kind":K,"apiVersion":V,<other fields>}` (the
+/// order kube-apiserver writes) and returns where the other fields start.
+fn encode_with_type_meta(resource: &ResourceType, value: &Value) -> (Bytes, usize) {
+    let mut head = BytesMut::new();
+    head.put_slice(b"{\"kind\":");
+    head.put_slice(serde_json::to_string(&resource.kind).unwrap_or_default().as_bytes());
+    head.put_slice(b",\"apiVersion\":");
+    head.put_slice(serde_json::to_string(&resource.api_version()).unwrap_or_default().as_bytes());
+    /// Serialises an object's fields except `kind` and `apiVersion`, without copying it.
+    struct WithoutTypeMeta<'a>(&'a serde_json::Map<String, Value>);
+    impl serde::Serialize for WithoutTypeMeta<'_> {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            serializer.collect_map(self.0.iter().filter(|(k, _)| k.as_str() != "kind" && k.as_str() != "apiVersion"))
+        }
+    }
+    let rest = match value {
+        Value::Object(map) => serde_json::to_vec(&WithoutTypeMeta(map)).unwrap_or_default(),
+        _ => b"{}".to_vec(),
+    };
+    if rest.len() <= 2 {
+        head.put_u8(b'}');
+        let len = head.len();
+        return (head.freeze(), len);
+    }
+    head.put_u8(b',');
+    let offset = head.len();
+    head.put_slice(&rest[1..]);
+    (head.freeze(), offset)
 }
 
 /// The type of a change, as watch events name it.
@@ -436,6 +483,21 @@ mod tests {
         let deleted = s.remove(pods, "a/y", pod("a", "y", "2")).unwrap();
         assert_eq!(deleted.rv, 503);
         assert_eq!(deleted.object.value()["metadata"]["resourceVersion"], "503");
+    }
+
+    #[test]
+    fn objects_encode_kind_first_and_list_items_without_type_meta() {
+        let catalog = kubefold_engine::resources::builtin();
+        let value = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a", "resourceVersion": "7"}});
+        let object = Object::encode(&catalog[0], &value, 7);
+        assert_eq!(
+            std::str::from_utf8(&object.bytes).unwrap(),
+            r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a","resourceVersion":"7"}}"#
+        );
+        let mut item = BytesMut::new();
+        object.write_list_item(&mut item);
+        assert_eq!(std::str::from_utf8(&item).unwrap(), r#"{"metadata":{"name":"a","resourceVersion":"7"}}"#);
+        assert_eq!(object.value()["metadata"]["name"], "a");
     }
 
     #[test]
