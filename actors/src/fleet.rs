@@ -17,6 +17,8 @@ use kubefold_store::Store;
 use serde::Serialize;
 use tokio::sync::broadcast;
 
+use crate::cluster::ClusterSpec;
+
 /// How many committed events the live fan-out buffers for slow watch clients
 /// before they are dropped with 410 Expired.
 pub const FANOUT_CAPACITY: usize = 16 * 1024;
@@ -66,6 +68,7 @@ pub struct Fleet {
     events: broadcast::Sender<Arc<StoredEvent>>,
     compacted_rv: AtomicU64,
     status: RwLock<BTreeMap<String, BTreeMap<String, WatcherStatus>>>,
+    members: RwLock<BTreeMap<String, ClusterSpec>>,
 }
 
 impl Fleet {
@@ -80,6 +83,7 @@ impl Fleet {
             events,
             compacted_rv: AtomicU64::new(compacted_rv),
             status: RwLock::new(BTreeMap::new()),
+            members: RwLock::new(BTreeMap::new()),
         })
     }
 
@@ -137,6 +141,26 @@ impl Fleet {
     /// Forgets a cluster's status (it was removed).
     pub fn remove_status(&self, cluster: &str) {
         self.status.write().unwrap_or_else(|e| e.into_inner()).remove(cluster);
+    }
+
+    /// Records a member's connection settings (edits are forwarded with them).
+    pub fn set_member(&self, spec: ClusterSpec) {
+        self.members.write().unwrap_or_else(|e| e.into_inner()).insert(spec.name.clone(), spec);
+    }
+
+    /// Forgets a member.
+    pub fn remove_member(&self, cluster: &str) {
+        self.members.write().unwrap_or_else(|e| e.into_inner()).remove(cluster);
+    }
+
+    /// A member's connection settings.
+    pub fn member(&self, cluster: &str) -> Option<ClusterSpec> {
+        self.members.read().unwrap_or_else(|e| e.into_inner()).get(cluster).cloned()
+    }
+
+    /// Names of the members.
+    pub fn member_names(&self) -> Vec<String> {
+        self.members.read().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect()
     }
 
     /// Status of every watcher, by cluster and resource type.

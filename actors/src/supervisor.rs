@@ -80,6 +80,7 @@ impl Supervisor {
                 ClusterWatcher::new(spec2, resource, aggregator.recipient(), fleet, checkpoint)
             }));
         }
+        self.fleet.set_member(spec.clone());
         info!(cluster = %spec.name, watchers = addrs.len(), "Cluster added.");
         self.watchers.insert(spec.name.clone(), addrs);
         self.clusters.insert(spec.name.clone(), spec);
@@ -120,6 +121,7 @@ impl Handler<DropCluster> for Supervisor {
     fn handle(&mut self, msg: DropCluster, _ctx: &mut Self::Context) -> Self::Result {
         self.stop_watchers(&msg.0);
         self.clusters.remove(&msg.0);
+        self.fleet.remove_member(&msg.0);
         self.checkpoints.retain(|(c, _), _| c != &msg.0);
         let aggregator = self.aggregator.clone();
         Box::pin(async move {

@@ -7,12 +7,16 @@
 //! - [`discovery`]: `/version`, `/api`, `/apis` documents.
 //! - [`read`]: list and get (JSON and Table).
 //! - [`watch`]: watch streams.
+//! - [`edit`]: edits forwarded to the owning member, read-your-writes.
+//! - [`members`]: kube clients of the members and raw forwarding.
 //! - [`health`]: `/healthz`, `/livez`, `/readyz`, `/metrics`.
 //! - [`respond`]: Status errors and JSON responses.
 
 pub mod discovery;
+pub mod edit;
 pub mod estimators;
 pub mod health;
+pub mod members;
 pub mod path;
 pub mod query;
 pub mod read;
@@ -36,6 +40,9 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use crate::path::{ApiPath, ResourcePath};
 use crate::query::{Query, ReadAt};
 
+/// Largest request body accepted.
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
 /// Settings of the HTTP surface.
 #[derive(Debug, Clone)]
 pub struct ApiConfig {
@@ -51,6 +58,9 @@ pub struct ApiConfig {
     /// yet before 504 "Too large resource version" (kube-apiserver's watch
     /// cache waits 3 s).
     pub rv_wait: Duration,
+    /// How long an edit waits for kubefold to ingest the member's change
+    /// before it answers anyway (with a Warning header).
+    pub write_wait: Duration,
 }
 
 impl Default for ApiConfig {
@@ -61,6 +71,7 @@ impl Default for ApiConfig {
             bookmark_interval: Duration::from_secs(60),
             min_watch_timeout: Duration::from_secs(1800),
             rv_wait: Duration::from_secs(3),
+            write_wait: Duration::from_secs(10),
         }
     }
 }
@@ -156,10 +167,10 @@ fn decode_path(raw: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-async fn dispatch(req: HttpRequest, state: web::Data<ApiState>) -> HttpResponse {
+async fn dispatch(req: HttpRequest, body: web::Bytes, state: web::Data<ApiState>) -> HttpResponse {
     let state = state.into_inner();
     let started = std::time::Instant::now();
-    let response = match route(&req, &state).await {
+    let response = match route(&req, &state, &body).await {
         Ok(r) => r,
         Err(status) => respond::status(&status),
     };
@@ -174,7 +185,7 @@ async fn dispatch(req: HttpRequest, state: web::Data<ApiState>) -> HttpResponse 
     response
 }
 
-async fn route(req: &HttpRequest, state: &Arc<ApiState>) -> Result<HttpResponse, Status> {
+async fn route(req: &HttpRequest, state: &Arc<ApiState>, body: &web::Bytes) -> Result<HttpResponse, Status> {
     let path = decode_path(req.path()).ok_or_else(|| Status::bad_request("invalid path: encoded slashes and bad escapes are not allowed"))?;
     let catalog = state.fleet.catalog();
     let is_namespaced = |g: &str, v: &str, r: &str| resources::find(catalog, g, v, r).is_some_and(|t| t.namespaced);
@@ -190,11 +201,11 @@ async fn route(req: &HttpRequest, state: &Arc<ApiState>) -> Result<HttpResponse,
         ApiPath::GroupVersion { group, version, .. } => discovery::resource_list(catalog, &group, &version)
             .map(|d| respond::json(&d))
             .ok_or_else(Status::path_not_found),
-        ApiPath::Resource(path) => resource(req, state, path).await,
+        ApiPath::Resource(path) => resource(req, state, path, body).await,
     }
 }
 
-async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath) -> Result<HttpResponse, Status> {
+async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath, body: &web::Bytes) -> Result<HttpResponse, Status> {
     let catalog = state.fleet.catalog();
     let resource = resources::find(catalog, &path.group, &path.version, &path.resource)
         .ok_or_else(|| {
@@ -227,10 +238,21 @@ async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath) 
             }
             read::get(state, req, &scope, name, &query)
         }
-        (method, _, _) => Err(Status::method_not_allowed(format!(
-            "{method} is not supported on {} yet",
-            req.path()
-        ))),
+        (Method::GET, Some(name), Some("scale")) => edit::get_scale(state, req, &scope, name).await,
+        (Method::GET, Some(name), Some("log")) if scope.resource.plural == "pods" => edit::log(state, req, &scope, name).await,
+        (Method::PUT, Some(name), sub @ (None | Some("status") | Some("scale"))) => {
+            edit::update(state, req, &scope, name, sub, body).await
+        }
+        (Method::PATCH, Some(name), sub @ (None | Some("status") | Some("scale"))) => {
+            edit::patch(state, req, &scope, name, sub, body).await
+        }
+        (Method::DELETE, Some(name), None) => edit::delete(state, req, &scope, name, body).await,
+        (Method::DELETE, None, None) => edit::delete_collection(state, req, &scope).await,
+        (Method::POST, None, None) => edit::create(state, req, &scope, body).await,
+        (method, _, sub) => Err(match sub {
+            Some(sub) if !scope.resource.subresources.iter().any(|s| s == sub) => Status::path_not_found(),
+            _ => Status::method_not_allowed(format!("{method} is not supported on {}", req.path())),
+        }),
     }
 }
 
@@ -242,6 +264,8 @@ pub fn server(state: Arc<ApiState>) -> std::io::Result<(Server, Vec<SocketAddr>)
     let http = HttpServer::new(move || {
         App::new()
             .app_data(data.clone())
+            // etcd's default request limit is 1.5 MiB; leave room for YAML and patches.
+            .app_data(web::PayloadConfig::new(MAX_BODY_BYTES))
             .route("/healthz", web::get().to(health::healthz))
             .route("/livez", web::get().to(health::healthz))
             .route("/readyz", web::get().to(health::readyz))

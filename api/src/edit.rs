@@ -1,0 +1,427 @@
+//! Edits forwarded to the cluster that owns the object: update, patch,
+//! delete, create, deletecollection, the status and scale subresources, and
+//! pod logs. Bodies are translated (name unqualified, kubefold's annotations
+//! removed, the global resourceVersion turned into the member's), the
+//! member's answer is passed back, and a successful edit waits until kubefold
+//! has ingested it (read-your-writes) so that the next read shows it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::web::Bytes;
+use actix_web::{HttpRequest, HttpResponse};
+use futures::StreamExt;
+use http::Method;
+use kubefold_engine::event::{IndexEntry, ObjectKey};
+use kubefold_engine::names::{self, RequestedName};
+use kubefold_engine::object::{self, KUBEFOLD_ANNOTATION_PREFIX};
+use kubefold_engine::status::Status;
+use serde_json::Value;
+
+use crate::members::{self, MemberResponse};
+use crate::read::{resolve_name, Scope, CLUSTER_SEARCH_KEY};
+use crate::respond;
+use crate::ApiState;
+
+/// Parses a request body as JSON or YAML.
+fn parse_body(req: &HttpRequest, body: &[u8]) -> Result<Value, Status> {
+    let content_type = content_type(req).unwrap_or("application/json");
+    if content_type.contains("yaml") {
+        serde_yaml::from_slice(body).map_err(|e| Status::bad_request(format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml: {e}")))
+    } else {
+        serde_json::from_slice(body).map_err(|e| Status::bad_request(format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml: {e}")))
+    }
+}
+
+fn content_type(req: &HttpRequest) -> Option<&str> {
+    req.headers().get(actix_web::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok())
+}
+
+/// The member's path of an object (and subresource), with the request's query.
+fn member_path(scope: &Scope, key: &ObjectKey, subresource: Option<&str>, query: &str) -> String {
+    let ns = (!key.namespace.is_empty()).then_some(key.namespace.as_str());
+    let mut path = format!("{}/{}", scope.resource.collection_path(ns), key.name);
+    if let Some(sub) = subresource {
+        path.push('/');
+        path.push_str(sub);
+    }
+    if !query.is_empty() {
+        path.push('?');
+        path.push_str(query);
+    }
+    path
+}
+
+/// The member's answer passed back unchanged (errors are Status objects).
+fn passthrough(response: &MemberResponse) -> HttpResponse {
+    let code = actix_web::http::StatusCode::from_u16(response.status).unwrap_or(actix_web::http::StatusCode::BAD_GATEWAY);
+    HttpResponse::build(code).content_type(respond::JSON).body(response.body.clone())
+}
+
+fn conflict(scope: &Scope, served_name: &str) -> Status {
+    let r = &scope.resource;
+    let what = if r.group.is_empty() { r.plural.clone() } else { format!("{}.{}", r.plural, r.group) };
+    Status::conflict(format!(
+        "Operation cannot be fulfilled on {what} \"{served_name}\": the object has been modified; please apply your changes to the latest version and try again"
+    ))
+    .with_details(&r.group, &r.plural, served_name)
+}
+
+/// Checks a client's `metadata.resourceVersion` (a global RV) against the
+/// object's and translates it to the member's; `Ok(None)` when absent.
+fn translate_rv(scope: &Scope, key: &ObjectKey, entry: &IndexEntry, object: &Value) -> Result<Option<String>, Status> {
+    match object["metadata"]["resourceVersion"].as_str() {
+        None | Some("") => Ok(None),
+        Some(rv) => match rv.parse::<u64>() {
+            Ok(n) if n == entry.rv => Ok(Some(entry.member_rv.clone())),
+            _ => Err(conflict(scope, &scope.served_name(key))),
+        },
+    }
+}
+
+/// Checks that a body's `metadata.name`, when given, names the same object as the URL.
+fn check_body_name(scope: &Scope, key: &ObjectKey, object: &Value, url_name: &str) -> Result<(), Status> {
+    let Some(name) = object["metadata"]["name"].as_str() else { return Ok(()) };
+    let same = match (scope.cluster.is_some(), names::parse(name)) {
+        (true, _) => name == key.name,
+        (false, RequestedName::Qualified { name, cluster }) => name == key.name && cluster == key.cluster,
+        (false, RequestedName::Bare(bare)) => bare == key.name,
+    };
+    if same {
+        Ok(())
+    } else {
+        Err(Status::bad_request(format!(
+            "the name of the object ({name}) does not match the name on the URL ({url_name})"
+        )))
+    }
+}
+
+/// Whether member RV `seen` is at or past `wanted` (numeric when both are).
+fn reached(seen: &str, wanted: &str) -> bool {
+    match (seen.parse::<u64>(), wanted.parse::<u64>()) {
+        (Ok(a), Ok(b)) => a >= b,
+        _ => seen == wanted,
+    }
+}
+
+/// Waits until the index holds `key` at member RV `member_rv` or later (or
+/// without `key`, for `gone`). Returns the entry, or `None` after the wait.
+async fn wait_ingested(state: &ApiState, scope: &Scope, key: &ObjectKey, member_rv: &str, gone: bool) -> Option<Option<Arc<IndexEntry>>> {
+    let deadline = tokio::time::Instant::now() + state.config.write_wait;
+    let resource = scope.resource.key();
+    loop {
+        let snapshot = state.fleet.snapshot();
+        match snapshot.get(&resource, key) {
+            None if gone => return Some(None),
+            Some(e) if reached(&e.member_rv, member_rv) => return Some(Some(e.clone())),
+            _ => {}
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Turns a member's successful answer into kubefold's: the object as served
+/// once ingested, or the translated member object with a warning if the
+/// wait timed out.
+async fn reply_with_object(state: &ApiState, scope: &Scope, key: &ObjectKey, response: &MemberResponse, created: bool) -> HttpResponse {
+    let ok = if created && response.status == 201 { HttpResponse::Created() } else { HttpResponse::Ok() };
+    let ingested = match object::ingest(&scope.resource, &key.cluster, &response.body) {
+        Ok(i) => i,
+        Err(_) => return passthrough(response),
+    };
+    let deleting = serde_json::from_slice::<Value>(&response.body).ok().is_some_and(|v| v["metadata"]["deletionTimestamp"].is_string());
+    let suffix = scope.name_suffix(&key.cluster);
+    match wait_ingested(state, scope, key, &ingested.member_rv, false).await {
+        Some(Some(entry)) => {
+            let mut builder = ok;
+            builder.content_type(respond::JSON).body(ingested.body.to_bytes(suffix.as_deref(), entry.rv))
+        }
+        _ => {
+            let current = state.fleet.snapshot();
+            let rv = current.get(&scope.resource.key(), key).map_or(current.head_rv(), |e| e.rv);
+            let mut builder = ok;
+            if !deleting {
+                builder.insert_header((
+                    "Warning",
+                    format!(
+                        "299 - \"kubefold has not yet ingested resourceVersion {} of cluster {}; a read right now may not show this change\"",
+                        ingested.member_rv, key.cluster
+                    ),
+                ));
+            }
+            builder.content_type(respond::JSON).body(ingested.body.to_bytes(suffix.as_deref(), rv))
+        }
+    }
+}
+
+/// PUT on an object or its `status` subresource.
+pub async fn update(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &str, sub: Option<&str>, body: &Bytes) -> Result<HttpResponse, Status> {
+    let snapshot = state.fleet.snapshot();
+    let (key, entry) = resolve_name(&snapshot, scope, name)?;
+    let mut object = parse_body(req, body)?;
+    if !object.is_object() {
+        return Err(Status::bad_request("the body must be a JSON object"));
+    }
+    if sub == Some("scale") {
+        return forward_scale(state, req, scope, &key, Method::PUT, body.to_vec()).await;
+    }
+    check_body_name(scope, &key, &object, name)?;
+    let member_rv = translate_rv(scope, &key, &entry, &object)?;
+    object::to_member(&mut object, &key.name, member_rv.as_deref());
+    let path = member_path(scope, &key, sub, req.query_string());
+    let bytes = serde_json::to_vec(&object).map_err(|e| Status::internal(e.to_string()))?;
+    let response = members::send(&state.fleet, &key.cluster, Method::PUT, &path, Some(respond::JSON), bytes).await?;
+    if !response.is_success() {
+        return Ok(passthrough(&response));
+    }
+    Ok(reply_with_object(state, scope, &key, &response, false).await)
+}
+
+/// PATCH on an object or its `status`/`scale` subresource. The patch is
+/// forwarded as it is (the member applies it), except that a
+/// `metadata.resourceVersion` in a merge or strategic patch is checked and
+/// translated, and a qualified `metadata.name` is unqualified.
+pub async fn patch(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &str, sub: Option<&str>, body: &Bytes) -> Result<HttpResponse, Status> {
+    let snapshot = state.fleet.snapshot();
+    let (key, entry) = resolve_name(&snapshot, scope, name)?;
+    let ct = content_type(req).unwrap_or("").split(';').next().unwrap_or("").trim().to_string();
+    let forwarded: Vec<u8> = match ct.as_str() {
+        "application/json-patch+json" => {
+            let _: Value = serde_json::from_slice(body).map_err(|e| Status::bad_request(format!("invalid JSON patch: {e}")))?;
+            body.to_vec()
+        }
+        "application/merge-patch+json" | "application/strategic-merge-patch+json" | "application/apply-patch+yaml" | "application/apply-patch+cbor" => {
+            let mut patch: Value = if ct == "application/apply-patch+yaml" {
+                serde_yaml::from_slice(body).map_err(|e| Status::bad_request(format!("invalid apply patch: {e}")))?
+            } else {
+                serde_json::from_slice(body).map_err(|e| Status::bad_request(format!("invalid patch: {e}")))?
+            };
+            if sub != Some("scale") && patch.is_object() {
+                if patch["metadata"].is_object() {
+                    let member_rv = translate_rv(scope, &key, &entry, &patch)?;
+                    if patch["metadata"]["name"].is_string() {
+                        check_body_name(scope, &key, &patch, name)?;
+                        patch["metadata"]["name"] = Value::String(key.name.clone());
+                    }
+                    if let Some(rv) = member_rv {
+                        patch["metadata"]["resourceVersion"] = Value::String(rv);
+                    }
+                    if let Some(a) = patch["metadata"]["annotations"].as_object_mut() {
+                        a.retain(|k, _| !k.starts_with(KUBEFOLD_ANNOTATION_PREFIX));
+                    }
+                }
+            }
+            serde_json::to_vec(&patch).map_err(|e| Status::internal(e.to_string()))?
+        }
+        other => {
+            return Err(Status::new(
+                415,
+                "UnsupportedMediaType",
+                format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {other:?})"),
+            ))
+        }
+    };
+    if sub == Some("scale") {
+        return forward_scale(state, req, scope, &key, Method::PATCH, forwarded).await;
+    }
+    let path = member_path(scope, &key, sub, req.query_string());
+    let response = members::send(&state.fleet, &key.cluster, Method::PATCH, &path, Some(&ct), forwarded).await?;
+    if !response.is_success() {
+        return Ok(passthrough(&response));
+    }
+    Ok(reply_with_object(state, scope, &key, &response, false).await)
+}
+
+/// GET, PUT or PATCH of `scale`: the member's Scale with the name served as
+/// kubefold serves it; edits wait for the scaled object to be ingested.
+async fn forward_scale(state: &ApiState, req: &HttpRequest, scope: &Scope, key: &ObjectKey, method: Method, body: Vec<u8>) -> Result<HttpResponse, Status> {
+    let mut body = body;
+    if method == Method::PUT {
+        let mut scale: Value = serde_json::from_slice(&body).map_err(|e| Status::bad_request(format!("invalid Scale: {e}")))?;
+        scale["metadata"]["name"] = Value::String(key.name.clone());
+        if let Some(m) = scale["metadata"].as_object_mut() {
+            m.remove("resourceVersion");
+        }
+        body = serde_json::to_vec(&scale).map_err(|e| Status::internal(e.to_string()))?;
+    }
+    let ct = content_type(req).map(str::to_string);
+    let path = member_path(scope, key, Some("scale"), req.query_string());
+    let response = members::send(&state.fleet, &key.cluster, method.clone(), &path, ct.as_deref(), body).await?;
+    if !response.is_success() {
+        return Ok(passthrough(&response));
+    }
+    let mut scale: Value = serde_json::from_slice(&response.body).map_err(|e| Status::internal(format!("member sent an unreadable Scale: {e}")))?;
+    let member_rv = scale["metadata"]["resourceVersion"].as_str().unwrap_or("").to_string();
+    let entry = if method == Method::GET {
+        state.fleet.snapshot().get(&scope.resource.key(), key).cloned()
+    } else {
+        wait_ingested(state, scope, key, &member_rv, false).await.flatten()
+    };
+    scale["metadata"]["name"] = Value::String(scope.served_name(key));
+    if let Some(entry) = entry {
+        scale["metadata"]["resourceVersion"] = Value::String(entry.rv.to_string());
+    }
+    Ok(respond::json(&scale))
+}
+
+/// GET of `scale`.
+pub async fn get_scale(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &str) -> Result<HttpResponse, Status> {
+    let snapshot = state.fleet.snapshot();
+    let (key, _) = resolve_name(&snapshot, scope, name)?;
+    forward_scale(state, req, scope, &key, Method::GET, Vec::new()).await
+}
+
+/// DELETE of an object, with its DeleteOptions (preconditions translated).
+pub async fn delete(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &str, body: &Bytes) -> Result<HttpResponse, Status> {
+    let snapshot = state.fleet.snapshot();
+    let (key, entry) = resolve_name(&snapshot, scope, name)?;
+    let mut forwarded = Vec::new();
+    if !body.is_empty() {
+        let mut options = parse_body(req, body)?;
+        if let Some(rv) = options["preconditions"]["resourceVersion"].as_str() {
+            match rv.parse::<u64>() {
+                Ok(n) if n == entry.rv => options["preconditions"]["resourceVersion"] = Value::String(entry.member_rv.clone()),
+                _ => return Err(conflict(scope, &scope.served_name(&key))),
+            }
+        }
+        forwarded = serde_json::to_vec(&options).map_err(|e| Status::internal(e.to_string()))?;
+    }
+    let path = member_path(scope, &key, None, req.query_string());
+    let ct = (!forwarded.is_empty()).then_some(respond::JSON);
+    let response = members::send(&state.fleet, &key.cluster, Method::DELETE, &path, ct, forwarded).await?;
+    if !response.is_success() {
+        return Ok(passthrough(&response));
+    }
+    let value: Value = serde_json::from_slice(&response.body).unwrap_or(Value::Null);
+    if value["kind"] == "Status" {
+        wait_ingested(state, scope, &key, "", true).await;
+        return Ok(passthrough(&response));
+    }
+    let graceful = value["metadata"]["deletionTimestamp"].is_string() && value["metadata"]["finalizers"].as_array().is_some_and(|f| !f.is_empty());
+    if graceful {
+        return Ok(reply_with_object(state, scope, &key, &response, false).await);
+    }
+    // The object is gone: wait for its DELETED event, answer with the last state.
+    let gone = wait_ingested(state, scope, &key, "", true).await.is_some();
+    let ingested = object::ingest(&scope.resource, &key.cluster, &response.body).map_err(|e| Status::internal(e.to_string()))?;
+    let rv = if gone { state.fleet.snapshot().head_rv() } else { entry.rv };
+    let mut ok = HttpResponse::Ok();
+    Ok(ok.content_type(respond::JSON).body(ingested.body.to_bytes(scope.name_suffix(&key.cluster).as_deref(), rv)))
+}
+
+/// POST of a new object: under `/clusters/{c}`, or at the aggregated path
+/// when the body's name is qualified.
+pub async fn create(state: &ApiState, req: &HttpRequest, scope: &Scope, body: &Bytes) -> Result<HttpResponse, Status> {
+    let mut object = parse_body(req, body)?;
+    if !object.is_object() {
+        return Err(Status::bad_request("the body must be a JSON object"));
+    }
+    let requested = object["metadata"]["name"].as_str().unwrap_or("").to_string();
+    let (cluster, member_name) = match (&scope.cluster, names::parse(&requested)) {
+        (Some(c), _) => (c.clone(), requested.clone()),
+        (None, RequestedName::Qualified { name, cluster }) => (cluster.to_string(), name.to_string()),
+        (None, RequestedName::Bare(_)) => {
+            return Err(Status::bad_request(format!(
+                "kubefold cannot choose a cluster for a new {}: name it <name>_<cluster> (e.g. {}_member1) or POST under /clusters/<cluster>{}",
+                scope.resource.singular,
+                if requested.is_empty() { "my-object" } else { &requested },
+                scope.resource.collection_path(scope.namespace.as_deref())
+            )))
+        }
+    };
+    if !requested.is_empty() {
+        object::to_member(&mut object, &member_name, None);
+    } else if let Some(m) = object["metadata"].as_object_mut() {
+        m.remove("resourceVersion");
+        if let Some(a) = m.get_mut("annotations").and_then(Value::as_object_mut) {
+            a.retain(|k, _| !k.starts_with(KUBEFOLD_ANNOTATION_PREFIX));
+        }
+    }
+    let ns = scope.namespace.clone().or_else(|| object["metadata"]["namespace"].as_str().map(str::to_string));
+    let mut path = scope.resource.collection_path(if scope.resource.namespaced { ns.as_deref() } else { None });
+    if !req.query_string().is_empty() {
+        path.push('?');
+        path.push_str(req.query_string());
+    }
+    let bytes = serde_json::to_vec(&object).map_err(|e| Status::internal(e.to_string()))?;
+    let response = members::send(&state.fleet, &cluster, Method::POST, &path, Some(respond::JSON), bytes).await?;
+    if !response.is_success() {
+        return Ok(passthrough(&response));
+    }
+    let created: Value = serde_json::from_slice(&response.body).unwrap_or(Value::Null);
+    let key = ObjectKey {
+        namespace: created["metadata"]["namespace"].as_str().unwrap_or("").to_string(),
+        name: created["metadata"]["name"].as_str().unwrap_or(&member_name).to_string(),
+        cluster,
+    };
+    Ok(reply_with_object(state, scope, &key, &response, true).await)
+}
+
+/// DELETE on a collection: forwarded to every member in scope (the cluster
+/// search key of the label selector picks members), results merged.
+pub async fn delete_collection(state: &ApiState, req: &HttpRequest, scope: &Scope) -> Result<HttpResponse, Status> {
+    let query = crate::query::Query::parse(req.query_string())?;
+    let mut labels = kubefold_engine::selector::LabelSelector::parse(query.label_selector.as_deref().unwrap_or(""))
+        .map_err(|e| Status::bad_request(e.to_string()))?;
+    let clusters = labels.take_key(CLUSTER_SEARCH_KEY);
+    let mut member_query: Vec<(String, String)> = serde_urlencoded::from_str(req.query_string()).unwrap_or_default();
+    member_query.retain(|(k, _)| k != "labelSelector");
+    if !labels.is_empty() {
+        member_query.push(("labelSelector".into(), labels.to_string()));
+    }
+    let qs = serde_urlencoded::to_string(&member_query).unwrap_or_default();
+    let mut path = scope.resource.collection_path(scope.namespace.as_deref());
+    if !qs.is_empty() {
+        path.push('?');
+        path.push_str(&qs);
+    }
+    let targets: Vec<String> = state
+        .fleet
+        .member_names()
+        .into_iter()
+        .filter(|c| scope.cluster.as_ref().is_none_or(|s| s == c))
+        .filter(|c| clusters.iter().all(|r| r.matches_value(Some(c))))
+        .collect();
+    let mut items = Vec::new();
+    for cluster in targets {
+        let response = members::send(&state.fleet, &cluster, Method::DELETE, &path, None, Vec::new()).await?;
+        if !response.is_success() {
+            return Ok(passthrough(&response));
+        }
+        let list: Value = serde_json::from_slice(&response.body).unwrap_or(Value::Null);
+        for item in list["items"].as_array().cloned().unwrap_or_default() {
+            if let Ok(ingested) = object::ingest_value(&scope.resource, &cluster, item) {
+                let bytes = ingested.body.to_bytes(scope.name_suffix(&cluster).as_deref(), state.fleet.snapshot().head_rv());
+                items.push(serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null));
+            }
+        }
+    }
+    Ok(respond::json(&serde_json::json!({
+        "kind": scope.resource.list_kind(),
+        "apiVersion": scope.resource.api_version(),
+        "metadata": {"resourceVersion": state.fleet.snapshot().head_rv().to_string()},
+        "items": items,
+    })))
+}
+
+/// `pods/{name}/log`, streamed from the member with the request's query
+/// (`follow`, `container`, `tailLines`, `sinceSeconds`, `timestamps` ...).
+pub async fn log(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &str) -> Result<HttpResponse, Status> {
+    let snapshot = state.fleet.snapshot();
+    let (key, _) = resolve_name(&snapshot, scope, name)?;
+    let client = members::client(&state.fleet, &key.cluster).await?;
+    let path = member_path(scope, &key, Some("log"), req.query_string());
+    let response = members::send_raw(&client, &key.cluster, Method::GET, &path, None, Vec::new()).await?;
+    let (parts, body) = response.into_parts();
+    if !parts.status.is_success() {
+        let bytes = body.collect_bytes().await.map_err(|e| members::unreachable(&key.cluster, &e.to_string()))?;
+        let code = actix_web::http::StatusCode::from_u16(parts.status.as_u16()).unwrap_or(actix_web::http::StatusCode::BAD_GATEWAY);
+        return Ok(HttpResponse::build(code).content_type(respond::JSON).body(bytes));
+    }
+    let stream = http_body_util::BodyExt::into_data_stream(body)
+        .map(|chunk| chunk.map_err(|e| actix_web::error::ErrorBadGateway(e.to_string())));
+    Ok(HttpResponse::Ok().content_type("text/plain").streaming(stream))
+}
