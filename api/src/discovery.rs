@@ -139,3 +139,204 @@ mod tests {
         assert_eq!(version()["gitVersion"], "v1.33.1");
     }
 }
+
+/// The Content-Type of aggregated discovery documents.
+pub const AGGREGATED_CONTENT_TYPE: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+
+/// Whether the client asked for aggregated discovery (kubectl 1.30+ does,
+/// falling back to the legacy documents otherwise).
+pub fn wants_aggregated(accept: &str) -> bool {
+    accept
+        .split(',')
+        .next()
+        .is_some_and(|first| first.contains("as=APIGroupDiscoveryList") && first.contains("v=v2") && !first.contains("v=v2beta1"))
+}
+
+/// Aggregated discovery (`apidiscovery.k8s.io/v2`): `/api` when `core`,
+/// `/apis` otherwise, with every resource, its verbs, short names,
+/// categories and subresources in one document.
+/// <https://kubernetes.io/docs/concepts/overview/kubernetes-api/#aggregated-discovery>
+pub fn aggregated(catalog: &[ResourceType], core: bool) -> Value {
+    let mut groups: Vec<(String, Vec<(String, Vec<Value>)>)> = Vec::new();
+    for r in catalog.iter().filter(|r| r.group.is_empty() == core) {
+        let mut resource = json!({
+            "resource": r.plural,
+            "responseKind": {"group": r.group, "version": r.version, "kind": r.kind},
+            "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
+            "singularResource": r.singular,
+            "verbs": verbs(),
+        });
+        if !r.short_names.is_empty() {
+            resource["shortNames"] = json!(r.short_names);
+        }
+        if !r.categories.is_empty() {
+            resource["categories"] = json!(r.categories);
+        }
+        let subresources: Vec<Value> = r
+            .subresources
+            .iter()
+            .map(|sub| {
+                let (kind, group, version, verbs) = match sub.as_str() {
+                    "scale" => ("Scale", "autoscaling", "v1", vec!["get", "patch", "update"]),
+                    "log" => ("Pod", "", "v1", vec!["get"]),
+                    _ => (r.kind.as_str(), r.group.as_str(), r.version.as_str(), vec!["get", "patch", "update"]),
+                };
+                json!({"subresource": sub, "responseKind": {"group": group, "version": version, "kind": kind}, "verbs": verbs})
+            })
+            .collect();
+        if !subresources.is_empty() {
+            resource["subresources"] = Value::Array(subresources);
+        }
+        let group = match groups.iter_mut().find(|(g, _)| *g == r.group) {
+            Some(g) => g,
+            None => {
+                groups.push((r.group.clone(), Vec::new()));
+                groups.last_mut().unwrap_or_else(|| unreachable!())
+            }
+        };
+        match group.1.iter_mut().find(|(v, _)| *v == r.version) {
+            Some((_, resources)) => resources.push(resource),
+            None => group.1.push((r.version.clone(), vec![resource])),
+        }
+    }
+    let items: Vec<Value> = groups
+        .into_iter()
+        .map(|(group, versions)| {
+            let versions: Vec<Value> = versions
+                .into_iter()
+                .map(|(version, resources)| json!({"version": version, "resources": resources, "freshness": "Current"}))
+                .collect();
+            json!({"metadata": {"name": group}, "versions": versions})
+        })
+        .collect();
+    json!({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items})
+}
+
+/// `/openapi/v3`: the index of group-version documents.
+pub fn openapi_v3_index(catalog: &[ResourceType]) -> Value {
+    let mut paths = serde_json::Map::new();
+    for r in catalog {
+        let gv = if r.group.is_empty() { format!("api/{}", r.version) } else { format!("apis/{}/{}", r.group, r.version) };
+        paths.insert(gv.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{gv}?hash={}", openapi_hash(catalog))}));
+    }
+    json!({"paths": paths})
+}
+
+fn openapi_hash(catalog: &[ResourceType]) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for r in catalog {
+        r.key().hash(&mut h);
+    }
+    format!("{:016X}", h.finish())
+}
+
+fn operation(r: &ResourceType, verb: &str, id: &str) -> Value {
+    json!({
+        "operationId": id,
+        "x-kubernetes-action": verb,
+        "x-kubernetes-group-version-kind": {"group": r.group, "version": r.version, "kind": r.kind},
+        "parameters": [
+            {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": true},
+             "description": "fieldValidation instructs the server on how to handle objects in the request containing unknown or duplicate fields."},
+            {"name": "fieldManager", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+            {"name": "dryRun", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+        ],
+        "responses": {"200": {"description": "OK"}},
+    })
+}
+
+/// `/openapi/v3/{api/v1 | apis/g/v}`: paths with their operations, enough for
+/// kubectl to validate on the server (`fieldValidation`) instead of
+/// client-side, so that `edit`, `create` and `apply` work with the default
+/// `--validate=strict`. `None` when nothing is served there.
+pub fn openapi_v3(catalog: &[ResourceType], group: &str, version: &str) -> Option<Value> {
+    let mut paths = serde_json::Map::new();
+    for r in catalog.iter().filter(|r| r.group == group && r.version == version) {
+        let base = r.group_version_path();
+        let (collection, object) = if r.namespaced {
+            (format!("{base}/namespaces/{{namespace}}/{}", r.plural), format!("{base}/namespaces/{{namespace}}/{}/{{name}}", r.plural))
+        } else {
+            (format!("{base}/{}", r.plural), format!("{base}/{}/{{name}}", r.plural))
+        };
+        let k = &r.kind;
+        paths.insert(collection, json!({
+            "get": operation(r, "list", &format!("list{k}")),
+            "post": operation(r, "post", &format!("create{k}")),
+            "delete": operation(r, "deletecollection", &format!("deleteCollection{k}")),
+        }));
+        paths.insert(object.clone(), json!({
+            "get": operation(r, "get", &format!("read{k}")),
+            "put": operation(r, "put", &format!("replace{k}")),
+            "patch": operation(r, "patch", &format!("patch{k}")),
+            "delete": operation(r, "delete", &format!("delete{k}")),
+        }));
+        for sub in r.subresources.iter().filter(|s| *s != "log") {
+            paths.insert(format!("{object}/{sub}"), json!({
+                "get": operation(r, "get", &format!("read{k}{sub}")),
+                "put": operation(r, "put", &format!("replace{k}{sub}")),
+                "patch": operation(r, "patch", &format!("patch{k}{sub}")),
+            }));
+        }
+    }
+    if paths.is_empty() {
+        return None;
+    }
+    Some(json!({
+        "openapi": "3.0.0",
+        "info": {"title": "kubefold", "version": KUBERNETES_VERSION.2},
+        "paths": paths,
+        "components": {"schemas": {}},
+    }))
+}
+
+/// `/openapi/v2`: the same paths in Swagger 2.0 form.
+pub fn openapi_v2(catalog: &[ResourceType]) -> Value {
+    let mut paths = serde_json::Map::new();
+    let mut versions: Vec<(String, String)> = catalog.iter().map(|r| (r.group.clone(), r.version.clone())).collect();
+    versions.dedup();
+    for (g, v) in versions {
+        if let Some(doc) = openapi_v3(catalog, &g, &v) {
+            if let Some(p) = doc["paths"].as_object() {
+                paths.extend(p.clone());
+            }
+        }
+    }
+    json!({"swagger": "2.0", "info": {"title": "kubefold", "version": KUBERNETES_VERSION.2}, "paths": paths, "definitions": {}})
+}
+
+#[cfg(test)]
+mod aggregated_tests {
+    use super::*;
+    use kubefold_engine::resources::builtin;
+
+    #[test]
+    fn aggregated_discovery_lists_every_type_once() {
+        let cat = builtin();
+        let core = aggregated(&cat, true);
+        assert_eq!(core["items"].as_array().unwrap().len(), 1);
+        let v1 = &core["items"][0]["versions"][0];
+        assert_eq!(v1["version"], "v1");
+        let pods = v1["resources"].as_array().unwrap().iter().find(|r| r["resource"] == "pods").unwrap();
+        assert_eq!(pods["scope"], "Namespaced");
+        assert_eq!(pods["responseKind"]["kind"], "Pod");
+        assert_eq!(pods["categories"], json!(["all"]));
+        let groups = aggregated(&cat, false);
+        let names: Vec<_> = groups["items"].as_array().unwrap().iter().map(|g| g["metadata"]["name"].as_str().unwrap()).collect();
+        assert_eq!(names, vec!["apps", "discovery.k8s.io"]);
+        assert!(wants_aggregated("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"));
+        assert!(!wants_aggregated("application/json"));
+    }
+
+    #[test]
+    fn openapi_v3_carries_gvk_and_field_validation() {
+        let cat = builtin();
+        let idx = openapi_v3_index(&cat);
+        assert!(idx["paths"]["apis/apps/v1"]["serverRelativeURL"].as_str().unwrap().starts_with("/openapi/v3/apis/apps/v1?hash="));
+        let doc = openapi_v3(&cat, "", "v1").unwrap();
+        let patch = &doc["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"]["patch"];
+        assert_eq!(patch["x-kubernetes-group-version-kind"]["kind"], "Pod");
+        assert!(patch["parameters"].as_array().unwrap().iter().any(|p| p["name"] == "fieldValidation"));
+        assert!(openapi_v3(&cat, "batch", "v1").is_none());
+    }
+}

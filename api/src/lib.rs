@@ -193,10 +193,19 @@ async fn route(req: &HttpRequest, state: &Arc<ApiState>, body: &web::Bytes) -> R
     if !matches!(parsed, ApiPath::Resource(_)) && req.method() != Method::GET {
         return Err(Status::method_not_allowed(format!("the server does not allow this method on the requested resource: {}", req.method())));
     }
+    let accept = req.headers().get(actix_web::http::header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let aggregated = discovery::wants_aggregated(accept);
     match parsed {
         ApiPath::Version => Ok(respond::json(&discovery::version())),
+        ApiPath::CoreVersions { .. } if aggregated => Ok(respond::aggregated(&discovery::aggregated(catalog, true))),
+        ApiPath::Groups { .. } if aggregated => Ok(respond::aggregated(&discovery::aggregated(catalog, false))),
         ApiPath::CoreVersions { .. } => Ok(respond::json(&discovery::core_versions())),
         ApiPath::Groups { .. } => Ok(respond::json(&discovery::groups(catalog))),
+        ApiPath::OpenApiV2 => Ok(respond::json(&discovery::openapi_v2(catalog))),
+        ApiPath::OpenApiV3Index => Ok(respond::json(&discovery::openapi_v3_index(catalog))),
+        ApiPath::OpenApiV3 { group, version } => {
+            discovery::openapi_v3(catalog, &group, &version).map(|d| respond::json(&d)).ok_or_else(Status::path_not_found)
+        }
         ApiPath::Group { group, .. } => discovery::group(catalog, &group).map(|d| respond::json(&d)).ok_or_else(Status::path_not_found),
         ApiPath::GroupVersion { group, version, .. } => discovery::resource_list(catalog, &group, &version)
             .map(|d| respond::json(&d))

@@ -55,6 +55,17 @@ pub enum ApiPath {
     },
     /// `/version`.
     Version,
+    /// `/openapi/v2`.
+    OpenApiV2,
+    /// `/openapi/v3`.
+    OpenApiV3Index,
+    /// `/openapi/v3/api/{v}` or `/openapi/v3/apis/{g}/{v}`.
+    OpenApiV3 {
+        /// API group (empty for core).
+        group: String,
+        /// Version.
+        version: String,
+    },
     /// A resource path.
     Resource(ResourcePath),
 }
@@ -74,6 +85,10 @@ pub fn parse(path: &str, is_namespaced: impl Fn(&str, &str, &str) -> bool) -> Op
     };
     match rest {
         ["version"] => Some(ApiPath::Version),
+        ["openapi", "v2"] => Some(ApiPath::OpenApiV2),
+        ["openapi", "v3"] => Some(ApiPath::OpenApiV3Index),
+        ["openapi", "v3", "api", v] => Some(ApiPath::OpenApiV3 { group: String::new(), version: v.to_string() }),
+        ["openapi", "v3", "apis", g, v] => Some(ApiPath::OpenApiV3 { group: g.to_string(), version: v.to_string() }),
         ["api"] => Some(ApiPath::CoreVersions { cluster }),
         ["apis"] => Some(ApiPath::Groups { cluster }),
         ["api", v] => Some(ApiPath::GroupVersion { cluster, group: String::new(), version: v.to_string() }),

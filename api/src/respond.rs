@@ -27,3 +27,8 @@ pub fn json_bytes(body: Vec<u8>) -> HttpResponse {
 pub fn json(value: &serde_json::Value) -> HttpResponse {
     json_bytes(value.to_string().into_bytes())
 }
+
+/// An aggregated discovery document with its Content-Type.
+pub fn aggregated(value: &serde_json::Value) -> HttpResponse {
+    HttpResponse::Ok().content_type(crate::discovery::AGGREGATED_CONTENT_TYPE).body(value.to_string())
+}
