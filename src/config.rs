@@ -32,6 +32,9 @@ pub struct Config {
     /// sled's background flush period, in milliseconds.
     #[serde(default = "default_flush_every_ms")]
     pub flush_every_ms: u64,
+    /// Retention of the event log (by count and by age) and compaction period.
+    #[serde(default)]
+    pub retention: kubefold_actors::aggregator::Retention,
     /// Seconds between watch bookmarks for clients that allow them.
     #[serde(default = "default_bookmark_interval_seconds")]
     pub bookmark_interval_seconds: u64,

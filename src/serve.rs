@@ -54,7 +54,8 @@ pub fn run(config: Config, shutdown: impl Future<Output = ()> + 'static, on_list
         }
         let aggregator_arbiter = Arbiter::new();
         let fleet2 = fleet.clone();
-        let aggregator = Aggregator::start_in_arbiter(&aggregator_arbiter.handle(), move |_| Aggregator::new(fleet2));
+        let retention = config.retention;
+        let aggregator = Aggregator::start_in_arbiter(&aggregator_arbiter.handle(), move |_| Aggregator::new(fleet2, retention));
         let supervisor =
             Supervisor::new(fleet.clone(), aggregator.clone(), config.watcher_threads, recovered.checkpoints).start();
 

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use actix::{Actor, Context, Handler};
+use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler};
 use kubefold_engine::event::{Change, EventType};
 use kubefold_engine::index::{plan_change, plan_relist, Index};
 use kubefold_store::{Commit, Store};
@@ -15,17 +15,71 @@ use tracing::{debug, error, info};
 use crate::fleet::Fleet;
 use crate::messages::{Ingest, RemoveCluster, WatchBatch};
 
+/// Retention of the event log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Retention {
+    /// Keep at most this many events (the newest).
+    #[serde(default = "default_max_events")]
+    pub max_events: u64,
+    /// Keep no event older than this, in seconds.
+    #[serde(default = "default_max_age_seconds")]
+    pub max_age_seconds: u64,
+    /// Seconds between compaction passes.
+    #[serde(default = "default_compaction_interval_seconds")]
+    pub compaction_interval_seconds: u64,
+}
+
+/// 1,000,000 events: far more than kube-apiserver's in-memory watch cache
+/// window, since kubefold's history is on disk.
+pub fn default_max_events() -> u64 {
+    1_000_000
+}
+
+/// One hour (etcd compacts every 5 minutes behind kube-apiserver).
+pub fn default_max_age_seconds() -> u64 {
+    3600
+}
+
+/// One minute.
+pub fn default_compaction_interval_seconds() -> u64 {
+    60
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            max_events: default_max_events(),
+            max_age_seconds: default_max_age_seconds(),
+            compaction_interval_seconds: default_compaction_interval_seconds(),
+        }
+    }
+}
+
+/// Compacts the log now, as retention allows; replies with what was done.
+#[derive(Debug, actix::Message)]
+#[rtype(result = "Result<kubefold_store::CompactStats, String>")]
+pub struct Compact;
+
 /// The aggregator's state.
 pub struct Aggregator {
     index: Index,
     store: Store,
     fleet: Arc<Fleet>,
+    retention: Retention,
+    compacting: bool,
 }
 
 impl Aggregator {
     /// An aggregator continuing from the fleet's current snapshot.
-    pub fn new(fleet: Arc<Fleet>) -> Aggregator {
-        Aggregator { index: (*fleet.snapshot()).clone(), store: fleet.store().clone(), fleet }
+    pub fn new(fleet: Arc<Fleet>, retention: Retention) -> Aggregator {
+        Aggregator { index: (*fleet.snapshot()).clone(), store: fleet.store().clone(), fleet, retention, compacting: false }
+    }
+
+    /// The floor retention allows now.
+    fn floor(&self) -> Result<u64, kubefold_store::Error> {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        self.store.retention_floor(self.retention.max_events, self.retention.max_age_seconds.saturating_mul(1000), now)
     }
 
     /// Plans, commits and publishes one batch; returns the number of events.
@@ -55,6 +109,7 @@ impl Aggregator {
             }
             WatchBatch::Bookmark => {}
         }
+        stamp(&mut events);
         let checkpoints = vec![(cluster.clone(), resource.clone(), checkpoint)];
         let commit = Commit { events, checkpoints };
         self.store.commit(&commit)?;
@@ -101,6 +156,7 @@ impl Aggregator {
                 }
             }
         }
+        stamp(&mut events);
         let commit = Commit { events, checkpoints: Vec::new() };
         self.store.commit(&commit)?;
         self.store.remove_checkpoints(cluster)?;
@@ -118,12 +174,59 @@ impl Aggregator {
     }
 }
 
+/// Stamps events with the commit time.
+fn stamp(events: &mut [kubefold_engine::event::StoredEvent]) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    for e in events {
+        e.time_ms = now;
+    }
+}
+
 impl Actor for Aggregator {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
         // Bounded mailbox: watchers that `send` more than this wait.
         ctx.set_mailbox_capacity(64);
+        let every = std::time::Duration::from_secs(self.retention.compaction_interval_seconds.max(1));
+        ctx.run_interval(every, |this, _ctx| {
+            if this.compacting {
+                return;
+            }
+            let floor = match this.floor() {
+                Ok(f) => f,
+                Err(e) => {
+                    error!(error = %e, "Compaction floor unreadable.");
+                    return;
+                }
+            };
+            if floor <= this.fleet.compacted_rv() {
+                return;
+            }
+            this.compacting = true;
+            // Readers older than the floor get 410 from now on; the deletion
+            // itself runs off the actor thread (see Store::compact for why
+            // that is safe while commits go on).
+            this.fleet.set_compacted_rv(floor);
+            let store = this.store.clone();
+            let wait = tokio::task::spawn_blocking(move || store.compact(floor));
+            _ctx.spawn(
+                actix::WrapFuture::into_actor(wait, this).map(|result, this: &mut Aggregator, _| {
+                    this.compacting = false;
+                    match result {
+                        Ok(Ok(stats)) => {
+                            metrics::counter!("kubefold_compacted_events_total").increment(stats.removed);
+                            metrics::gauge!("kubefold_compacted_resource_version").set(stats.floor as f64);
+                            info!(floor = stats.floor, removed = stats.removed, kept = stats.kept, "Event log compacted.");
+                        }
+                        Ok(Err(e)) => error!(error = %e, "Compaction failed."),
+                        _ => error!("Compaction thread failed."),
+                    }
+                }),
+            );
+        });
         info!(head_rv = self.index.head_rv(), objects = self.index.total(), "Aggregator started.");
     }
 
@@ -144,6 +247,18 @@ impl Handler<Ingest> for Aggregator {
             metrics::counter!("kubefold_commit_failures_total").increment(1);
             e.to_string()
         })
+    }
+}
+
+impl Handler<Compact> for Aggregator {
+    type Result = Result<kubefold_store::CompactStats, String>;
+
+    fn handle(&mut self, _msg: Compact, _ctx: &mut Self::Context) -> Self::Result {
+        let floor = self.floor().map_err(|e| e.to_string())?;
+        self.fleet.set_compacted_rv(floor);
+        let stats = self.store.compact(floor).map_err(|e| e.to_string())?;
+        info!(floor = stats.floor, removed = stats.removed, kept = stats.kept, "Event log compacted.");
+        Ok(stats)
     }
 }
 

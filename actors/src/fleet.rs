@@ -123,6 +123,11 @@ impl Fleet {
         self.compacted_rv.load(Ordering::Acquire)
     }
 
+    /// Raises the compaction floor (reads and watches older than it get 410).
+    pub fn set_compacted_rv(&self, rv: u64) {
+        self.compacted_rv.fetch_max(rv, Ordering::AcqRel);
+    }
+
     /// Publishes a committed batch: the new snapshot first, then its events.
     pub(crate) fn publish(&self, index: Index, events: Vec<StoredEvent>) {
         self.snapshot.store(Arc::new(index));

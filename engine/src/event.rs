@@ -72,6 +72,8 @@ pub struct StoredEvent {
     pub fields: Vec<(String, String)>,
     /// The served body.
     pub body: ServedBody,
+    /// When the aggregator committed the event (Unix milliseconds); retention by age uses it.
+    pub time_ms: u64,
 }
 
 impl StoredEvent {
@@ -110,6 +112,7 @@ impl StoredEvent {
             labels: ingested.labels,
             fields: ingested.fields,
             body: ingested.body,
+            time_ms: 0,
         }
     }
 }

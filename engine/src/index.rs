@@ -234,6 +234,7 @@ pub fn plan_relist(
                 labels: entry.labels.clone(),
                 fields: entry.fields.clone(),
                 body,
+                time_ms: 0,
             });
             rv += 1;
         }

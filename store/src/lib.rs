@@ -98,6 +98,17 @@ pub struct Commit {
     pub checkpoints: Vec<(String, String, String)>,
 }
 
+/// What a compaction did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct CompactStats {
+    /// The new compaction floor.
+    pub floor: u64,
+    /// Events removed.
+    pub removed: u64,
+    /// Events at or below the floor kept as live or needed versions.
+    pub kept: u64,
+}
+
 /// What the store holds at start.
 #[derive(Debug)]
 pub struct Recovered {
@@ -312,6 +323,67 @@ impl Store {
         }
         self.tree.apply_batch(batch)?;
         Ok(())
+    }
+
+    /// The floor that retention allows: keep at most `max_events` events
+    /// and none older than `max_age_ms` (relative to `now_ms`); the floor
+    /// never passes `head_rv` and never goes back.
+    pub fn retention_floor(&self, max_events: u64, max_age_ms: u64, now_ms: u64) -> Result<u64> {
+        let head = self.head_rv()?;
+        let compacted = self.compacted_rv()?;
+        let mut floor = head.saturating_sub(max_events).max(compacted);
+        let cutoff = now_ms.saturating_sub(max_age_ms);
+        for item in self.tree.range(event_key(floor.saturating_add(1))..=event_key(head)) {
+            let (_, v) = item?;
+            let event: StoredEvent = decode(&v, "event")?;
+            if event.time_ms >= cutoff {
+                break;
+            }
+            floor = event.rv;
+        }
+        Ok(floor.min(head))
+    }
+
+    /// Compacts the log up to `floor`: afterwards watches and exact reads
+    /// older than `floor` are refused (410), and an event at or below it is
+    /// kept only while it is an object's live version or the previous
+    /// version of a retained event (needed to rewind to any RV >= floor).
+    /// Safe while commits go on: an event that is not live never becomes
+    /// live again, and new events only reference live versions.
+    pub fn compact(&self, floor: u64) -> Result<CompactStats> {
+        let floor = floor.min(self.head_rv()?);
+        if floor <= self.compacted_rv()? {
+            return Ok(CompactStats { floor: self.compacted_rv()?, removed: 0, kept: 0 });
+        }
+        self.tree.insert(meta_key("compacted"), &floor.to_be_bytes()[..])?;
+        let mut keep = std::collections::HashSet::new();
+        for item in self.tree.scan_prefix([INDEX]) {
+            let (_, v) = item?;
+            let entry: IndexEntry = decode(&v, "index entry")?;
+            keep.insert(entry.rv);
+        }
+        for event in self.events_after(floor) {
+            keep.insert(event?.prev_rv);
+        }
+        let (mut removed, mut kept) = (0u64, 0u64);
+        let mut batch = sled::Batch::default();
+        for item in self.tree.range(event_key(0)..=event_key(floor)) {
+            let (k, v) = item?;
+            let rv = read_u64(&k[1..], "event key")?;
+            if keep.contains(&rv) {
+                kept += 1;
+                continue;
+            }
+            let _ = v;
+            batch.remove(k);
+            removed += 1;
+            if removed % 10_000 == 0 {
+                self.tree.apply_batch(std::mem::take(&mut batch))?;
+            }
+        }
+        self.tree.apply_batch(batch)?;
+        self.db.flush()?;
+        Ok(CompactStats { floor, removed, kept })
     }
 
     /// A metadata value, created by `init` (and flushed) when absent.

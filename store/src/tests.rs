@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use kubefold_engine::event::{Change, ObjectKey};
+use kubefold_engine::event::{Change, EventType, ObjectKey};
 use kubefold_engine::index::{plan_change, Index};
 use kubefold_engine::object::ingest;
 use kubefold_engine::resources;
@@ -112,6 +112,7 @@ enum Op {
     Delete(u8),
     Commit,
     Reopen,
+    Compact(u8),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -120,11 +121,12 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0u8..8).prop_map(Op::Delete),
         2 => Just(Op::Commit),
         1 => Just(Op::Reopen),
+        1 => (0u8..6).prop_map(Op::Compact),
     ]
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 32, .. ProptestConfig::default() })]
 
     /// Random upserts and deletes go to the store and to a BTreeMap model;
     /// after every commit and every reopen (a crash that loses nothing
@@ -139,6 +141,9 @@ proptest! {
         let mut pending = Vec::new();
         let mut member_rv = 0u64;
         let mut last_head = 0u64;
+        // The model's state after each committed RV, to check rewinds.
+        let mut history: BTreeMap<u64, BTreeMap<String, u64>> = BTreeMap::new();
+        history.insert(0, BTreeMap::new());
         for op in ops {
             match op {
                 Op::Upsert(n) => { member_rv += 1; pending.push(pod_change(&format!("p{n}"), member_rv, false)); }
@@ -150,7 +155,34 @@ proptest! {
                             Change::Delete(i) => { model.remove(&i.name); }
                         }
                     }
-                    commit_changes(&store, &mut index, std::mem::take(&mut pending));
+                    let events = commit_changes(&store, &mut index, std::mem::take(&mut pending));
+                    // Replay the model per event to know the state at every RV.
+                    let mut state = history.values().next_back().cloned().unwrap_or_default();
+                    for e in &events {
+                        match e.event_type {
+                            EventType::Deleted => { state.remove(&e.key.name); }
+                            _ => { state.insert(e.key.name.clone(), e.member_rv.parse().unwrap()); }
+                        }
+                        history.insert(e.rv, state.clone());
+                    }
+                }
+                Op::Compact(keep) => {
+                    let head = store.head_rv().unwrap();
+                    let floor = head.saturating_sub(keep as u64);
+                    let stats = store.compact(floor).unwrap();
+                    prop_assert!(stats.floor >= store.compacted_rv().unwrap().min(floor));
+                    // Every RV from the floor on can still be rebuilt exactly.
+                    let compacted = store.compacted_rv().unwrap();
+                    for (&rv, expected) in history.range(compacted..) {
+                        let mut newer: Vec<_> = store.events_after(rv).map(|e| e.unwrap()).collect();
+                        newer.reverse();
+                        let rewound = index.rewind(rv, newer, |r| store.event(r).unwrap()).expect("versions retained");
+                        let got: BTreeMap<String, u64> = rewound
+                            .range("v1/pods", None, None)
+                            .map(|(k, e)| (k.name.clone(), e.member_rv.parse().unwrap()))
+                            .collect();
+                        prop_assert_eq!(&got, expected, "state at rv {} after compaction to {}", rv, compacted);
+                    }
                 }
                 Op::Reopen => {
                     pending.clear(); // uncommitted changes are lost in a crash
