@@ -36,6 +36,24 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Run one simulated member cluster API server.
     Sim(kubefold_testdata::SimArgs),
+    /// Write a consistent copy of a data dir (kubefold must not be running on it).
+    Backup {
+        /// The data dir.
+        #[arg(long, default_value = "kubefold-data")]
+        data_dir: PathBuf,
+        /// The backup file to write.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Create a data dir from a backup file.
+    Restore {
+        /// The backup file.
+        #[arg(long = "in")]
+        input: PathBuf,
+        /// The new (empty) data dir.
+        #[arg(long)]
+        data_dir: PathBuf,
+    },
 }
 
 /// Flags of `kubefold serve`; they override the config file.
@@ -127,5 +145,20 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Demo(args) => demo::run(args),
         Command::Sim(args) => kubefold_testdata::run_cli(args).map_err(Into::into),
+        Command::Backup { data_dir, out } => {
+            let store = kubefold_store::Store::open(&data_dir, &kubefold_store::Options::default())
+                .map_err(|e| anyhow::anyhow!("{e} (is kubefold running on it? stop it first)"))?;
+            let file = std::fs::File::create(&out).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", out.display()))?;
+            let mut writer = std::io::BufWriter::new(file);
+            let records = store.backup(&mut writer)?;
+            println!("backup of {} written to {}: {records} records, head resourceVersion {}", data_dir.display(), out.display(), store.head_rv()?);
+            Ok(())
+        }
+        Command::Restore { input, data_dir } => {
+            let file = std::fs::File::open(&input).map_err(|e| anyhow::anyhow!("cannot open {}: {e}", input.display()))?;
+            let store = kubefold_store::Store::restore(&data_dir, &mut std::io::BufReader::new(file), &kubefold_store::Options::default())?;
+            println!("restored {} into {}: head resourceVersion {}", input.display(), data_dir.display(), store.head_rv()?);
+            Ok(())
+        }
     }
 }

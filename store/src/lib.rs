@@ -128,6 +128,9 @@ pub struct Store {
     durability: Durability,
 }
 
+/// First bytes of a backup file.
+const BACKUP_MAGIC: &[u8; 18] = b"kubefold-backup/1\n";
+
 const EVENT: u8 = b'e';
 const INDEX: u8 = b'i';
 const CHECKPOINT: u8 = b'c';
@@ -395,6 +398,92 @@ impl Store {
         self.tree.insert(meta_key(name), value.clone())?;
         self.db.flush()?;
         Ok(value)
+    }
+
+    /// Writes a copy of the whole store to `out`: a header naming the format,
+    /// then every record, then a checksum. Call it where no commit runs at
+    /// the same time (the aggregator, or a stopped kubefold) for a
+    /// consistent copy. Returns the number of records.
+    pub fn backup(&self, out: &mut impl std::io::Write) -> Result<u64> {
+        use std::hash::Hasher;
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        let io = |e: std::io::Error| Error::Io(sled::Error::Io(e));
+        out.write_all(BACKUP_MAGIC).map_err(io)?;
+        let mut count = 0u64;
+        for item in self.tree.iter() {
+            let (k, v) = item?;
+            for part in [&k[..], &v[..]] {
+                let len = (part.len() as u32).to_be_bytes();
+                out.write_all(&len).map_err(io)?;
+                out.write_all(part).map_err(io)?;
+                hasher.write(&len);
+                hasher.write(part);
+            }
+            count += 1;
+        }
+        out.write_all(&u32::MAX.to_be_bytes()).map_err(io)?;
+        out.write_all(&hasher.finish().to_be_bytes()).map_err(io)?;
+        out.flush().map_err(io)?;
+        Ok(count)
+    }
+
+    /// Creates a store in the empty directory `path` from a backup.
+    pub fn restore(path: &Path, input: &mut impl std::io::Read, options: &Options) -> Result<Store> {
+        use std::hash::Hasher;
+        if path.exists() && std::fs::read_dir(path).map(|mut d| d.next().is_some()).unwrap_or(false) {
+            return Err(Error::Corrupt { what: format!("restore target {} is not empty; restore into a new --data-dir", path.display()) });
+        }
+        let bad = |what: &str| Error::Corrupt { what: format!("backup file: {what}") };
+        let mut magic = [0u8; BACKUP_MAGIC.len()];
+        input.read_exact(&mut magic).map_err(|_| bad("too short"))?;
+        if magic != *BACKUP_MAGIC {
+            return Err(bad("not a kubefold backup of this format"));
+        }
+        let db = sled::Config::new()
+            .path(path)
+            .flush_every_ms(Some(options.flush_every_ms))
+            .open()
+            .map_err(|source| Error::OpenFailed { path: path.to_path_buf(), source })?;
+        let tree = db.open_tree("kubefold")?;
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        let mut batch = sled::Batch::default();
+        let mut pending = 0;
+        let read_len = |input: &mut dyn std::io::Read| -> Result<u32> {
+            let mut len = [0u8; 4];
+            input.read_exact(&mut len).map_err(|_| bad("truncated"))?;
+            Ok(u32::from_be_bytes(len))
+        };
+        loop {
+            let klen = read_len(input)?;
+            if klen == u32::MAX {
+                break;
+            }
+            let mut key = vec![0u8; klen as usize];
+            input.read_exact(&mut key).map_err(|_| bad("truncated"))?;
+            let vlen = read_len(input)?;
+            let mut value = vec![0u8; vlen as usize];
+            input.read_exact(&mut value).map_err(|_| bad("truncated"))?;
+            hasher.write(&klen.to_be_bytes());
+            hasher.write(&key);
+            hasher.write(&vlen.to_be_bytes());
+            hasher.write(&value);
+            batch.insert(key, value);
+            pending += 1;
+            if pending == 10_000 {
+                tree.apply_batch(std::mem::take(&mut batch))?;
+                pending = 0;
+            }
+        }
+        let mut sum = [0u8; 8];
+        input.read_exact(&mut sum).map_err(|_| bad("truncated"))?;
+        if u64::from_be_bytes(sum) != hasher.finish() {
+            return Err(bad("checksum mismatch"));
+        }
+        tree.apply_batch(batch)?;
+        db.flush()?;
+        drop(tree);
+        drop(db);
+        Store::open(path, options)
     }
 
     /// Flushes everything to disk.

@@ -79,6 +79,32 @@ fn events_and_index_round_trip_through_reopen() {
 }
 
 #[test]
+fn backup_and_restore_give_the_same_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options::default();
+    let store = Store::open(&dir.path().join("a"), &opts).unwrap();
+    let mut index = Index::at(0);
+    commit_changes(&store, &mut index, (0..50).map(|i| pod_change(&format!("p{i}"), i, false)).collect());
+    commit_changes(&store, &mut index, vec![pod_change("p3", 60, true)]);
+    let mut file = Vec::new();
+    let records = store.backup(&mut file).unwrap();
+    assert!(records > 100);
+    let restored = Store::restore(&dir.path().join("b"), &mut &file[..], &opts).unwrap();
+    assert_eq!(restored.head_rv().unwrap(), store.head_rv().unwrap());
+    let got = restored.recover().unwrap();
+    assert_eq!(index_contents(&got.index), index_contents(&index));
+    assert_eq!(got.checkpoints, store.recover().unwrap().checkpoints);
+
+    // A damaged backup is refused, and so is a non-empty target.
+    let mut damaged = file.clone();
+    let at = damaged.len() / 2;
+    damaged[at] ^= 0xff;
+    assert!(Store::restore(&dir.path().join("c"), &mut &damaged[..], &opts).is_err());
+    assert!(Store::restore(&dir.path().join("a"), &mut &file[..], &opts).is_err());
+    assert!(Store::restore(&dir.path().join("d"), &mut &file[..100], &opts).is_err());
+}
+
+#[test]
 fn foreign_format_is_refused_with_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     {
