@@ -10,10 +10,10 @@ use actix::{Actor, Arbiter};
 use anyhow::Context as _;
 use kubefold_actors::aggregator::Aggregator;
 use kubefold_actors::fleet::Fleet;
-use kubefold_actors::supervisor::{AddCluster, Supervisor};
+use kubefold_actors::supervisor::{AddCluster, DropCluster, Supervisor};
 use kubefold_api::{ApiConfig, ApiState};
 use kubefold_store::{Options, Store};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::config::Config;
 
@@ -56,8 +56,20 @@ pub fn run(config: Config, shutdown: impl Future<Output = ()> + 'static, on_list
         let fleet2 = fleet.clone();
         let retention = config.retention;
         let aggregator = Aggregator::start_in_arbiter(&aggregator_arbiter.handle(), move |_| Aggregator::new(fleet2, retention));
+        let configured: std::collections::BTreeSet<&str> = config.clusters.iter().map(|c| c.name.as_str()).collect();
+        let removed: std::collections::BTreeSet<String> = recovered
+            .checkpoints
+            .keys()
+            .map(|(cluster, _)| cluster.clone())
+            .filter(|c| !configured.contains(c.as_str()))
+            .collect();
         let supervisor =
             Supervisor::new(fleet.clone(), aggregator.clone(), config.watcher_threads, recovered.checkpoints).start();
+        for cluster in removed {
+            // A cluster that left the configuration is removed: its objects become DELETED events.
+            warn!(cluster = %cluster, "Cluster is no longer configured; removing its objects.");
+            supervisor.do_send(DropCluster(cluster));
+        }
 
         let api_config = ApiConfig {
             listen: config.listen,
