@@ -45,7 +45,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
             ..SimConfig::default()
         })?;
         println!("member cluster {name}: {}", sim.url());
-        config.clusters.push(ClusterSpec { name, url: Some(sim.url()), kubeconfig: None, context: None });
+        config.clusters.push(ClusterSpec::from_url(&name, &sim.url()));
         sims.push(sim);
     }
     let urls: Vec<String> = sims.iter().map(|s| s.url()).collect();

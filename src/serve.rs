@@ -25,6 +25,28 @@ fn metrics_handle() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
         .clone()
 }
 
+/// The data dir may hold member credentials (registered clusters): only
+/// kubefold's user may read it (0700 for the directory, 0600 for files).
+fn restrict_permissions(dir: &std::path::Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700));
+                    stack.push(path);
+                } else {
+                    let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
+                }
+            }
+        }
+    }
+}
+
 /// Runs kubefold until `shutdown` resolves; `on_listening` is told the
 /// address once the API listens.
 pub fn run(config: Config, shutdown: impl Future<Output = ()> + 'static, on_listening: impl FnOnce(SocketAddr) + 'static) -> anyhow::Result<()> {
@@ -36,6 +58,7 @@ pub fn run(config: Config, shutdown: impl Future<Output = ()> + 'static, on_list
             ..Options::default()
         };
         let store = Store::open(&config.data_dir, &options)?;
+        restrict_permissions(&config.data_dir);
         let recovered = store.recover()?;
         info!(
             data_dir = %config.data_dir.display(),
@@ -46,17 +69,27 @@ pub fn run(config: Config, shutdown: impl Future<Output = ()> + 'static, on_list
         let secret = store.meta_or_init("token-secret", || rand::random::<[u8; 32]>().to_vec())?;
         let catalog = kubefold_engine::resources::builtin();
         let fleet = Fleet::new(catalog, config.name_style, store.clone(), recovered.index, recovered.compacted_rv);
-        for cluster in &config.clusters {
+        let aggregator_arbiter = Arbiter::new();
+        let fleet2 = fleet.clone();
+        let retention = config.retention;
+        let aggregator = Aggregator::start_in_arbiter(&aggregator_arbiter.handle(), move |_| Aggregator::new(fleet2, retention));
+        // Members: the configured ones and those registered through the admin API.
+        let mut clusters = config.clusters.clone();
+        for spec in kubefold_api::admin::read_registry(&store).map_err(|s| anyhow::anyhow!(s.message))? {
+            if clusters.iter().any(|c| c.name == spec.name) {
+                warn!(cluster = %spec.name, "Cluster is both configured and registered; the configuration wins.");
+            } else {
+                clusters.push(spec);
+            }
+        }
+        // readyz lists every member (Connecting) before any is contacted.
+        for cluster in &clusters {
             for resource in fleet.catalog() {
                 let checkpoint = recovered.checkpoints.get(&(cluster.name.clone(), resource.key())).cloned();
                 fleet.update_status(&cluster.name, &resource.key(), |s| s.checkpoint = checkpoint);
             }
         }
-        let aggregator_arbiter = Arbiter::new();
-        let fleet2 = fleet.clone();
-        let retention = config.retention;
-        let aggregator = Aggregator::start_in_arbiter(&aggregator_arbiter.handle(), move |_| Aggregator::new(fleet2, retention));
-        let configured: std::collections::BTreeSet<&str> = config.clusters.iter().map(|c| c.name.as_str()).collect();
+        let configured: std::collections::BTreeSet<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
         let removed: std::collections::BTreeSet<String> = recovered
             .checkpoints
             .keys()
@@ -78,13 +111,15 @@ pub fn run(config: Config, shutdown: impl Future<Output = ()> + 'static, on_list
             min_watch_timeout: Duration::from_secs(config.min_request_timeout_seconds.max(1)),
             ..ApiConfig::default()
         };
-        let state = Arc::new(ApiState::new(fleet.clone(), api_config, secret, metrics_handle()));
+        let mut state = ApiState::new(fleet.clone(), api_config, secret, metrics_handle());
+        state.control = Some(kubefold_api::admin::Control { supervisor: supervisor.clone(), aggregator: aggregator.clone() });
+        let state = Arc::new(state);
         let (server, addrs) = kubefold_api::server(state).context("cannot start the API listener")?;
         let addr = addrs.first().copied().context("the API listener has no address")?;
         info!(listen = %addr, "Serving the Kubernetes API.");
         on_listening(addr);
         // Members are contacted only after reads are served from the store.
-        for cluster in &config.clusters {
+        for cluster in &clusters {
             supervisor.do_send(AddCluster(cluster.clone()));
         }
         let handle = server.handle();

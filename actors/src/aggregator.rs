@@ -61,6 +61,12 @@ impl Default for Retention {
 #[rtype(result = "Result<kubefold_store::CompactStats, String>")]
 pub struct Compact;
 
+/// Writes a consistent backup (between two commits) to a temporary file;
+/// replies with its path.
+#[derive(Debug, actix::Message)]
+#[rtype(result = "Result<std::path::PathBuf, String>")]
+pub struct Backup;
+
 /// The aggregator's state.
 pub struct Aggregator {
     index: Index,
@@ -259,6 +265,19 @@ impl Handler<Compact> for Aggregator {
         let stats = self.store.compact(floor).map_err(|e| e.to_string())?;
         info!(floor = stats.floor, removed = stats.removed, kept = stats.kept, "Event log compacted.");
         Ok(stats)
+    }
+}
+
+impl Handler<Backup> for Aggregator {
+    type Result = Result<std::path::PathBuf, String>;
+
+    fn handle(&mut self, _msg: Backup, _ctx: &mut Self::Context) -> Self::Result {
+        let path = std::env::temp_dir().join(format!("kubefold-backup-{}-{}.bin", std::process::id(), self.index.head_rv()));
+        let file = std::fs::File::create(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        let mut writer = std::io::BufWriter::new(file);
+        let records = self.store.backup(&mut writer).map_err(|e| e.to_string())?;
+        info!(records, head_rv = self.index.head_rv(), "Backup written.");
+        Ok(path)
     }
 }
 

@@ -43,8 +43,8 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// How to reach one member cluster.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ClusterSpec {
     /// Cluster name (a DNS-1123 label); the suffix of qualified names.
     pub name: String,
@@ -58,9 +58,63 @@ pub struct ClusterSpec {
     /// Context of the kubeconfig to use; its current context when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
+    /// Bearer token for `url` (never logged; redacted by the admin API).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// PEM file of the CA that signs the member's serving certificate (for `url`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
+    /// Skip verification of the member's serving certificate (for `url`; testing only).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub insecure_skip_tls_verify: bool,
+}
+
+/// Shows whether a secret is set, never its value.
+pub struct Redacted<'a>(pub &'a Option<String>);
+
+impl std::fmt::Debug for Redacted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "<redacted>" } else { "none" })
+    }
+}
+
+impl std::fmt::Debug for ClusterSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterSpec")
+            .field("name", &self.name)
+            .field("url", &self.url)
+            .field("kubeconfig", &self.kubeconfig)
+            .field("context", &self.context)
+            .field("token", &Redacted(&self.token))
+            .field("ca_file", &self.ca_file)
+            .field("insecure_skip_tls_verify", &self.insecure_skip_tls_verify)
+            .finish()
+    }
 }
 
 impl ClusterSpec {
+    /// A member reached at `url` without credentials.
+    pub fn from_url(name: &str, url: &str) -> ClusterSpec {
+        ClusterSpec {
+            name: name.to_string(),
+            url: Some(url.to_string()),
+            kubeconfig: None,
+            context: None,
+            token: None,
+            ca_file: None,
+            insecure_skip_tls_verify: false,
+        }
+    }
+
+    /// The spec as the admin API shows it: the token replaced by `<redacted>`.
+    pub fn redacted(&self) -> ClusterSpec {
+        let mut spec = self.clone();
+        if spec.token.is_some() {
+            spec.token = Some("<redacted>".to_string());
+        }
+        spec
+    }
+
     /// Parses the `--cluster NAME=URL` / `--cluster NAME=PATH[#CONTEXT]` flag.
     pub fn parse_flag(flag: &str) -> std::result::Result<ClusterSpec, String> {
         let (name, target) = flag
@@ -72,13 +126,13 @@ impl ClusterSpec {
             ));
         }
         if target.starts_with("http://") || target.starts_with("https://") {
-            return Ok(ClusterSpec { name: name.into(), url: Some(target.into()), kubeconfig: None, context: None });
+            return Ok(ClusterSpec::from_url(name, target));
         }
         let (path, context) = match target.split_once('#') {
             Some((p, c)) => (p, Some(c.to_string())),
             None => (target, None),
         };
-        Ok(ClusterSpec { name: name.into(), url: None, kubeconfig: Some(PathBuf::from(path)), context })
+        Ok(ClusterSpec { url: None, kubeconfig: Some(PathBuf::from(path)), context, ..ClusterSpec::from_url(name, "") })
     }
 
     /// Builds a kube client for this member. Must run inside a tokio runtime.
@@ -93,6 +147,14 @@ impl ClusterSpec {
                 let mut config = kube::Config::new(uri);
                 // Watches are long; reads between lines are bounded by the watch timeout.
                 config.read_timeout = Some(std::time::Duration::from_secs(330));
+                config.connect_timeout = Some(std::time::Duration::from_secs(10));
+                if let Some(token) = &self.token {
+                    config.auth_info.token = Some(secrecy::SecretString::from(token.clone()));
+                }
+                if let Some(ca) = &self.ca_file {
+                    config.root_cert_file = Some(ca.clone());
+                }
+                config.accept_invalid_certs = self.insecure_skip_tls_verify;
                 config
             }
             (None, Some(path)) => {
@@ -122,6 +184,14 @@ impl ClusterSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tokens_never_show() {
+        let mut s = ClusterSpec::from_url("m1", "https://x");
+        s.token = Some("s3cr3t".into());
+        assert!(!format!("{s:?}").contains("s3cr3t"));
+        assert!(!serde_json::to_string(&s.redacted()).unwrap().contains("s3cr3t"));
+    }
 
     #[test]
     fn cluster_flags_parse() {

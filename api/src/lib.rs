@@ -4,6 +4,7 @@
 //!
 //! - [`path`]: parsing of Kubernetes API paths.
 //! - [`query`]: list, get and watch parameters.
+//! - [`admin`]: `/admin/v1` (clusters, resources, stats, compaction, backup).
 //! - [`discovery`]: `/version`, `/api`, `/apis` documents.
 //! - [`read`]: list and get (JSON and Table).
 //! - [`watch`]: watch streams.
@@ -12,15 +13,18 @@
 //! - [`health`]: `/healthz`, `/livez`, `/readyz`, `/metrics`.
 //! - [`respond`]: Status errors and JSON responses.
 
+pub mod admin;
 pub mod discovery;
 pub mod edit;
 pub mod estimators;
 pub mod health;
+pub mod auth;
 pub mod members;
 pub mod path;
 pub mod query;
 pub mod read;
 pub mod respond;
+pub mod tls;
 pub mod watch;
 
 use std::net::SocketAddr;
@@ -86,6 +90,8 @@ pub struct ApiState {
     pub token_secret: Vec<u8>,
     /// Prometheus exporter, when installed.
     pub metrics: Option<PrometheusHandle>,
+    /// Actors the admin API drives (absent in read-only setups).
+    pub control: Option<admin::Control>,
     snapshots: Mutex<lru::LruCache<u64, Arc<Index>>>,
 }
 
@@ -93,7 +99,7 @@ impl ApiState {
     /// State over `fleet`.
     pub fn new(fleet: Arc<Fleet>, config: ApiConfig, token_secret: Vec<u8>, metrics: Option<PrometheusHandle>) -> ApiState {
         let cache = lru::LruCache::new(NonZeroUsize::new(8).unwrap_or(NonZeroUsize::MIN));
-        ApiState { fleet, config, token_secret, metrics, snapshots: Mutex::new(cache) }
+        ApiState { fleet, config, token_secret, metrics, control: None, snapshots: Mutex::new(cache) }
     }
 
     /// Waits until the index reaches `rv`, up to `rv_wait`; 504 Timeout
@@ -232,7 +238,8 @@ async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath, 
             if let (Some(true), Some(n)) = (send_initial, query.resource_version()?) {
                 state.wait_for_rv(n).await?;
             }
-            watch::watch(state.clone(), scope, &query, send_initial, read::wants_table(req))
+            let agent = req.headers().get(actix_web::http::header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("unknown");
+            watch::watch(state.clone(), scope, &query, send_initial, read::wants_table(req), agent)
         }
         (Method::GET, None, None) => {
             let read_at = query.list_read_at()?;
@@ -279,6 +286,7 @@ pub fn server(state: Arc<ApiState>) -> std::io::Result<(Server, Vec<SocketAddr>)
             .route("/livez", web::get().to(health::healthz))
             .route("/readyz", web::get().to(health::readyz))
             .route("/metrics", web::get().to(health::metrics))
+            .configure(admin::configure)
             .default_service(web::to(dispatch))
     })
     .workers(config.workers.max(1))

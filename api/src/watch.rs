@@ -18,6 +18,47 @@ use crate::query::{flag, Query};
 use crate::read::{Filter, IncludeObject, Scope, TablePrinter};
 use crate::ApiState;
 
+/// Open watches by client user agent.
+static WATCH_CLIENTS: std::sync::Mutex<std::collections::BTreeMap<String, usize>> = std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// Number of open watches.
+pub fn open_watches() -> usize {
+    WATCH_CLIENTS.lock().map(|m| m.values().sum()).unwrap_or(0)
+}
+
+/// Open watches by the client's User-Agent (its first word).
+pub fn watch_clients_by_user_agent() -> std::collections::BTreeMap<String, usize> {
+    WATCH_CLIENTS.lock().map(|m| m.clone()).unwrap_or_default()
+}
+
+/// Counts a watch while it is open.
+struct Registered(String);
+
+impl Registered {
+    fn new(user_agent: &str) -> Registered {
+        let agent = user_agent.split_whitespace().next().unwrap_or("unknown").to_string();
+        if let Ok(mut m) = WATCH_CLIENTS.lock() {
+            *m.entry(agent.clone()).or_default() += 1;
+        }
+        metrics::gauge!("kubefold_watches").increment(1.0);
+        Registered(agent)
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        if let Ok(mut m) = WATCH_CLIENTS.lock() {
+            if let Some(n) = m.get_mut(&self.0) {
+                *n -= 1;
+                if *n == 0 {
+                    m.remove(&self.0);
+                }
+            }
+        }
+        metrics::gauge!("kubefold_watches").decrement(1.0);
+    }
+}
+
 /// Chunks buffered towards one watch client before it counts as slow.
 const CLIENT_BUFFER: usize = 1024;
 
@@ -52,7 +93,14 @@ struct Watch {
 /// `k8s.io/initial-events-end` ("Streaming lists", API Concepts);
 /// `Some(false)` with no resourceVersion starts at the most recent state
 /// without replaying it.
-pub fn watch(state: Arc<ApiState>, scope: Scope, query: &Query, send_initial: Option<bool>, table: bool) -> Result<HttpResponse, Status> {
+pub fn watch(
+    state: Arc<ApiState>,
+    scope: Scope,
+    query: &Query,
+    send_initial: Option<bool>,
+    table: bool,
+    user_agent: &str,
+) -> Result<HttpResponse, Status> {
     let filter = Filter::parse(&scope.resource, query)?;
     let start = match (send_initial, query.resource_version()?) {
         (Some(true), _) => Start::State { end_bookmark: true },
@@ -81,8 +129,9 @@ pub fn watch(state: Arc<ApiState>, scope: Scope, query: &Query, send_initial: Op
     let snapshot = state.fleet.snapshot();
     let compacted = state.fleet.compacted_rv();
     let watch = Watch { state, scope, filter, table, headers_sent: false, bookmarks, tx };
-    metrics::gauge!("kubefold_watches").increment(1.0);
+    let registered = Registered::new(user_agent);
     actix_web::rt::spawn(async move {
+        let _registered = registered;
         let end = tokio::time::sleep(timeout);
         tokio::pin!(end);
         let run = watch.run(start, snapshot, compacted, events);
@@ -90,7 +139,6 @@ pub fn watch(state: Arc<ApiState>, scope: Scope, query: &Query, send_initial: Op
             _ = run => {}
             _ = &mut end => {}
         }
-        metrics::gauge!("kubefold_watches").decrement(1.0);
     });
     let body = futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|o| o.map(Ok::<_, actix_web::Error>)));
     Ok(HttpResponse::Ok().content_type("application/json").streaming(body))

@@ -389,6 +389,13 @@ impl Store {
         Ok(CompactStats { floor, removed, kept })
     }
 
+    /// Writes a metadata value and flushes it.
+    pub fn put_meta(&self, name: &str, value: &[u8]) -> Result<()> {
+        self.tree.insert(meta_key(name), value)?;
+        self.db.flush()?;
+        Ok(())
+    }
+
     /// A metadata value, created by `init` (and flushed) when absent.
     pub fn meta_or_init(&self, name: &str, init: impl FnOnce() -> Vec<u8>) -> Result<Vec<u8>> {
         if let Some(v) = self.tree.get(meta_key(name))? {

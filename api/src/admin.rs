@@ -1,0 +1,271 @@
+//! Admin REST (`/admin/v1`): member clusters (list, get, register, update,
+//! remove, status), aggregated resource types, stats, compaction and backup.
+//! Registrations persist in the store; credentials are never returned.
+
+use std::collections::BTreeMap;
+
+use actix::Addr;
+use actix_web::{web, HttpResponse};
+use kubefold_actors::aggregator::{Aggregator, Backup, Compact};
+use kubefold_actors::cluster::ClusterSpec;
+use kubefold_actors::fleet::SyncState;
+use kubefold_actors::supervisor::{AddCluster, DropCluster, Supervisor};
+use kubefold_engine::status::Status;
+use serde_json::{json, Value};
+
+use crate::{respond, ApiState};
+
+/// Handles of the actors the admin API drives.
+#[derive(Clone)]
+pub struct Control {
+    /// Starts and stops watchers.
+    pub supervisor: Addr<Supervisor>,
+    /// Compaction and backup.
+    pub aggregator: Addr<Aggregator>,
+}
+
+/// The store key of the registered clusters.
+pub const REGISTRY_KEY: &str = "clusters";
+
+/// Reads the registered clusters from the store.
+pub fn registered(state: &ApiState) -> Result<Vec<ClusterSpec>, Status> {
+    read_registry(state.fleet.store())
+}
+
+/// Reads the registered clusters from a store.
+pub fn read_registry(store: &kubefold_store::Store) -> Result<Vec<ClusterSpec>, Status> {
+    let bytes = store.meta_or_init(REGISTRY_KEY, || b"[]".to_vec()).map_err(|e| Status::internal(e.to_string()))?;
+    serde_json::from_slice(&bytes).map_err(|e| Status::internal(format!("cluster registry is unreadable: {e}")))
+}
+
+fn write_registry(state: &ApiState, clusters: &[ClusterSpec]) -> Result<(), Status> {
+    let bytes = serde_json::to_vec(clusters).map_err(|e| Status::internal(e.to_string()))?;
+    state.fleet.store().put_meta(REGISTRY_KEY, &bytes).map_err(|e| Status::internal(e.to_string()))
+}
+
+fn control(state: &ApiState) -> Result<&Control, Status> {
+    state.control.as_ref().ok_or_else(|| Status::unavailable("cluster management is not available in this process"))
+}
+
+/// Status of one cluster: its connection, per-type sync state and object
+/// counts, checkpoints, last error, reconnects.
+fn cluster_status(state: &ApiState, cluster: &str) -> Value {
+    let all = state.fleet.status();
+    let snapshot = state.fleet.snapshot();
+    let watchers = all.get(cluster).cloned().unwrap_or_default();
+    let mut resources = BTreeMap::new();
+    let mut synced = !watchers.is_empty();
+    let mut stale = false;
+    let mut last_error: Option<String> = None;
+    let (mut reconnects, mut relists, mut events) = (0u64, 0u64, 0u64);
+    for (resource, w) in &watchers {
+        synced &= w.state == SyncState::Synced;
+        stale |= w.state == SyncState::Stale;
+        if w.last_error.is_some() {
+            last_error = w.last_error.clone();
+        }
+        reconnects += w.reconnects;
+        relists += w.relists;
+        events += w.events;
+        resources.insert(resource.clone(), json!({
+            "state": w.state,
+            "objects": snapshot.count_cluster(resource, cluster),
+            "checkpoint": w.checkpoint,
+            "lastError": w.last_error,
+            "relists": w.relists,
+            "reconnects": w.reconnects,
+            "events": w.events,
+        }));
+    }
+    let phase = if synced { "Synced" } else if stale { "Stale" } else { "Connecting" };
+    json!({
+        "phase": phase,
+        "synced": synced,
+        "stale": stale,
+        "lastError": last_error,
+        "reconnects": reconnects,
+        "relists": relists,
+        "events": events,
+        "resources": resources,
+    })
+}
+
+fn cluster_json(state: &ApiState, spec: &ClusterSpec, source: &str) -> Value {
+    json!({"spec": spec.redacted(), "source": source, "status": cluster_status(state, &spec.name)})
+}
+
+/// Every member cluster: configured (config file, flags) and registered (API).
+fn all_clusters(state: &ApiState) -> Result<Vec<(ClusterSpec, &'static str)>, Status> {
+    let registered = registered(state)?;
+    let mut out = Vec::new();
+    for name in state.fleet.member_names() {
+        let Some(spec) = state.fleet.member(&name) else { continue };
+        let source = if registered.iter().any(|r| r.name == name) { "api" } else { "config" };
+        out.push((spec, source));
+    }
+    Ok(out)
+}
+
+/// `GET /admin/v1/clusters`.
+pub async fn list_clusters(state: web::Data<ApiState>) -> HttpResponse {
+    match all_clusters(&state) {
+        Ok(clusters) => {
+            let items: Vec<Value> = clusters.iter().map(|(s, src)| cluster_json(&state, s, src)).collect();
+            respond::json(&json!({"items": items}))
+        }
+        Err(s) => respond::status(&s),
+    }
+}
+
+/// `GET /admin/v1/clusters/{name}`.
+pub async fn get_cluster(state: web::Data<ApiState>, name: web::Path<String>) -> HttpResponse {
+    match all_clusters(&state) {
+        Ok(clusters) => match clusters.iter().find(|(s, _)| s.name == *name) {
+            Some((s, src)) => respond::json(&cluster_json(&state, s, src)),
+            None => respond::status(&Status::not_found("admin.kubefold.io", "clusters", &name)),
+        },
+        Err(s) => respond::status(&s),
+    }
+}
+
+fn parse_spec(body: &[u8]) -> Result<ClusterSpec, Status> {
+    let spec: ClusterSpec = serde_json::from_slice(body).map_err(|e| Status::bad_request(format!("invalid cluster: {e}")))?;
+    if !kubefold_engine::names::is_valid_cluster_name(&spec.name) {
+        return Err(Status::new(422, "Invalid", format!("cluster name {:?} must be a DNS-1123 label (lowercase letters, digits, '-', at most 63)", spec.name)));
+    }
+    if spec.url.is_some() == spec.kubeconfig.is_some() {
+        return Err(Status::new(422, "Invalid", format!("cluster {:?}: set exactly one of url and kubeconfig", spec.name)));
+    }
+    Ok(spec)
+}
+
+/// `POST /admin/v1/clusters`: registers a cluster and starts watching it.
+pub async fn register_cluster(state: web::Data<ApiState>, body: web::Bytes) -> HttpResponse {
+    let result = async {
+        let spec = parse_spec(&body)?;
+        if state.fleet.member(&spec.name).is_some() {
+            return Err(Status::new(409, "AlreadyExists", format!("cluster \"{}\" already exists", spec.name)));
+        }
+        let mut registry = registered(&state)?;
+        registry.push(spec.clone());
+        write_registry(&state, &registry)?;
+        control(&state)?.supervisor.send(AddCluster(spec.clone())).await.map_err(|e| Status::internal(e.to_string()))?;
+        Ok(HttpResponse::Created().content_type(respond::JSON).body(cluster_json(&state, &spec, "api").to_string()))
+    }
+    .await;
+    result.unwrap_or_else(|s| respond::status(&s))
+}
+
+/// `PUT /admin/v1/clusters/{name}`: changes a registered cluster; its watchers reconnect.
+pub async fn update_cluster(state: web::Data<ApiState>, name: web::Path<String>, body: web::Bytes) -> HttpResponse {
+    let result = async {
+        let spec = parse_spec(&body)?;
+        if spec.name != *name {
+            return Err(Status::bad_request(format!("the name in the body ({}) does not match the URL ({name})", spec.name)));
+        }
+        let mut registry = registered(&state)?;
+        match registry.iter_mut().find(|s| s.name == *name) {
+            Some(existing) => *existing = spec.clone(),
+            None if state.fleet.member(&name).is_some() => {
+                return Err(Status::conflict(format!("cluster \"{name}\" comes from the configuration file; change it there")))
+            }
+            None => return Err(Status::not_found("admin.kubefold.io", "clusters", &name)),
+        }
+        write_registry(&state, &registry)?;
+        control(&state)?.supervisor.send(AddCluster(spec.clone())).await.map_err(|e| Status::internal(e.to_string()))?;
+        Ok(respond::json(&cluster_json(&state, &spec, "api")))
+    }
+    .await;
+    result.unwrap_or_else(|s| respond::status(&s))
+}
+
+/// `DELETE /admin/v1/clusters/{name}`: stops watching; its objects become DELETED events.
+pub async fn remove_cluster(state: web::Data<ApiState>, name: web::Path<String>) -> HttpResponse {
+    let result = async {
+        if state.fleet.member(&name).is_none() {
+            return Err(Status::not_found("admin.kubefold.io", "clusters", &name));
+        }
+        let mut registry = registered(&state)?;
+        registry.retain(|s| s.name != *name);
+        write_registry(&state, &registry)?;
+        let deleted = control(&state)?
+            .supervisor
+            .send(DropCluster(name.to_string()))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(Status::internal)?;
+        Ok(respond::json(&json!({"name": *name, "deletedObjects": deleted})))
+    }
+    .await;
+    result.unwrap_or_else(|s| respond::status(&s))
+}
+
+/// `GET /admin/v1/resources`: the aggregated types and their object counts.
+pub async fn resources(state: web::Data<ApiState>) -> HttpResponse {
+    let snapshot = state.fleet.snapshot();
+    let items: Vec<Value> = state
+        .fleet
+        .catalog()
+        .iter()
+        .map(|r| {
+            let clusters: BTreeMap<String, usize> =
+                state.fleet.member_names().into_iter().map(|c| { let n = snapshot.count_cluster(&r.key(), &c); (c, n) }).collect();
+            json!({"apiVersion": r.api_version(), "kind": r.kind, "resource": r.plural, "namespaced": r.namespaced, "objects": snapshot.len(&r.key()), "clusters": clusters})
+        })
+        .collect();
+    respond::json(&json!({"items": items}))
+}
+
+/// `GET /admin/v1/stats`.
+pub async fn stats(state: web::Data<ApiState>) -> HttpResponse {
+    let snapshot = state.fleet.snapshot();
+    let store = state.fleet.store();
+    respond::json(&json!({
+        "headResourceVersion": snapshot.head_rv(),
+        "compactedResourceVersion": state.fleet.compacted_rv(),
+        "objects": snapshot.total(),
+        "events": store.event_count(),
+        "dataDirBytes": store.size_on_disk().unwrap_or(0),
+        "watches": crate::watch::open_watches(),
+        "watchClientsByUserAgent": crate::watch::watch_clients_by_user_agent(),
+        "clusters": state.fleet.member_names().len(),
+    }))
+}
+
+/// `POST /admin/v1/compact`.
+pub async fn compact(state: web::Data<ApiState>) -> HttpResponse {
+    let result = async {
+        let stats = control(&state)?.aggregator.send(Compact).await.map_err(|e| Status::internal(e.to_string()))?.map_err(Status::internal)?;
+        Ok::<_, Status>(respond::json(&json!(stats)))
+    }
+    .await;
+    result.unwrap_or_else(|s| respond::status(&s))
+}
+
+/// `POST /admin/v1/backup`: a consistent backup (taken by the aggregator
+/// between two commits), streamed as `application/octet-stream`.
+pub async fn backup(state: web::Data<ApiState>) -> HttpResponse {
+    let result = async {
+        let path = control(&state)?.aggregator.send(Backup).await.map_err(|e| Status::internal(e.to_string()))?.map_err(Status::internal)?;
+        let file = tokio::fs::File::open(&path).await.map_err(|e| Status::internal(e.to_string()))?;
+        // The file is already open; removing it now frees the space when the stream ends.
+        let _ = std::fs::remove_file(&path);
+        let stream = tokio_util::io::ReaderStream::new(file);
+        Ok::<_, Status>(HttpResponse::Ok().content_type("application/octet-stream").streaming(stream))
+    }
+    .await;
+    result.unwrap_or_else(|s| respond::status(&s))
+}
+
+/// Registers the admin routes.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/admin/v1/clusters", web::get().to(list_clusters))
+        .route("/admin/v1/clusters", web::post().to(register_cluster))
+        .route("/admin/v1/clusters/{name}", web::get().to(get_cluster))
+        .route("/admin/v1/clusters/{name}", web::put().to(update_cluster))
+        .route("/admin/v1/clusters/{name}", web::delete().to(remove_cluster))
+        .route("/admin/v1/resources", web::get().to(resources))
+        .route("/admin/v1/stats", web::get().to(stats))
+        .route("/admin/v1/compact", web::post().to(compact))
+        .route("/admin/v1/backup", web::post().to(backup));
+}
