@@ -448,11 +448,11 @@ mod tests {
         key_pem: String,
     }
 
-    fn pki() -> Pki {
+    fn pki(ca_name: &str) -> Pki {
         let ca_key = rcgen::KeyPair::generate().unwrap();
         let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
         ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        ca_params.distinguished_name.push(rcgen::DnType::CommonName, "kubefold test CA");
+        ca_params.distinguished_name.push(rcgen::DnType::CommonName, ca_name);
         let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).unwrap();
         let key = rcgen::KeyPair::generate().unwrap();
         let params = rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
@@ -492,7 +492,7 @@ mod tests {
 
     #[tokio::test]
     async fn tls_with_the_right_ca_is_reachable() {
-        let server = pki();
+        let server = pki("estimator CA");
         let address = tls_server(&server).await;
         let dir = tempfile::tempdir().unwrap();
         let prober = Prober::new(Duration::from_secs(3), false, Some(&tls_settings(dir.path(), &server.ca_pem))).unwrap();
@@ -502,17 +502,17 @@ mod tests {
 
     #[tokio::test]
     async fn tls_with_a_wrong_ca_is_a_tls_failure_not_reachable() {
-        let server = pki();
-        let other = pki();
+        let server = pki("estimator CA");
         let address = tls_server(&server).await;
         let dir = tempfile::tempdir().unwrap();
-        let prober = Prober::new(Duration::from_secs(3), false, Some(&tls_settings(dir.path(), &other.ca_pem))).unwrap();
-        let probe = prober.probe(&[address.clone()]).await.unwrap();
-        assert!(!probe.reachable, "{probe:?}");
-        assert_eq!(probe.failure, Some(ProbeFailure::Tls));
-        let error = probe.error.unwrap();
-        assert!(error.starts_with(&format!("{address}: TLS handshake failed: ")), "{error}");
-        assert!(error.contains("UnknownIssuer"), "{error}");
+        // Another CA (UnknownIssuer), and another CA of the same name (BadSignature).
+        for (other, why) in [(pki("another CA"), "UnknownIssuer"), (pki("estimator CA"), "BadSignature")] {
+            let prober = Prober::new(Duration::from_secs(3), false, Some(&tls_settings(dir.path(), &other.ca_pem))).unwrap();
+            let probe = prober.probe(&[address.clone()]).await.unwrap();
+            assert!(!probe.reachable, "{probe:?}");
+            assert_eq!(probe.failure, Some(ProbeFailure::Tls));
+            assert_eq!(probe.error.unwrap(), format!("{address}: TLS handshake failed: invalid peer certificate: {why}"));
+        }
         // The same server passes with insecureSkipVerify.
         let insecure = EstimatorTls { insecure_skip_verify: true, ..EstimatorTls::default() };
         let prober = Prober::new(Duration::from_secs(3), false, Some(&insecure)).unwrap();
@@ -531,7 +531,7 @@ mod tests {
                 keep.lock().await.push(socket);
             }
         });
-        let server = pki();
+        let server = pki("estimator CA");
         let dir = tempfile::tempdir().unwrap();
         let prober = Prober::new(Duration::from_millis(300), false, Some(&tls_settings(dir.path(), &server.ca_pem))).unwrap();
         let started = Instant::now();
@@ -556,7 +556,7 @@ mod tests {
             Prober::new(Duration::from_secs(1), false, Some(&EstimatorTls::default())),
             Err(Error::InvalidSettings(_))
         ));
-        let server = pki();
+        let server = pki("estimator CA");
         let mut half = tls_settings(dir.path(), &server.ca_pem);
         half.cert_file = Some(dir.path().join("cert.pem"));
         assert!(matches!(Prober::new(Duration::from_secs(1), false, Some(&half)), Err(Error::InvalidSettings(_))));

@@ -968,7 +968,7 @@ mod tests {
 
     fn config_with_control_plane() -> EstimatorConfig {
         EstimatorConfig {
-            control_plane: Some(ClusterSpec { name: "karmada".into(), url: Some("http://127.0.0.1:1".into()), kubeconfig: None, context: None }),
+            control_plane: Some(ClusterSpec::from_url("karmada", "http://127.0.0.1:1")),
             static_endpoints: [("member9".to_string(), "127.0.0.1:9".to_string())].into(),
             ..EstimatorConfig::default()
         }
@@ -1229,7 +1229,7 @@ static: {member1: "10.0.1.2:12345"}
             l.local_addr().unwrap().port()
         };
         let config = EstimatorConfig {
-            control_plane: Some(ClusterSpec { name: "karmada".into(), url: Some(format!("http://127.0.0.1:{closed}")), kubeconfig: None, context: None }),
+            control_plane: Some(ClusterSpec::from_url("karmada", &format!("http://127.0.0.1:{closed}"))),
             ..EstimatorConfig::default()
         };
         let err = resolve_once(&config, &strings(&["member1"])).await.unwrap_err();

@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use actix_web::dev::Server;
 use actix_web::http::Method;
-use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use actix_web::{web, App, HttpMessage, HttpRequest, HttpResponse, HttpServer};
 use kubefold_actors::fleet::Fleet;
 use kubefold_engine::index::Index;
 use kubefold_engine::resources;
@@ -150,6 +150,15 @@ impl ApiState {
     }
 }
 
+/// The Kubernetes verb and resource of a request, for metrics and logs.
+#[derive(Debug, Clone)]
+pub struct RequestInfo {
+    /// get, list, watch, create, update, patch, delete, deletecollection.
+    pub verb: &'static str,
+    /// The resource type key (`v1/pods`).
+    pub resource: String,
+}
+
 /// Percent-decodes a path, refusing encoded slashes (as kube-apiserver's
 /// router does not treat them as separators).
 fn decode_path(raw: &str) -> Option<String> {
@@ -180,14 +189,16 @@ async fn dispatch(req: HttpRequest, body: web::Bytes, state: web::Data<ApiState>
         Ok(r) => r,
         Err(status) => respond::status(&status),
     };
-    metrics::counter!(
-        "kubefold_requests_total",
-        "method" => req.method().to_string(),
-        "code" => response.status().as_u16().to_string()
-    )
-    .increment(1);
-    metrics::histogram!("kubefold_request_seconds", "method" => req.method().to_string())
-        .record(started.elapsed().as_secs_f64());
+    let (verb, resource) = req
+        .extensions()
+        .get::<RequestInfo>()
+        .map(|i| (i.verb, i.resource.clone()))
+        .unwrap_or(("other", String::new()));
+    let code = response.status().as_u16().to_string();
+    metrics::counter!("kubefold_requests_total", "verb" => verb, "resource" => resource.clone(), "code" => code).increment(1);
+    if verb != "watch" {
+        metrics::histogram!("kubefold_request_seconds", "verb" => verb, "resource" => resource).record(started.elapsed().as_secs_f64());
+    }
     response
 }
 
@@ -231,6 +242,18 @@ async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath, 
         return Err(Status::path_not_found());
     }
     let query = Query::parse(req.query_string())?;
+    let verb = match (req.method().clone(), path.name.is_some()) {
+        (Method::GET, false) if query.is_watch().unwrap_or(false) => "watch",
+        (Method::GET, false) => "list",
+        (Method::GET, true) => "get",
+        (Method::POST, _) => "create",
+        (Method::PUT, _) => "update",
+        (Method::PATCH, _) => "patch",
+        (Method::DELETE, true) => "delete",
+        (Method::DELETE, false) => "deletecollection",
+        _ => "other",
+    };
+    req.extensions_mut().insert(RequestInfo { verb, resource: resource.key() });
     let scope = read::Scope::new(state, resource, &path);
     match (req.method().clone(), path.name.as_deref(), path.subresource.as_deref()) {
         (Method::GET, None, None) if query.is_watch()? => {

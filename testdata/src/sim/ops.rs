@@ -36,12 +36,20 @@ pub struct WriteOptions {
     pub force: bool,
     /// The clock of the write.
     pub now: DateTime<Utc>,
+    /// The manager of writes without `fieldManager`: the User-Agent's
+    /// product name, as kube-apiserver derives it (`kubectl`, `kube-rs`).
+    pub default_manager: String,
 }
 
 impl WriteOptions {
     /// A plain write at `now`.
     pub fn at(now: DateTime<Utc>) -> WriteOptions {
-        WriteOptions { dry_run: false, field_manager: None, force: false, now }
+        WriteOptions { dry_run: false, field_manager: None, force: false, now, default_manager: "unknown".into() }
+    }
+
+    /// The manager recorded in managedFields.
+    pub fn manager(&self) -> String {
+        self.field_manager.clone().unwrap_or_else(|| self.default_manager.clone())
     }
 
     /// Parses `dryRun`, `fieldManager` and `force` from the query.
@@ -64,7 +72,7 @@ impl WriteOptions {
             )]));
         }
         let force = parse_bool("force", query_value(query, "force").unwrap_or_default())?;
-        Ok(WriteOptions { dry_run, field_manager, force, now })
+        Ok(WriteOptions { dry_run, field_manager, force, now, default_manager: "unknown".into() })
     }
 }
 
@@ -566,8 +574,31 @@ pub fn create(
     store: &mut Store,
     resource: usize,
     namespace: Option<&str>,
+    body: Value,
+    opts: &WriteOptions,
+) -> Result<Written> {
+    create_inner(store, resource, namespace, body, opts, None)
+}
+
+/// A create whose managedFields are given (server-side apply creating the object).
+pub fn create_managed(
+    store: &mut Store,
+    resource: usize,
+    namespace: Option<&str>,
+    body: Value,
+    opts: &WriteOptions,
+    entries: Vec<managed::Entry>,
+) -> Result<Written> {
+    create_inner(store, resource, namespace, body, opts, Some(entries))
+}
+
+fn create_inner(
+    store: &mut Store,
+    resource: usize,
+    namespace: Option<&str>,
     mut body: Value,
     opts: &WriteOptions,
+    entries: Option<Vec<managed::Entry>>,
 ) -> Result<Written> {
     let rt = store.resource(resource).clone();
     check_type_meta(&rt, &mut body)?;
@@ -608,7 +639,15 @@ pub fn create(
         }
     }
     prepare_for_create(store, &rt, &mut body);
-    managed::record(&mut body, None, opts, managed::Operation::Update, &rt);
+    match entries {
+        Some(entries) => managed::set_entries(&mut body, entries),
+        None => {
+            if let Some(meta) = body["metadata"].as_object_mut() {
+                meta.remove("managedFields");
+            }
+            managed::record(&mut body, None, opts, managed::Operation::Update, &rt);
+        }
+    }
     if opts.dry_run {
         return Ok(Written { code: 201, body: Object::encode(&rt, &body, 0).bytes });
     }
@@ -625,9 +664,36 @@ pub fn update(
     resource: usize,
     namespace: Option<&str>,
     name: &str,
+    body: Value,
+    subresource: Subresource,
+    opts: &WriteOptions,
+) -> Result<Written> {
+    update_inner(store, resource, namespace, name, body, subresource, opts, true)
+}
+
+/// An update whose body already carries its managedFields (server-side apply).
+pub fn update_managed(
+    store: &mut Store,
+    resource: usize,
+    namespace: Option<&str>,
+    name: &str,
+    body: Value,
+    subresource: Subresource,
+    opts: &WriteOptions,
+) -> Result<Written> {
+    update_inner(store, resource, namespace, name, body, subresource, opts, false)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn update_inner(
+    store: &mut Store,
+    resource: usize,
+    namespace: Option<&str>,
+    name: &str,
     mut body: Value,
     subresource: Subresource,
     opts: &WriteOptions,
+    record: bool,
 ) -> Result<Written> {
     let rt = store.resource(resource).clone();
     if subresource == Subresource::Scale {
@@ -660,7 +726,11 @@ pub fn update(
     };
     check_preconditions(&rt, name, &existing, meta_str(&body, "uid"), meta_str(&body, "resourceVersion"), true)?;
     let old = existing.value();
-    let new = merge_for_update(&rt, &old, body, subresource);
+    let mut new = merge_for_update(&rt, &old, body, subresource);
+    if record {
+        let scope = managed::Scope::of(&rt, subresource == Subresource::Status);
+        managed::record_scoped(&mut new, Some(&old), opts, managed::Operation::Update, &rt, scope);
+    }
     finish_update(store, resource, &key, &old, new, opts)
 }
 
@@ -823,7 +893,6 @@ fn finish_update(
         let generation = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
         meta_mut(&mut new).insert("generation".into(), json!(generation));
     }
-    managed::record(&mut new, Some(old), opts, managed::Operation::Update, &rt);
     if managed::without_timestamps(&new) == managed::without_timestamps(old) {
         let existing = store.get(resource, key).map(|o| o.bytes.clone()).unwrap_or_default();
         return Ok(Written { code: 200, body: existing });
@@ -958,6 +1027,7 @@ fn update_scale(
     let old = existing.value();
     let mut new = old.clone();
     new["spec"]["replicas"] = json!(replicas);
+    managed::record(&mut new, Some(&old), opts, managed::Operation::Update, &rt);
     let key = store::key(namespace, name);
     let written = finish_update(store, resource, &key, &old, new, opts)?;
     let stored: Value = serde_json::from_slice(&written.body).unwrap_or(Value::Null);

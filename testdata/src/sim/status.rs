@@ -118,6 +118,14 @@ pub enum ApiError {
         /// Why, e.g. `the object has been modified; please apply your changes to the latest version and try again`.
         detail: String,
     },
+    /// 409: a server-side apply sets fields another manager owns (`errors.NewApplyConflict`).
+    #[error("{message}")]
+    ApplyConflict {
+        /// `Apply failed with 1 conflict: conflict with "m": .spec.replicas`.
+        message: String,
+        /// One `FieldManagerConflict` cause per conflicting field.
+        causes: Vec<Cause>,
+    },
     /// 400: malformed request (`errors.NewBadRequest`).
     #[error("{0}")]
     BadRequest(String),
@@ -227,7 +235,7 @@ impl ApiError {
     pub fn code(&self) -> u16 {
         match self {
             ApiError::NotFound { .. } | ApiError::PathNotFound => 404,
-            ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } => 409,
+            ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } | ApiError::ApplyConflict { .. } => 409,
             ApiError::BadRequest(_) => 400,
             ApiError::Invalid { .. } | ApiError::PatchFailed(_) => 422,
             ApiError::MethodNotAllowed => 405,
@@ -245,7 +253,7 @@ impl ApiError {
         match self {
             ApiError::NotFound { .. } | ApiError::PathNotFound => "NotFound",
             ApiError::AlreadyExists { .. } => "AlreadyExists",
-            ApiError::Conflict { .. } => "Conflict",
+            ApiError::Conflict { .. } | ApiError::ApplyConflict { .. } => "Conflict",
             ApiError::BadRequest(_) => "BadRequest",
             ApiError::Invalid { .. } | ApiError::PatchFailed(_) => "Invalid",
             ApiError::MethodNotAllowed => "MethodNotAllowed",
@@ -281,6 +289,13 @@ impl ApiError {
                     details.insert("group".into(), json!(group));
                 }
                 details.insert("kind".into(), json!(kind));
+                let causes: Vec<Value> = causes
+                    .iter()
+                    .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+                    .collect();
+                details.insert("causes".into(), Value::Array(causes));
+            }
+            ApiError::ApplyConflict { causes, .. } => {
                 let causes: Vec<Value> = causes
                     .iter()
                     .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
