@@ -1,0 +1,251 @@
+//! Edits through kubefold reach the owning member, with kubectl as the
+//! client: edit, patch (strategic, merge, json), label, annotate, scale,
+//! delete, create under a per-cluster kubeconfig, apply --server-side, logs.
+//! After each, the member (read directly) and kubefold agree.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::{json, Value};
+
+fn member_get(sim: &str, path: &str) -> Value {
+    let (code, body) = http_get(&format!("{sim}{path}"));
+    assert_eq!(code, 200, "{path}: {body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+fn rv_of(v: &Value) -> u64 {
+    v["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap()
+}
+
+fn kubectl_ok(args: &[&str]) -> String {
+    let (ok, out, err) = kubectl(args, None);
+    assert!(ok, "kubectl {args:?}: {err}");
+    out
+}
+
+#[test]
+fn kubectl_edits_reach_the_owning_member() {
+    let members = demo_members(2, 0.0);
+    let (_tmp, dir) = data_dir();
+    let kf = Kubefold::serve(&dir, &cluster_flags(&members), &[]);
+    kf.wait_ready();
+    let s = &kf.url;
+    let m2 = members[1].1.url();
+    let pod = "/api/v1/namespaces/default/pods/web-1";
+
+    kubectl_ok(&["--server", s, "label", "pod", "web-1_member2", "-n", "default", "team=blue"]);
+    assert_eq!(member_get(&m2, pod)["metadata"]["labels"]["team"], "blue");
+    assert_eq!(kf.get_json("/api/v1/namespaces/default/pods/web-1_member2")["metadata"]["labels"]["team"], "blue");
+    assert!(member_get(&members[0].1.url(), pod)["metadata"]["labels"].get("team").is_none(), "member1 untouched");
+
+    kubectl_ok(&["--server", s, "annotate", "pod", "web-1_member2", "-n", "default", "note=hello"]);
+    assert_eq!(member_get(&m2, pod)["metadata"]["annotations"]["note"], "hello");
+    assert!(member_get(&m2, pod)["metadata"]["annotations"].get("kubefold.io/cluster").is_none(), "kubefold's annotations never reach the member");
+
+    kubectl_ok(&["--server", s, "patch", "pod", "web-1_member2", "-n", "default", "--type", "merge", "-p", r#"{"metadata":{"labels":{"merge":"yes"}}}"#]);
+    assert_eq!(member_get(&m2, pod)["metadata"]["labels"]["merge"], "yes");
+    kubectl_ok(&["--server", s, "patch", "pod", "web-1_member2", "-n", "default", "--type", "json", "-p", r#"[{"op":"add","path":"/metadata/labels/json","value":"yes"}]"#]);
+    assert_eq!(member_get(&m2, pod)["metadata"]["labels"]["json"], "yes");
+    kubectl_ok(&["--server", s, "patch", "pod", "web-1_member2", "-n", "default", "-p", r#"{"metadata":{"labels":{"strategic":"yes"}}}"#]);
+    assert_eq!(member_get(&m2, pod)["metadata"]["labels"]["strategic"], "yes");
+
+    // edit with a scripted editor (under a timeout: a failing edit reopens the editor).
+    let editor = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(editor.path(), "#!/bin/sh\nsed -i 's/team: blue/team: green/' \"$1\"\n").unwrap();
+    std::process::Command::new("chmod").arg("+x").arg(editor.path()).status().unwrap();
+    let out = std::process::Command::new("timeout")
+        .args(["60", "kubectl", "--server", s, "edit", "pod", "web-1_member2", "-n", "default"])
+        .env("KUBECONFIG", "/dev/null")
+        .env("EDITOR", editor.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "edit: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(member_get(&m2, pod)["metadata"]["labels"]["team"], "green");
+
+    // scale a deployment of member1.
+    let deploys = kf.get_json("/apis/apps/v1/deployments");
+    let d = deploys["items"].as_array().unwrap().iter().find(|d| d["metadata"]["annotations"]["kubefold.io/cluster"] == "member1").unwrap();
+    let (ns, qualified) = (d["metadata"]["namespace"].as_str().unwrap(), d["metadata"]["name"].as_str().unwrap());
+    let member_name = qualified.trim_end_matches("_member1");
+    kubectl_ok(&["--server", s, "scale", "deployment", qualified, "-n", ns, "--replicas=5"]);
+    let m1 = members[0].1.url();
+    assert_eq!(member_get(&m1, &format!("/apis/apps/v1/namespaces/{ns}/deployments/{member_name}"))["spec"]["replicas"], 5);
+    assert_eq!(kf.get_json(&format!("/apis/apps/v1/namespaces/{ns}/deployments/{qualified}"))["spec"]["replicas"], 5);
+
+    // delete a pod.
+    kubectl_ok(&["--server", s, "delete", "pod", "web-2_member2", "-n", "default", "--wait=false"]);
+    wait_for(Duration::from_secs(20), "pod deleted in member", || http_get(&format!("{m2}/api/v1/namespaces/default/pods/web-2")).0 == 404);
+    assert_eq!(kf.get("/api/v1/namespaces/default/pods/web-2_member2").0, 404);
+
+    // create under a per-cluster kubeconfig.
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("m2.yaml");
+    std::fs::write(&kubeconfig, format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: m2\n  cluster:\n    server: {s}/clusters/member2\ncontexts:\n- name: m2\n  context:\n    cluster: m2\n    user: u\nusers:\n- name: u\n  user: {{}}\ncurrent-context: m2\n"
+    )).unwrap();
+    let manifest = dir.path().join("cm.yaml");
+    std::fs::write(&manifest, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: created-here\n  namespace: default\ndata:\n  k: v\n").unwrap();
+    let out = std::process::Command::new("timeout")
+        .args(["60", "kubectl", "create", "-f"])
+        .arg(&manifest)
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "create: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(member_get(&m2, "/api/v1/namespaces/default/configmaps/created-here")["data"]["k"], "v");
+    assert_eq!(kf.get("/api/v1/namespaces/default/configmaps/created-here_member2").0, 200);
+
+    // apply --server-side at the aggregated path with a qualified name.
+    let applied = dir.path().join("applied.yaml");
+    std::fs::write(&applied, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: created-here_member2\n  namespace: default\ndata:\n  k: v2\n  extra: e\n").unwrap();
+    let out = std::process::Command::new("timeout")
+        .args(["60", "kubectl", "--server", s, "apply", "--server-side", "-f"])
+        .arg(&applied)
+        .env("KUBECONFIG", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "apply: {}", String::from_utf8_lossy(&out.stderr));
+    let cm = member_get(&m2, "/api/v1/namespaces/default/configmaps/created-here");
+    assert_eq!((cm["data"]["k"].as_str(), cm["data"]["extra"].as_str()), (Some("v2"), Some("e")));
+
+    // logs and logs -f (bounded).
+    let out = kubectl_ok(&["--server", s, "logs", "web-0_member1", "-n", "default", "--tail=3"]);
+    assert_eq!(out.lines().count(), 3, "{out}");
+    let out = std::process::Command::new("timeout")
+        .args(["3", "kubectl", "--server", s, "logs", "-f", "web-0_member1", "-n", "default", "--tail=1"])
+        .env("KUBECONFIG", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).lines().count() >= 2, "follow streams new lines");
+}
+
+#[test]
+fn optimistic_concurrency_and_ambiguity_never_reach_members() {
+    let members = demo_members(2, 0.0);
+    let (_tmp, dir) = data_dir();
+    let kf = Kubefold::serve(&dir, &cluster_flags(&members), &[]);
+    kf.wait_ready();
+    let client = reqwest::blocking::Client::new();
+    let url = format!("{}/api/v1/namespaces/default/pods/web-0_member1", kf.url);
+    let mut pod = kf.get_json("/api/v1/namespaces/default/pods/web-0_member1");
+    let current = rv_of(&pod);
+    for (_, sim) in &members {
+        sim.clear_requests();
+    }
+    // A stale global RV: 409 from kubefold, nothing sent.
+    pod["metadata"]["resourceVersion"] = json!((current - 1).to_string());
+    pod["metadata"]["labels"]["stale"] = json!("yes");
+    let resp = client.put(&url).json(&pod).send().unwrap();
+    assert_eq!(resp.status().as_u16(), 409);
+    let status: Value = resp.json().unwrap();
+    assert_eq!(status["reason"], "Conflict");
+    // Ambiguous bare name: 409 listing candidates, nothing sent.
+    let resp = client
+        .patch(format!("{}/api/v1/namespaces/default/pods/web-0", kf.url))
+        .header("Content-Type", "application/merge-patch+json")
+        .body(r#"{"metadata":{"labels":{"x":"y"}}}"#)
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 409);
+    let body = resp.text().unwrap();
+    assert!(body.contains("web-0_member1") && body.contains("web-0_member2"), "{body}");
+    for (name, sim) in &members {
+        let writes: Vec<_> = sim.requests().into_iter().filter(|r| r.method != "GET").collect();
+        assert!(writes.is_empty(), "{name} saw {writes:?}");
+    }
+    // The current RV goes through, and a get right after shows the edit, 100 times.
+    let mut last = current;
+    for i in 0..100 {
+        let mut pod = kf.get_json("/api/v1/namespaces/default/pods/web-0_member1");
+        pod["metadata"]["labels"]["round"] = json!(i.to_string());
+        let resp = client.put(&url).json(&pod).send().unwrap();
+        assert_eq!(resp.status().as_u16(), 200, "round {i}");
+        let got = kf.get_json("/api/v1/namespaces/default/pods/web-0_member1");
+        assert_eq!(got["metadata"]["labels"]["round"], json!(i.to_string()), "round {i}: read-your-writes");
+        assert!(rv_of(&got) > last, "round {i}: RV grows");
+        last = rv_of(&got);
+    }
+    // A member's own 409 (its RV moved on underneath) comes back as a Status.
+    let m1 = members[0].1.url();
+    client
+        .patch(format!("{m1}/api/v1/namespaces/default/pods/web-0"))
+        .header("Content-Type", "application/merge-patch+json")
+        .body(r#"{"metadata":{"labels":{"direct":"1"}}}"#)
+        .send()
+        .unwrap();
+    let mut pod = kf.get_json("/api/v1/namespaces/default/pods/web-0_member1");
+    // Wait until kubefold saw the direct change, then race: use the old member RV.
+    wait_for(Duration::from_secs(10), "direct change ingested", || kf.get_json("/api/v1/namespaces/default/pods/web-0_member1")["metadata"]["labels"]["direct"] == "1");
+    pod["metadata"]["resourceVersion"] = json!(rv_of(&kf.get_json("/api/v1/namespaces/default/pods/web-0_member1")).to_string());
+    let resp = client.put(&url).json(&pod).send().unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+}
+
+#[test]
+fn unreachable_member_answers_503_and_reads_go_on() {
+    let members = demo_members(2, 0.0);
+    let (_tmp, dir) = data_dir();
+    let kf = Kubefold::serve(&dir, &cluster_flags(&members), &[]);
+    kf.wait_ready();
+    let mut members = members;
+    let (_, dead) = members.remove(1);
+    dead.stop();
+    let resp = reqwest::blocking::Client::new()
+        .patch(format!("{}/api/v1/namespaces/default/pods/web-0_member2", kf.url))
+        .header("Content-Type", "application/merge-patch+json")
+        .body(r#"{"metadata":{"labels":{"x":"y"}}}"#)
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 503);
+    let status: Value = resp.json().unwrap();
+    assert_eq!(status["reason"], "ServiceUnavailable");
+    assert!(status["message"].as_str().unwrap().contains("member2"));
+    assert_eq!(kf.get("/api/v1/namespaces/default/pods/web-0_member2").0, 200);
+    assert_eq!(kf.get("/api/v1/pods").0, 200);
+}
+
+#[test]
+fn fixtures_survive_get_and_put_field_for_field() {
+    let members = demo_members(1, 0.0);
+    let (_tmp, dir) = data_dir();
+    let kf = Kubefold::serve(&dir, &cluster_flags(&members), &[]);
+    kf.wait_ready();
+    let sim = members[0].1.url();
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/kubernetes-api-testdata");
+    let client = reqwest::blocking::Client::new();
+    for (file, gv, plural) in [
+        ("core.v1.ConfigMap.json", "/api/v1", "configmaps"),
+        ("core.v1.Service.json", "/api/v1", "services"),
+        ("apps.v1.Deployment.json", "/apis/apps/v1", "deployments"),
+        ("apps.v1.StatefulSet.json", "/apis/apps/v1", "statefulsets"),
+        ("core.v1.Pod.json", "/api/v1", "pods"),
+    ] {
+        let mut object: Value = serde_json::from_str(&std::fs::read_to_string(fixtures.join(file)).unwrap()).unwrap();
+        let name = format!("put-{plural}");
+        object["metadata"]["name"] = json!(name);
+        object["metadata"]["namespace"] = json!("default");
+        for f in ["resourceVersion", "generateName"] {
+            object["metadata"].as_object_mut().unwrap().remove(f);
+        }
+        let path = format!("{gv}/namespaces/default/{plural}");
+        let created: Value = client.post(format!("{sim}{path}")).json(&object).send().unwrap().json().unwrap();
+        let qualified = format!("{name}_member1");
+        wait_for(Duration::from_secs(20), file, || kf.get(&format!("{path}/{qualified}")).0 == 200);
+        let served = kf.get_json(&format!("{path}/{qualified}"));
+        let resp = client.put(format!("{}{path}/{qualified}", kf.url)).json(&served).send().unwrap();
+        assert_eq!(resp.status().as_u16(), 200, "{file}: {}", resp.text().unwrap());
+        let after = member_get(&sim, &format!("{path}/{name}"));
+        let strip = |v: &Value| {
+            let mut v = v.clone();
+            let meta = v["metadata"].as_object_mut().unwrap();
+            for f in ["resourceVersion", "generation", "managedFields"] {
+                meta.remove(f);
+            }
+            v
+        };
+        assert_eq!(strip(&after), strip(&created), "{file}: the member object is unchanged by the round trip");
+    }
+}
