@@ -1350,7 +1350,8 @@ fn service(
     }
     let service_uid = meta["uid"].as_str().unwrap_or_default().to_string();
     let service = json!({"kind": "Service", "apiVersion": "v1", "metadata": meta, "spec": spec, "status": {"loadBalancer": {}}});
-    let mut slice_meta = metadata(ids, Some(app.namespace), &format!("{name}-{}", ids.suffix(5)), created);
+    let slice_name = format!("{name}-{}", ids.suffix(5));
+    let mut slice_meta = metadata(ids, Some(app.namespace), &slice_name, created);
     let mut labels = selector.to_vec();
     labels.push(("endpointslice.kubernetes.io/managed-by".into(), "endpointslice-controller.k8s.io".into()));
     labels.push(("kubernetes.io/service-name".into(), name.into()));
@@ -1578,7 +1579,8 @@ mod tests {
         let mut pod = load_pod(&cluster(), 5);
         for _ in 0..10 {
             let before = pod.clone();
-            let edit = touch_pod(&mut pod, &mut rng, cluster().now + Duration::seconds(rng.random_range(1..1000)));
+            let at = cluster().now + Duration::seconds(rng.random_range(1..1000));
+            let edit = touch_pod(&mut pod, &mut rng, at);
             assert_ne!(before, pod, "{edit:?} changed nothing");
         }
     }

@@ -37,7 +37,7 @@ pub struct Churn {
 }
 
 /// One churn operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Operation {
     /// A pod was modified.
     Modify,

@@ -316,6 +316,15 @@ impl Store {
         self.tables[resource].insert(key(namespace.as_deref(), &name), Arc::new(object));
     }
 
+    /// Loads objects encoded elsewhere (in parallel) without recording
+    /// changes; their versions must follow the head's consecutively.
+    pub fn load_encoded(&mut self, resource: usize, objects: impl IntoIterator<Item = (String, Object)>) {
+        for (key, object) in objects {
+            self.rv = self.rv.max(object.rv);
+            self.tables[resource].insert(key, Arc::new(object));
+        }
+    }
+
     /// Ends a bulk load: the history starts at the current version.
     pub fn finish_load(&mut self) {
         self.compacted = self.rv;

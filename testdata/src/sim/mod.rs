@@ -1,0 +1,426 @@
+//! The simulated member cluster: a single-cluster Kubernetes API server over
+//! real HTTP, faithful enough that kubectl, client-go and kube-rs treat it
+//! as a cluster. kubefold's tests, demo and benchmarks use it as their
+//! member clusters.
+//!
+//! - [`path`]: request paths (`RequestInfoFactory` rules).
+//! - [`discovery`]: `/version`, `/api`, `/apis`, resource lists.
+//! - [`store`]: objects, the cluster-wide resource version, history, fan-out.
+//! - [`list`]: list options, continue tokens, pages, list bodies.
+//! - [`watch`]: watch streams (resume, 410, bookmarks, selectors).
+//! - [`ops`]: create, update, patch, delete with the registry's semantics.
+//! - [`patch`], [`strategic`], [`apply`]: merge/JSON patch, strategic merge
+//!   patch, server-side apply; [`schema`] and [`managed`] support the last two.
+//! - [`validation`]: 422 Invalid rules; [`status`]: `Status` errors.
+//! - [`controllers`]: scheduler, kubelet, garbage collector, namespace controller.
+//! - [`churn`]: background changes; [`logs`]: pod logs.
+//! - [`server`]: the HTTP layer and the request log.
+//!
+//! Start one with [`start`] (tests, demo) or [`run_cli`] (`kubefold sim`).
+
+pub mod apply;
+pub mod churn;
+pub mod controllers;
+pub mod discovery;
+pub mod list;
+pub mod logs;
+pub mod managed;
+pub mod ops;
+pub mod patch;
+pub mod path;
+pub mod schema;
+pub mod server;
+pub mod status;
+pub mod store;
+pub mod strategic;
+pub mod validation;
+pub mod watch;
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use actix_web::{web, App, HttpServer};
+use chrono::Utc;
+use kubefold_engine::resources::ResourceType;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use self::status::ApiError;
+use self::store::{Object, Store};
+use crate::workload;
+
+/// The workload a simulator starts with.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Workload {
+    /// Namespaces, 3 nodes, deployments with replica sets and pods, the
+    /// StatefulSet `web` (pods `web-0..2`), services, configmaps, events
+    /// ([`workload::demo`]).
+    Demo,
+    /// A fresh cluster: system namespaces, their `kube-root-ca.crt`, the
+    /// `kubernetes` Service ([`workload::empty`]).
+    #[default]
+    Empty,
+}
+
+/// Command-line arguments of `kubefold sim`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SimArgs {
+    /// Cluster name; nodes are `{name}-node-{1..3}`.
+    #[arg(long, default_value = "member1")]
+    pub name: String,
+    /// Address to listen on (port 0: any free port, printed at start).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+    /// Initial objects: `demo` or `empty`.
+    #[arg(long, value_enum, default_value = "demo")]
+    pub workload: Workload,
+    /// Extra load pods spread over namespaces load-0..load-9 (labels app=load, shard=s{i%100}).
+    #[arg(long, default_value_t = 0)]
+    pub pods: usize,
+    /// Background changes per second (pod edits, creates, deletes, event bumps).
+    #[arg(long, default_value_t = 0.0)]
+    pub churn_per_sec: f64,
+    /// Retained changes (watch resume and paginated-list window).
+    #[arg(long, default_value_t = 10_000)]
+    pub history: usize,
+    /// Seconds between BOOKMARK events of watches with allowWatchBookmarks.
+    #[arg(long, default_value_t = 60)]
+    pub bookmark_interval_secs: u64,
+    /// `gitVersion` served at /version (kubectl's dispatcher picks its binary from it).
+    #[arg(long, default_value = "v1.33.1")]
+    pub git_version: String,
+    /// Seed of every random choice (names, uids, churn).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// Configuration of one simulator.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Cluster name; nodes are `{name}-node-{1..3}`.
+    pub name: String,
+    /// Address to listen on (port 0: any free port).
+    pub listen: SocketAddr,
+    /// Initial objects.
+    pub workload: Workload,
+    /// Extra load pods (namespaces load-0..load-9).
+    pub pods: usize,
+    /// Background changes per second; 0 disables churn.
+    pub churn_per_sec: f64,
+    /// Retained changes for watch resume and paginated lists.
+    pub history: usize,
+    /// Interval of BOOKMARK events.
+    pub bookmark_interval: Duration,
+    /// `gitVersion` at /version.
+    pub git_version: String,
+    /// Seed of every random choice.
+    pub seed: u64,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            name: "member1".into(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            workload: Workload::Empty,
+            pods: 0,
+            churn_per_sec: 0.0,
+            history: 10_000,
+            bookmark_interval: Duration::from_secs(60),
+            git_version: "v1.33.1".into(),
+            seed: 1,
+        }
+    }
+}
+
+impl From<SimArgs> for SimConfig {
+    fn from(args: SimArgs) -> Self {
+        SimConfig {
+            name: args.name,
+            listen: args.listen,
+            workload: args.workload,
+            pods: args.pods,
+            churn_per_sec: args.churn_per_sec,
+            history: args.history,
+            bookmark_interval: Duration::from_secs(args.bookmark_interval_secs.max(1)),
+            git_version: args.git_version,
+            seed: args.seed,
+        }
+    }
+}
+
+/// One request the simulator received.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    /// HTTP method.
+    pub method: String,
+    /// Path without query.
+    pub path: String,
+    /// Raw query string.
+    pub query: String,
+    /// Whether it was a watch (`watch=true|1` or a `/watch/` path).
+    pub watch: bool,
+}
+
+/// State shared by the HTTP workers and background tasks.
+pub struct Shared {
+    /// The objects, history and watch fan-out.
+    pub store: RwLock<Store>,
+    /// The request log.
+    pub requests: Arc<Mutex<Vec<RequestRecord>>>,
+    /// The served resource types.
+    pub catalog: Arc<[ResourceType]>,
+    /// The configuration.
+    pub config: SimConfig,
+    /// Cancelled when the simulator stops: ends watches and log streams.
+    pub shutdown: CancellationToken,
+}
+
+impl Shared {
+    /// The store for reading.
+    pub fn read(&self) -> Result<RwLockReadGuard<'_, Store>, ApiError> {
+        self.store.read().map_err(|_| ApiError::Internal("store lock poisoned".into()))
+    }
+
+    /// The store for writing.
+    pub fn write(&self) -> Result<RwLockWriteGuard<'_, Store>, ApiError> {
+        self.store.write().map_err(|_| ApiError::Internal("store lock poisoned".into()))
+    }
+}
+
+/// The first resource version of a cluster: a few hundred, different per
+/// cluster name (real clusters' versions are unrelated).
+fn first_rv(name: &str) -> u64 {
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    300 + hash % 500
+}
+
+/// Builds the initial state directly (not through HTTP): the workload, then
+/// the load pods generated and encoded on all cores.
+pub fn build_store(config: &SimConfig) -> Store {
+    let catalog: Arc<[ResourceType]> = kubefold_engine::resources::builtin().into();
+    let mut store = Store::new(catalog, config.history, first_rv(&config.name), config.seed);
+    let cluster = workload::Cluster {
+        name: config.name.clone(),
+        seed: config.seed,
+        now: Utc::now(),
+        kubernetes_version: config.git_version.clone(),
+    };
+    let mut objects = match config.workload {
+        Workload::Demo => workload::demo(&cluster),
+        Workload::Empty => workload::empty(&cluster),
+    };
+    if config.pods > 0 {
+        objects.extend(workload::load_namespaces(&cluster));
+    }
+    for object in objects {
+        let api_version = object["apiVersion"].as_str().unwrap_or_default().to_string();
+        let kind = object["kind"].as_str().unwrap_or_default().to_string();
+        match store.resource_index_of_kind(&api_version, &kind) {
+            Some(index) => store.load(index, object),
+            None => tracing::warn!(%api_version, %kind, "Workload object of an unserved type skipped."),
+        }
+    }
+    if config.pods > 0 {
+        let started = std::time::Instant::now();
+        load_pods(&mut store, &cluster, config.pods);
+        tracing::info!(cluster = %config.name, pods = config.pods, elapsed_ms = started.elapsed().as_millis() as u64, "Load pods generated.");
+    }
+    store.finish_load();
+    store
+}
+
+/// Generates and encodes `count` load pods on all cores, each with its own
+/// consecutive resource version, and loads them.
+fn load_pods(store: &mut Store, cluster: &workload::Cluster, count: usize) {
+    let Some(pods) = store.resource_index("", "v1", "pods") else { return };
+    let resource = store.resource(pods).clone();
+    let base = store.rv() + 1;
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 8);
+    let chunk = count.div_ceil(threads).max(1);
+    let encoded: Vec<Vec<(String, Object)>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let resource = &resource;
+                scope.spawn(move || {
+                    let start = (t * chunk).min(count);
+                    let end = ((t + 1) * chunk).min(count);
+                    (start..end)
+                        .map(|i| {
+                            let mut pod: Value = workload::load_pod(cluster, i);
+                            let rv = base + i as u64;
+                            pod["metadata"]["resourceVersion"] = Value::String(rv.to_string());
+                            let key = store::key(Some(&workload::load_namespace(i)), &workload::load_pod_name(i));
+                            (key, Object::encode(resource, &pod, rv))
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_default()).collect()
+    });
+    store.load_encoded(pods, encoded.into_iter().flatten());
+}
+
+/// A running simulator. Dropping it stops it.
+pub struct SimHandle {
+    addr: SocketAddr,
+    requests: Arc<Mutex<Vec<RequestRecord>>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl SimHandle {
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Its base URL, `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The requests received so far (also `GET /sim/requests`).
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.requests.lock().map(|log| log.clone()).unwrap_or_default()
+    }
+
+    /// Clears the request log (also `DELETE /sim/requests`).
+    pub fn clear_requests(&self) {
+        if let Ok(mut log) = self.requests.lock() {
+            log.clear();
+        }
+    }
+
+    /// Stops the server gracefully (open watches end) and joins its thread.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for SimHandle {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Starts a simulator on its own thread (its own actix System) and returns
+/// once it listens. The initial state is built before that.
+pub fn start(config: SimConfig) -> io::Result<SimHandle> {
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<io::Result<SocketAddr>>();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let log = requests.clone();
+    let thread = std::thread::Builder::new().name(format!("sim-{}", config.name)).spawn(move || {
+        let system = actix_web::rt::System::new();
+        system.block_on(serve(config, log, ready_tx, stop_rx));
+    })?;
+    match ready_rx.recv() {
+        Ok(Ok(addr)) => Ok(SimHandle { addr, requests, stop: Some(stop_tx), thread: Some(thread) }),
+        Ok(Err(error)) => {
+            let _ = thread.join();
+            Err(error)
+        }
+        Err(_) => {
+            let _ = thread.join();
+            Err(io::Error::other("the simulator thread ended before listening"))
+        }
+    }
+}
+
+async fn serve(
+    config: SimConfig,
+    requests: Arc<Mutex<Vec<RequestRecord>>>,
+    ready: std::sync::mpsc::Sender<io::Result<SocketAddr>>,
+    stop: tokio::sync::oneshot::Receiver<()>,
+) {
+    let started = std::time::Instant::now();
+    let mut store = build_store(&config);
+    let (tasks_tx, tasks_rx) = tokio::sync::mpsc::unbounded_channel();
+    store.tasks = Some(tasks_tx);
+    let churn = (config.churn_per_sec > 0.0).then(|| {
+        let cluster = workload::Cluster::new(&config.name, config.seed, Utc::now());
+        churn::Churn::new(&store, cluster, config.seed, config.pods)
+    });
+    let objects: usize = (0..store.catalog().len()).map(|i| store.count(i)).sum();
+    let shared = Arc::new(Shared {
+        catalog: store.catalog().clone(),
+        store: RwLock::new(store),
+        requests,
+        config: config.clone(),
+        shutdown: CancellationToken::new(),
+    });
+    let data = web::Data::new(shared.clone());
+    let server = HttpServer::new(move || App::new().app_data(data.clone()).default_service(web::to(server::dispatch)))
+        .workers(2)
+        .disable_signals()
+        .shutdown_timeout(2)
+        .bind(config.listen);
+    let server = match server {
+        Ok(server) => server,
+        Err(error) => {
+            let _ = ready.send(Err(error));
+            return;
+        }
+    };
+    let addr = server.addrs().first().copied().unwrap_or(config.listen);
+    let server = server.run();
+    let handle = server.handle();
+    let server_task = actix_web::rt::spawn(server);
+    actix_web::rt::spawn(controllers::run(shared.clone(), tasks_rx));
+    if let Some(churn) = churn {
+        actix_web::rt::spawn(churn::run(shared.clone(), churn, config.churn_per_sec));
+    }
+    let rv = shared.read().map(|s| s.rv()).unwrap_or_default();
+    tracing::info!(
+        cluster = %config.name, %addr, objects, rv,
+        startup_ms = started.elapsed().as_millis() as u64,
+        "Simulated cluster listening."
+    );
+    let _ = ready.send(Ok(addr));
+    let _ = stop.await;
+    shared.shutdown.cancel();
+    handle.stop(true).await;
+    let _ = server_task.await;
+    tracing::info!(cluster = %config.name, "Simulated cluster stopped.");
+}
+
+/// Runs `kubefold sim` in the foreground until Ctrl-C or SIGTERM.
+pub fn run_cli(args: SimArgs) -> io::Result<()> {
+    let config = SimConfig::from(args);
+    let name = config.name.clone();
+    let handle = start(config)?;
+    println!("kubefold sim: cluster {name} listening on {}", handle.url());
+    println!("try: kubectl --server {} get pods -A", handle.url());
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async {
+        #[cfg(unix)]
+        {
+            let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+            tokio::select! {
+                result = tokio::signal::ctrl_c() => result?,
+                _ = terminate.recv() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        tokio::signal::ctrl_c().await?;
+        io::Result::Ok(())
+    })?;
+    tracing::info!(cluster = %name, "Stopping.");
+    handle.stop();
+    Ok(())
+}

@@ -1,0 +1,367 @@
+//! The HTTP layer: every request is recorded in the request log, parsed
+//! into a [`Route`] and translated to a discovery document, a read of the
+//! store (get, list, watch, logs) or a write verb of [`ops`]; errors become
+//! `Status` responses. No Kubernetes rule lives here.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::http::Method;
+use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
+use bytes::{Bytes, BytesMut};
+use chrono::Utc;
+use futures::StreamExt;
+use serde_json::Value;
+
+use super::discovery;
+use super::list::{self, parse_bool, parse_rv, query_value, ListOptions, RvMatch};
+use super::logs;
+use super::ops::{self, DeleteOptions, Subresource, WriteOptions, Written};
+use super::patch::PatchType;
+use super::path::{self, ResourcePath, Route};
+use super::status::{ApiError, Result};
+use super::store;
+use super::watch::{self, WatchFilter};
+use super::{RequestRecord, Shared};
+
+/// kube-apiserver's limit on request bodies (`MaxRequestBodyBytes`, 3 MiB).
+const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// How long a read waits for a resource version the simulator has not reached.
+const RV_WAIT: Duration = Duration::from_secs(3);
+
+/// The one handler of the simulator's HTTP server.
+pub async fn dispatch(req: HttpRequest, payload: web::Payload, shared: web::Data<Arc<Shared>>) -> HttpResponse {
+    let shared = shared.get_ref().clone();
+    let query_string = req.query_string().to_string();
+    let pairs: Vec<(String, String)> = web::Query::<Vec<(String, String)>>::from_query(&query_string)
+        .map(|q| q.into_inner())
+        .unwrap_or_default();
+    let watch = req.path().contains("/watch/")
+        || query_value(&pairs, "watch").is_some_and(|w| parse_bool("watch", w).unwrap_or(false));
+    let record = RequestRecord {
+        method: req.method().to_string(),
+        path: req.path().to_string(),
+        query: query_string,
+        watch,
+    };
+    tracing::trace!(method = %record.method, path = %record.path, query = %record.query, "Request.");
+    if record.path != "/sim/requests" {
+        if let Ok(mut log) = shared.requests.lock() {
+            log.push(record);
+        }
+    }
+    match handle(&req, payload, shared).await {
+        Ok(response) => response,
+        Err(error) => {
+            tracing::debug!(method = %req.method(), path = %req.path(), code = error.code(), %error, "Request failed.");
+            error.error_response()
+        }
+    }
+}
+
+fn json(code: u16, body: impl Into<Bytes>) -> HttpResponse {
+    let status = actix_web::http::StatusCode::from_u16(code).unwrap_or(actix_web::http::StatusCode::OK);
+    HttpResponse::build(status).content_type("application/json").body(body.into())
+}
+
+fn json_value(value: &Value) -> HttpResponse {
+    json(200, value.to_string())
+}
+
+fn written(w: Written) -> HttpResponse {
+    json(w.code, w.body)
+}
+
+fn get_only(method: &Method, response: impl FnOnce() -> Result<HttpResponse>) -> Result<HttpResponse> {
+    if method == Method::GET || method == Method::HEAD {
+        response()
+    } else {
+        Err(ApiError::MethodNotAllowed)
+    }
+}
+
+async fn read_body(mut payload: web::Payload) -> Result<Bytes> {
+    let mut body = BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("reading the request body: {e}")))?;
+        if body.len() + chunk.len() > MAX_BODY {
+            return Err(ApiError::RequestEntityTooLarge(MAX_BODY));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}
+
+fn content_type(req: &HttpRequest) -> String {
+    req.headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_ascii_lowercase()
+}
+
+/// Decodes a create or update body (JSON, or YAML with a YAML content type).
+fn decode_object(req: &HttpRequest, body: &[u8]) -> Result<Value> {
+    let media = content_type(req);
+    if media.starts_with("application/yaml") {
+        return serde_yaml::from_slice(body).map_err(|e| ApiError::BadRequest(format!("error decoding YAML: {e}")));
+    }
+    if media.starts_with("application/vnd.kubernetes.protobuf") {
+        return Err(ApiError::UnsupportedMediaType("application/json, application/yaml".into()));
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::BadRequest(format!("couldn't get version/kind; json parse error: {e}")))
+}
+
+/// Write options from the query, the default manager from the User-Agent
+/// (its product name, as kube-apiserver's `prefixFromUserAgent`).
+fn write_options(req: &HttpRequest, query: &[(String, String)]) -> Result<WriteOptions> {
+    let mut opts = WriteOptions::from_query(query, Utc::now())?;
+    let agent = req.headers().get("user-agent").and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let product = agent.split('/').next().unwrap_or_default().trim();
+    if !product.is_empty() {
+        opts.default_manager = product.chars().take(128).collect();
+    }
+    Ok(opts)
+}
+
+/// Waits until the store reaches `rv`, or 504 after 3 seconds (the watch
+/// cache's `waitUntilFreshAndBlock`).
+async fn wait_for_rv(shared: &Shared, rv: u64) -> Result<()> {
+    let mut head = shared.read()?.head();
+    if *head.borrow() >= rv {
+        return Ok(());
+    }
+    let reached = matches!(tokio::time::timeout(RV_WAIT, head.wait_for(|h| *h >= rv)).await, Ok(Ok(_)));
+    if reached {
+        Ok(())
+    } else {
+        let current = *head.borrow();
+        Err(ApiError::TooLargeResourceVersion { requested: rv, current })
+    }
+}
+
+async fn handle(req: &HttpRequest, payload: web::Payload, shared: Arc<Shared>) -> Result<HttpResponse> {
+    let query: Vec<(String, String)> = web::Query::<Vec<(String, String)>>::from_query(req.query_string())
+        .map(|q| q.into_inner())
+        .map_err(|e| ApiError::BadRequest(format!("invalid query: {e}")))?;
+    let method = req.method().clone();
+    let catalog = shared.catalog.clone();
+    match path::parse(req.path()) {
+        Route::Root => get_only(&method, || Ok(json_value(&discovery::root_paths(&catalog)))),
+        Route::Version => get_only(&method, || Ok(json_value(&discovery::version(&shared.config.git_version)))),
+        Route::CoreVersions => {
+            let server = req.app_config().local_addr();
+            get_only(&method, || Ok(json_value(&discovery::core_versions(server))))
+        }
+        Route::GroupList => get_only(&method, || Ok(json_value(&discovery::group_list(&catalog)))),
+        Route::Group(group) => get_only(&method, || {
+            discovery::group(&catalog, &group).map(|g| json_value(&g)).ok_or(ApiError::PathNotFound)
+        }),
+        Route::ResourceList { group, version } => get_only(&method, || {
+            discovery::resource_list(&catalog, &group, &version).map(|l| json_value(&l)).ok_or(ApiError::PathNotFound)
+        }),
+        Route::Health => get_only(&method, || Ok(HttpResponse::Ok().content_type("text/plain; charset=utf-8").body("ok"))),
+        Route::RequestLog => request_log(&method, &shared),
+        Route::NotFound => Err(ApiError::PathNotFound),
+        Route::Resource(path) => resource(req, payload, shared, path, query).await,
+    }
+}
+
+fn request_log(method: &Method, shared: &Shared) -> Result<HttpResponse> {
+    let mut log = shared.requests.lock().map_err(|_| ApiError::Internal("request log poisoned".into()))?;
+    match *method {
+        Method::GET => Ok(json(200, serde_json::to_vec(&*log).unwrap_or_default())),
+        Method::DELETE => {
+            log.clear();
+            Ok(json(200, "[]"))
+        }
+        _ => Err(ApiError::MethodNotAllowed),
+    }
+}
+
+async fn resource(
+    req: &HttpRequest,
+    payload: web::Payload,
+    shared: Arc<Shared>,
+    path: ResourcePath,
+    query: Vec<(String, String)>,
+) -> Result<HttpResponse> {
+    let Some(index) = shared.catalog.iter().position(|r| r.group == path.group && r.version == path.version && r.plural == path.plural)
+    else {
+        return Err(ApiError::PathNotFound);
+    };
+    let rt = shared.catalog[index].clone();
+    if path.namespace.is_some() && !rt.namespaced {
+        return Err(ApiError::PathNotFound);
+    }
+    let namespace = path.namespace.as_deref();
+    let method = req.method().clone();
+    let watch = path.watch_prefix || parse_bool("watch", query_value(&query, "watch").unwrap_or_default())?;
+    let subresource = match path.subresource.as_deref() {
+        None => None,
+        Some(sub) if rt.subresources.iter().any(|s| s == sub) => Some(sub.to_string()),
+        Some(_) => return Err(ApiError::PathNotFound),
+    };
+    let Some(name) = path.name.clone() else {
+        // The collection.
+        return match method {
+            Method::GET if watch => start_watch(shared, index, namespace, None, &query).await,
+            Method::GET => list_objects(shared, index, namespace, &query, path.watch_prefix).await,
+            Method::POST if !path.watch_prefix => {
+                if rt.namespaced && namespace.is_none() {
+                    return Err(ApiError::MethodNotAllowed);
+                }
+                let body = read_body(payload).await?;
+                let object = decode_object(req, &body)?;
+                let opts = write_options(req, &query)?;
+                let mut store = shared.write()?;
+                Ok(written(ops::create(&mut store, index, namespace, object, &opts)?))
+            }
+            Method::DELETE if !path.watch_prefix && discovery::verbs(&rt).contains(&"deletecollection") => {
+                let body = read_body(payload).await?;
+                let selectors = ListOptions::parse(&query, false, &rt)?;
+                let (options, dry_run) = DeleteOptions::parse(&body, &query)?;
+                let mut opts = write_options(req, &query)?;
+                opts.dry_run |= dry_run;
+                let mut store = shared.write()?;
+                Ok(written(ops::delete_collection(&mut store, index, namespace, &selectors, &options, &opts)?))
+            }
+            _ => Err(ApiError::MethodNotAllowed),
+        };
+    };
+    if path.watch_prefix {
+        // Deprecated /watch/.../{name}: a watch of one object.
+        return match method {
+            Method::GET => start_watch(shared, index, namespace, Some(&name), &query).await,
+            _ => Err(ApiError::MethodNotAllowed),
+        };
+    }
+    let sub = match subresource.as_deref() {
+        None => Subresource::Main,
+        Some("status") => Subresource::Status,
+        Some("scale") => Subresource::Scale,
+        Some("log") => {
+            return match method {
+                Method::GET => pod_log(shared, index, namespace, &name, &query),
+                _ => Err(ApiError::MethodNotAllowed),
+            }
+        }
+        Some(_) => return Err(ApiError::PathNotFound),
+    };
+    match method {
+        Method::GET if watch => start_watch(shared, index, namespace, Some(&name), &query).await,
+        Method::GET => {
+            if let Some(rv) = query_value(&query, "resourceVersion").filter(|v| !v.is_empty() && *v != "0") {
+                wait_for_rv(&shared, parse_rv(rv)?).await?;
+            }
+            let store = shared.read()?;
+            let object = ops::get(&store, index, namespace, &name)?;
+            if sub == Subresource::Scale {
+                return Ok(json_value(&ops::scale_of(&rt, &object.value())?));
+            }
+            Ok(json(200, object.bytes.clone()))
+        }
+        Method::PUT => {
+            let body = read_body(payload).await?;
+            let object = decode_object(req, &body)?;
+            let opts = write_options(req, &query)?;
+            let mut store = shared.write()?;
+            Ok(written(ops::update(&mut store, index, namespace, &name, object, sub, &opts)?))
+        }
+        Method::PATCH => {
+            let patch_type = PatchType::from_content_type(&content_type(req))?;
+            let body = read_body(payload).await?;
+            let opts = write_options(req, &query)?;
+            if opts.force && patch_type != PatchType::Apply {
+                return Err(ApiError::Invalid {
+                    group: "meta.k8s.io".into(),
+                    kind: "PatchOptions".into(),
+                    name: String::new(),
+                    causes: vec![super::status::Cause::forbidden("force", "may not be specified for non-apply patch")],
+                });
+            }
+            let mut store = shared.write()?;
+            Ok(written(ops::patch(&mut store, index, namespace, &name, patch_type, &body, sub, &opts)?))
+        }
+        Method::DELETE if sub == Subresource::Main => {
+            let body = read_body(payload).await?;
+            let (options, dry_run) = DeleteOptions::parse(&body, &query)?;
+            let mut opts = write_options(req, &query)?;
+            opts.dry_run |= dry_run;
+            let mut store = shared.write()?;
+            Ok(written(ops::delete(&mut store, index, namespace, &name, &options, &opts)?))
+        }
+        _ => Err(ApiError::MethodNotAllowed),
+    }
+}
+
+async fn list_objects(
+    shared: Arc<Shared>,
+    index: usize,
+    namespace: Option<&str>,
+    query: &[(String, String)],
+    watch_prefix: bool,
+) -> Result<HttpResponse> {
+    let rt = shared.catalog[index].clone();
+    let options = ListOptions::parse(query, watch_prefix, &rt)?;
+    if let Some(rv) = options.minimum_rv()? {
+        wait_for_rv(&shared, rv).await?;
+    }
+    let page = {
+        let store = shared.read()?;
+        list::list(&store, index, namespace, &options)?
+    };
+    Ok(HttpResponse::Ok().content_type("application/json").streaming(list::list_body(&rt, page)))
+}
+
+async fn start_watch(
+    shared: Arc<Shared>,
+    index: usize,
+    namespace: Option<&str>,
+    name: Option<&str>,
+    query: &[(String, String)],
+) -> Result<HttpResponse> {
+    let rt = shared.catalog[index].clone();
+    let mut options = ListOptions::parse(query, true, &rt)?;
+    if let Some(name) = name {
+        let selector = format!("metadata.name={name}");
+        let extra = kubefold_engine::selector::FieldSelector::parse(&selector).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        options.field_selector.requirements.extend(extra.requirements);
+    }
+    if options.send_initial_events == Some(true) && options.resource_version_match == Some(RvMatch::NotOlderThan) {
+        if let Some(rv) = options.resource_version.as_deref().filter(|rv| *rv != "0") {
+            wait_for_rv(&shared, parse_rv(rv)?).await?;
+        }
+    }
+    let filter = WatchFilter { resource: index, prefix: store::prefix(namespace), options };
+    let (start, receiver) = {
+        let store = shared.read()?;
+        watch::begin(&store, &filter)?
+    };
+    let interval = shared.config.bookmark_interval.max(Duration::from_millis(10));
+    let body = watch::stream(shared.clone(), &rt, filter, start, receiver, interval);
+    Ok(HttpResponse::Ok()
+        .content_type("application/json")
+        .insert_header(("Cache-Control", "no-cache, private"))
+        .streaming(body))
+}
+
+fn pod_log(
+    shared: Arc<Shared>,
+    index: usize,
+    namespace: Option<&str>,
+    name: &str,
+    query: &[(String, String)],
+) -> Result<HttpResponse> {
+    let options = logs::LogOptions::parse(query)?;
+    let pod = {
+        let store = shared.read()?;
+        ops::get(&store, index, namespace, name)?.value()
+    };
+    let source = logs::source(&pod, &options)?;
+    let key = store::key(namespace, name);
+    let body = logs::stream(shared, index, key, source, options);
+    Ok(HttpResponse::Ok().content_type("text/plain").streaming(body))
+}
