@@ -16,7 +16,9 @@ use anyhow::Context as _;
 use kubefold_actors::cluster::ClusterSpec;
 use kubefold_actors::resolver::probe::ProbeFailure;
 use kubefold_actors::resolver::{resolve_once, EstimatorConfig, EstimatorStatus};
-use serde_json::{json, Value};
+// serde_json through k8s-openapi's re-export: the binary crate does not
+// depend on serde_json directly.
+use k8s_openapi::serde_json::{json, Value};
 use tracing::{debug, info};
 
 use crate::config::Config;

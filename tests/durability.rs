@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::*;
@@ -76,28 +75,53 @@ fn a_watch_from_before_the_restart_sees_exactly_what_changed_while_down() {
     let before_rv = rv_of(&before);
     kf.stop();
 
+    // The member's RV when kubefold went down.
+    let down_at: u64 = sim_request(reqwest::Method::GET, &format!("{sim1}/api/v1/namespaces/default/pods"), None)["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+
     // While kubefold is down: one create, one change, one delete in member1.
     create_pod(&sim1, "born");
     sim_request(reqwest::Method::PATCH, &format!("{sim1}/api/v1/namespaces/default/pods/changed"), Some(json!({"metadata":{"labels":{"phase":"two"}}})));
     sim_request(reqwest::Method::DELETE, &format!("{sim1}/api/v1/namespaces/default/pods/doomed"), None);
+    // Let the member's own controllers (scheduling, graceful deletion) settle.
+    wait_for(Duration::from_secs(20), "deletion done in the member", || {
+        reqwest::blocking::get(format!("{sim1}/api/v1/namespaces/default/pods/doomed")).unwrap().status().as_u16() == 404
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let member_events = watch_events(&format!("{sim1}/api/v1/pods?watch=1&resourceVersion={down_at}&timeoutSeconds=1"));
+    let settled_at: u64 = member_events.iter().map(|e| e["object"]["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().unwrap()).max().unwrap();
 
     let kf = Kubefold::serve(&dir, &cluster_flags(&members), &[]);
     kf.wait_ready();
-    wait_for(Duration::from_secs(20), "the new pod", || kf.get("/api/v1/namespaces/default/pods/born_member1").0 == 200);
-    wait_for(Duration::from_secs(20), "the deletion", || kf.get("/api/v1/namespaces/default/pods/doomed_member1").0 == 404);
+    wait_for(Duration::from_secs(20), "kubefold caught up with the member", || {
+        let status = kf.get_json("/admin/v1/clusters/member1");
+        status["status"]["resources"]["v1/pods"]["checkpoint"].as_str().and_then(|c| c.parse::<u64>().ok()).is_some_and(|c| c >= settled_at)
+    });
     let events = watch_events(&format!("{}/api/v1/pods?watch=1&resourceVersion={before_rv}&timeoutSeconds=2", kf.url));
-    let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut last = before_rv;
+    let mut seen = Vec::new();
     for e in &events {
         let rv = rv_of(&e["object"]);
         assert!(rv > last, "RVs strictly increase in a watch: {rv} after {last}");
         last = rv;
-        seen.entry(e["object"]["metadata"]["name"].as_str().unwrap().to_string()).or_default().push(e["type"].as_str().unwrap().to_string());
+        let member_rv: u64 = e["object"]["metadata"]["annotations"]["kubefold.io/member-resource-version"].as_str().unwrap().parse().unwrap();
+        if member_rv > down_at && member_rv <= settled_at {
+            let name = e["object"]["metadata"]["name"].as_str().unwrap();
+            seen.push((e["type"].as_str().unwrap().to_string(), name.trim_end_matches("_member1").to_string()));
+        }
     }
-    assert_eq!(seen.get("born_member1"), Some(&vec!["ADDED".to_string()]), "{seen:?}");
-    assert_eq!(seen.get("changed_member1"), Some(&vec!["MODIFIED".to_string()]), "{seen:?}");
-    assert_eq!(seen.get("doomed_member1"), Some(&vec!["DELETED".to_string()]), "{seen:?}");
-    assert_eq!(seen.len(), 3, "nothing else changed: {seen:?}");
+    let expected: Vec<(String, String)> = member_events
+        .iter()
+        .map(|e| (e["type"].as_str().unwrap().to_string(), e["object"]["metadata"]["name"].as_str().unwrap().to_string()))
+        .collect();
+    assert_eq!(seen, expected, "the watch from before the restart replays exactly what the member did");
+    let names: std::collections::BTreeSet<&str> = expected.iter().map(|(_, n)| n.as_str()).collect();
+    assert_eq!(names.into_iter().collect::<Vec<_>>(), vec!["born", "changed", "doomed"]);
+    assert_eq!(expected.first().map(|(t, _)| t.as_str()), Some("ADDED"), "born first appears as ADDED");
+    assert_eq!(seen.iter().filter(|(t, n)| t == "DELETED" && n == "doomed").count(), 1);
     let changed = kf.get_json("/api/v1/namespaces/default/pods/changed_member1");
     assert_eq!(changed["metadata"]["labels"]["phase"], "two");
 }
