@@ -324,13 +324,61 @@ mod tests {
             row("member4", Rule::ExternalName, &[], Some("no service port 10352 found"), None),
         ];
         let expected = "\
-CLUSTER   RULE           ADDRESSES                                   REACHABLE    LATENCY   ERROR
-member1   externalName   127.0.0.1:4000                              yes          0.4ms
-member2   clusterIP      127.0.0.42:10352                            no           -         127.0.0.42:10352: Connection refused (os error 111)
-member3   dnsFallback    a.svc.cluster.local:10352,a.svc:10352       not probed   -         skipped
-member4   externalName   <none>                                      -            -         no service port 10352 found
+CLUSTER   RULE           ADDRESSES                               REACHABLE    LATENCY   ERROR
+member1   externalName   127.0.0.1:4000                          yes          0.4ms
+member2   clusterIP      127.0.0.42:10352                        no           -         127.0.0.42:10352: Connection refused (os error 111)
+member3   dnsFallback    a.svc.cluster.local:10352,a.svc:10352   not probed   -         skipped
+member4   externalName   <none>                                  -            -         no service port 10352 found
 ";
         assert_eq!(format_table(&rows), expected);
+    }
+
+    #[test]
+    fn the_demo_control_plane_resolves_to_every_rule_and_the_command_prints_it() {
+        use kubefold_testdata::{SimConfig, Workload};
+        let sim = kubefold_testdata::start(SimConfig { name: "karmada".into(), workload: Workload::Empty, ..SimConfig::default() }).unwrap();
+        let demo = demo_control_plane(&sim.url()).unwrap();
+        // Idempotent: a second run finds the objects in place.
+        let again = demo_control_plane(&sim.url()).unwrap();
+        drop(again);
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let members = ["member1", "member2", "member3"].map(String::from);
+        let rows = runtime.block_on(resolve_once(&demo.config, &members)).unwrap();
+        let summary: Vec<(String, String, Vec<String>, Option<bool>, Option<ProbeFailure>)> = rows
+            .iter()
+            .map(|r| {
+                (
+                    r.endpoint.cluster.clone(),
+                    r.endpoint.rule.to_string(),
+                    r.endpoint.addresses.clone(),
+                    r.probe.as_ref().map(|p| p.reachable),
+                    r.probe.as_ref().and_then(|p| p.failure),
+                )
+            })
+            .collect();
+        let dns = |s: &str| format!("karmada-scheduler-estimator-member3.karmada-system.{s}:10352");
+        assert_eq!(
+            summary,
+            vec![
+                ("member1".into(), "externalName".into(), vec![demo.stand_in.addr().to_string()], Some(true), None),
+                ("member2".into(), "clusterIP".into(), vec![format!("{DEMO_CLUSTER_IP}:10352")], Some(false), Some(ProbeFailure::Connect)),
+                ("member3".into(), "dnsFallback".into(), vec![dns("svc.cluster.local"), dns("svc")], Some(false), Some(ProbeFailure::Skipped)),
+            ]
+        );
+
+        // `kubefold resolve --config FILE --cluster member1` over the same control plane.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubefold.yaml");
+        let yaml = format!(
+            "clusters: [{{name: member1, url: 'http://127.0.0.1:1'}}]\nestimator:\n  controlPlane: {{name: karmada, url: '{}'}}\n  timeout: 1s\n",
+            sim.url()
+        );
+        std::fs::write(&path, yaml).unwrap();
+        runtime.block_on(resolve_command(&path, None)).unwrap();
+        runtime.block_on(resolve_command(&path, Some("member2".into()))).unwrap();
+        std::fs::write(&path, "estimator: {port: 0}\n").unwrap();
+        assert!(runtime.block_on(resolve_command(&path, Some("member1".into()))).is_err());
+        sim.stop();
     }
 
     #[test]

@@ -214,7 +214,6 @@ fn fixtures_survive_get_and_put_field_for_field() {
     let kf = Kubefold::serve(&dir, &cluster_flags(&members), &[]);
     kf.wait_ready();
     let sim = members[0].1.url();
-    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/kubernetes-api-testdata");
     let client = reqwest::blocking::Client::new();
     for (file, gv, plural) in [
         ("core.v1.ConfigMap.json", "/api/v1", "configmaps"),
@@ -223,13 +222,8 @@ fn fixtures_survive_get_and_put_field_for_field() {
         ("apps.v1.StatefulSet.json", "/apis/apps/v1", "statefulsets"),
         ("core.v1.Pod.json", "/api/v1", "pods"),
     ] {
-        let mut object: Value = serde_json::from_str(&std::fs::read_to_string(fixtures.join(file)).unwrap()).unwrap();
         let name = format!("put-{plural}");
-        object["metadata"]["name"] = json!(name);
-        object["metadata"]["namespace"] = json!("default");
-        for f in ["resourceVersion", "generateName"] {
-            object["metadata"].as_object_mut().unwrap().remove(f);
-        }
+        let object = fixture(file, &name);
         let path = format!("{gv}/namespaces/default/{plural}");
         let created: Value = client.post(format!("{sim}{path}")).json(&object).send().unwrap().json().unwrap();
         let qualified = format!("{name}_member1");

@@ -281,6 +281,7 @@ impl Prober {
         let first = addresses.first()?.clone();
         let mut errors = Vec::new();
         let mut first_failure = None;
+        let mut all_skipped = true;
         for address in addresses {
             match self.probe_address(address).await {
                 Ok(latency) => {
@@ -295,9 +296,13 @@ impl Prober {
                 }
                 Err((failure, error)) => {
                     first_failure.get_or_insert(failure);
-                    errors.push(format!("{address}: {error}"));
+                    all_skipped &= failure == ProbeFailure::Skipped;
+                    errors.push(if failure == ProbeFailure::Skipped { error } else { format!("{address}: {error}") });
                 }
             }
+        }
+        if all_skipped {
+            errors.dedup();
         }
         Some(Probe {
             reachable: false,
@@ -426,9 +431,11 @@ mod tests {
 
     #[tokio::test]
     async fn dns_names_are_skipped_when_not_allowed() {
-        let probe = plain(1000).probe(&["estimator.karmada-system.svc:10352".to_string()]).await.unwrap();
+        let names = ["a.karmada-system.svc.cluster.local:10352".to_string(), "a.karmada-system.svc:10352".to_string()];
+        let probe = plain(1000).probe(&names).await.unwrap();
         assert!(!probe.reachable);
         assert_eq!(probe.failure, Some(ProbeFailure::Skipped));
+        assert_eq!(probe.error.as_deref(), Some("not probed: DNS names are not probed (probeDnsNames: false)"));
         assert!(!probe.failed());
     }
 

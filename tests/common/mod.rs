@@ -197,3 +197,29 @@ pub fn dead_port_url() -> String {
     drop(l);
     format!("http://127.0.0.1:{port}")
 }
+
+/// A fixture from `../shared/fixtures/kubernetes-api-testdata`, made
+/// acceptable to a validating server: the placeholder `nameValue` (not a
+/// DNS label) becomes `name-value`, and the object gets `name` in namespace
+/// `default` with no resourceVersion.
+pub fn fixture(file: &str, name: &str) -> Value {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/kubernetes-api-testdata");
+    let text = std::fs::read_to_string(dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let mut object: Value = serde_json::from_str(&text).unwrap();
+    fn fix(v: &mut Value) {
+        match v {
+            Value::String(s) if s == "nameValue" => *s = "name-value".to_string(),
+            Value::Array(a) => a.iter_mut().for_each(fix),
+            Value::Object(o) => o.values_mut().for_each(fix),
+            _ => {}
+        }
+    }
+    fix(&mut object);
+    object["metadata"]["name"] = Value::String(name.to_string());
+    object["metadata"]["namespace"] = Value::String("default".to_string());
+    let meta = object["metadata"].as_object_mut().unwrap();
+    for f in ["resourceVersion", "generateName", "uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields", "ownerReferences", "finalizers"] {
+        meta.remove(f);
+    }
+    object
+}
