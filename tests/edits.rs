@@ -53,13 +53,14 @@ fn kubectl_edits_reach_the_owning_member() {
     assert_eq!(member_get(&m2, pod)["metadata"]["labels"]["strategic"], "yes");
 
     // edit with a scripted editor (under a timeout: a failing edit reopens the editor).
-    let editor = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(editor.path(), "#!/bin/sh\nsed -i 's/team: blue/team: green/' \"$1\"\n").unwrap();
-    std::process::Command::new("chmod").arg("+x").arg(editor.path()).status().unwrap();
+    let editor_dir = tempfile::tempdir().unwrap();
+    let editor = editor_dir.path().join("editor.sh");
+    std::fs::write(&editor, "#!/bin/sh\nsed -i 's/team: blue/team: green/' \"$1\"\n").unwrap();
+    std::process::Command::new("chmod").arg("+x").arg(&editor).status().unwrap();
     let out = std::process::Command::new("timeout")
         .args(["60", "kubectl", "--server", s, "edit", "pod", "web-1_member2", "-n", "default"])
         .env("KUBECONFIG", "/dev/null")
-        .env("EDITOR", editor.path())
+        .env("EDITOR", &editor)
         .output()
         .unwrap();
     assert!(out.status.success(), "edit: {}", String::from_utf8_lossy(&out.stderr));
@@ -98,11 +99,22 @@ fn kubectl_edits_reach_the_owning_member() {
     assert_eq!(member_get(&m2, "/api/v1/namespaces/default/configmaps/created-here")["data"]["k"], "v");
     assert_eq!(kf.get("/api/v1/namespaces/default/configmaps/created-here_member2").0, 200);
 
-    // apply --server-side at the aggregated path with a qualified name.
+    // apply --server-side at the aggregated path with a qualified name:
+    // creating, then taking over fields of another manager (--force-conflicts).
+    let fresh = dir.path().join("fresh.yaml");
+    std::fs::write(&fresh, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied-new_member2\n  namespace: default\ndata:\n  a: b\n").unwrap();
+    let out = std::process::Command::new("timeout")
+        .args(["60", "kubectl", "--server", s, "apply", "--server-side", "-f"])
+        .arg(&fresh)
+        .env("KUBECONFIG", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "apply (create): {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(member_get(&m2, "/api/v1/namespaces/default/configmaps/applied-new")["data"]["a"], "b");
     let applied = dir.path().join("applied.yaml");
     std::fs::write(&applied, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: created-here_member2\n  namespace: default\ndata:\n  k: v2\n  extra: e\n").unwrap();
     let out = std::process::Command::new("timeout")
-        .args(["60", "kubectl", "--server", s, "apply", "--server-side", "-f"])
+        .args(["60", "kubectl", "--server", s, "apply", "--server-side", "--force-conflicts", "-f"])
         .arg(&applied)
         .env("KUBECONFIG", "/dev/null")
         .output()
@@ -225,10 +237,29 @@ fn fixtures_survive_get_and_put_field_for_field() {
         let name = format!("put-{plural}");
         let object = fixture(file, &name);
         let path = format!("{gv}/namespaces/default/{plural}");
-        let created: Value = client.post(format!("{sim}{path}")).json(&object).send().unwrap().json().unwrap();
+        let resp = client.post(format!("{sim}{path}")).json(&object).send().unwrap();
+        assert!(resp.status().is_success(), "{file}: {}", resp.text().unwrap());
         let qualified = format!("{name}_member1");
-        wait_for(Duration::from_secs(20), file, || kf.get(&format!("{path}/{qualified}")).0 == 200);
-        let served = kf.get_json(&format!("{path}/{qualified}"));
+        // Wait until the member's own controllers are done with the object and
+        // kubefold serves the member's current version.
+        let mut created = Value::Null;
+        let mut served = Value::Null;
+        let mut stable_since = std::time::Instant::now();
+        let mut last_rv = Value::Null;
+        wait_for(Duration::from_secs(30), file, || {
+            let (code, body) = kf.get(&format!("{path}/{qualified}"));
+            if code != 200 {
+                return false;
+            }
+            served = serde_json::from_str(&body).unwrap();
+            created = member_get(&sim, &format!("{path}/{name}"));
+            if created["metadata"]["resourceVersion"] != last_rv {
+                last_rv = created["metadata"]["resourceVersion"].clone();
+                stable_since = std::time::Instant::now();
+            }
+            served["metadata"]["annotations"]["kubefold.io/member-resource-version"] == created["metadata"]["resourceVersion"]
+                && stable_since.elapsed() > Duration::from_secs(1)
+        });
         let resp = client.put(format!("{}{path}/{qualified}", kf.url)).json(&served).send().unwrap();
         assert_eq!(resp.status().as_u16(), 200, "{file}: {}", resp.text().unwrap());
         let after = member_get(&sim, &format!("{path}/{name}"));

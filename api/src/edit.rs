@@ -186,8 +186,22 @@ pub async fn update(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &s
 /// translated, and a qualified `metadata.name` is unqualified.
 pub async fn patch(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &str, sub: Option<&str>, body: &Bytes) -> Result<HttpResponse, Status> {
     let snapshot = state.fleet.snapshot();
-    let (key, entry) = resolve_name(&snapshot, scope, name)?;
     let ct = content_type(req).unwrap_or("").split(';').next().unwrap_or("").trim().to_string();
+    let (key, entry) = match resolve_name(&snapshot, scope, name) {
+        Ok(found) => found,
+        // Server-side apply creates a missing object, when its cluster is known.
+        Err(status) if status.code == 404 && ct == "application/apply-patch+yaml" && sub.is_none() => {
+            let (member_name, cluster) = match (&scope.cluster, names::parse(name)) {
+                (Some(c), _) => (name.to_string(), c.clone()),
+                (None, RequestedName::Qualified { name, cluster }) => (name.to_string(), cluster.to_string()),
+                (None, RequestedName::Bare(_)) => return Err(status),
+            };
+            let key = ObjectKey { namespace: scope.namespace.clone().unwrap_or_default(), name: member_name, cluster };
+            let entry = Arc::new(IndexEntry { rv: 0, member_rv: String::new(), uid: String::new(), labels: Vec::new(), fields: Vec::new() });
+            (key, entry)
+        }
+        Err(status) => return Err(status),
+    };
     let forwarded: Vec<u8> = match ct.as_str() {
         "application/json-patch+json" => {
             let _: Value = serde_json::from_slice(body).map_err(|e| Status::bad_request(format!("invalid JSON patch: {e}")))?;
@@ -232,7 +246,7 @@ pub async fn patch(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &st
     if !response.is_success() {
         return Ok(passthrough(&response));
     }
-    Ok(reply_with_object(state, scope, &key, &response, false).await)
+    Ok(reply_with_object(state, scope, &key, &response, entry.rv == 0).await)
 }
 
 /// GET, PUT or PATCH of `scale`: the member's Scale with the name served as

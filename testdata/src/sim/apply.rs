@@ -152,7 +152,7 @@ pub fn apply(
         applied = json!({"apiVersion": rt.api_version(), "kind": rt.kind, "metadata": {"name": name},
                          "spec": {"replicas": replicas}});
     }
-    if let Some(meta) = applied["metadata"].as_object_mut() {
+    if let Some(meta) = applied.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.remove("managedFields");
     }
     let scope = Scope::of(&rt, subresource == Subresource::Status);

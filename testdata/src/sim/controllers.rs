@@ -142,7 +142,7 @@ pub fn perform(store: &mut Store, task: Task, now: DateTime<Utc>) {
             collect_dependents(store, namespace.as_deref(), &uid, false, now);
             let Some(owner) = store.get(resource, &key).filter(|o| o.uid == uid).cloned() else { return };
             let mut value = owner.value();
-            if let Some(finalizers) = value["metadata"]["finalizers"].as_array_mut() {
+            if let Some(finalizers) = value.pointer_mut("/metadata/finalizers").and_then(Value::as_array_mut) {
                 finalizers.retain(|f| f != "foregroundDeletion");
             }
             if value["metadata"]["finalizers"].as_array().is_some_and(Vec::is_empty) {
@@ -272,11 +272,11 @@ fn collect_dependents(store: &mut Store, namespace: Option<&str>, owner_uid: &st
     }
     for (resource, key, mut value) in dependents {
         if orphan {
-            if let Some(refs) = value["metadata"]["ownerReferences"].as_array_mut() {
+            if let Some(refs) = value.pointer_mut("/metadata/ownerReferences").and_then(Value::as_array_mut) {
                 refs.retain(|r| r["uid"] != owner_uid);
             }
             if value["metadata"]["ownerReferences"].as_array().is_some_and(Vec::is_empty) {
-                if let Some(meta) = value["metadata"].as_object_mut() {
+                if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
                     meta.remove("ownerReferences");
                 }
             }

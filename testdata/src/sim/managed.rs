@@ -150,7 +150,7 @@ pub fn entries(object: &Value) -> Vec<Entry> {
 /// Writes `entries` into `metadata.managedFields` (dropping empty ones).
 pub fn set_entries(object: &mut Value, entries: Vec<Entry>) {
     let list: Vec<Value> = entries.iter().filter(|e| !e.fields.is_empty()).map(Entry::to_value).collect();
-    if let Some(meta) = object["metadata"].as_object_mut() {
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
         if list.is_empty() {
             meta.remove("managedFields");
         } else {
@@ -163,7 +163,7 @@ pub fn set_entries(object: &mut Value, entries: Vec<Entry>) {
 /// kube-apiserver does not write an update that changes only those).
 pub fn without_timestamps(object: &Value) -> Value {
     let mut copy = object.clone();
-    if let Some(meta) = copy["metadata"].as_object_mut() {
+    if let Some(meta) = copy.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.remove("managedFields");
     }
     copy

@@ -308,7 +308,7 @@ fn immutability_causes(resource: &ResourceType, old: &Value, new: &Value) -> Vec
         let mask = |spec: &Value, tolerations: &Value| {
             let mut spec = spec.clone();
             for list in ["containers", "initContainers"] {
-                if let Some(containers) = spec[list].as_array_mut() {
+                if let Some(containers) = spec.get_mut(list).and_then(Value::as_array_mut) {
                     for c in containers {
                         c["image"] = Value::Null;
                     }
@@ -378,7 +378,7 @@ fn default_field(object: &mut Value, field: &str, value: Value) {
 /// Container defaults of the v1 API (`SetDefaults_Container`).
 fn default_containers(spec: &mut Value) {
     for list in ["initContainers", "containers"] {
-        if let Some(containers) = spec[list].as_array_mut() {
+        if let Some(containers) = spec.get_mut(list).and_then(Value::as_array_mut) {
             for c in containers {
                 let image = c["image"].as_str().unwrap_or_default();
                 let last = image.rsplit('/').next().unwrap_or_default();
@@ -387,7 +387,7 @@ fn default_containers(spec: &mut Value) {
                 default_field(c, "terminationMessagePath", json!("/dev/termination-log"));
                 default_field(c, "terminationMessagePolicy", json!("File"));
                 default_field(c, "resources", json!({}));
-                if let Some(ports) = c["ports"].as_array_mut() {
+                if let Some(ports) = c.get_mut("ports").and_then(Value::as_array_mut) {
                     for p in ports {
                         default_field(p, "protocol", json!("TCP"));
                     }
@@ -418,7 +418,7 @@ fn default_pod_spec(store: &mut Store, spec: &mut Value, admission: bool) {
     if spec["tolerations"].as_array().is_none() {
         spec["tolerations"] = json!([]);
     }
-    if let Some(tolerations) = spec["tolerations"].as_array_mut() {
+    if let Some(tolerations) = spec.get_mut("tolerations").and_then(Value::as_array_mut) {
         for key in ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"] {
             if !tolerations.iter().any(|t| t["key"] == key) {
                 tolerations.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
@@ -434,7 +434,7 @@ fn default_pod_spec(store: &mut Store, spec: &mut Value, admission: bool) {
         if spec["volumes"].as_array().is_none() {
             spec["volumes"] = json!([]);
         }
-        if let Some(volumes) = spec["volumes"].as_array_mut() {
+        if let Some(volumes) = spec.get_mut("volumes").and_then(Value::as_array_mut) {
             volumes.push(json!({
                 "name": volume,
                 "projected": {
@@ -448,12 +448,12 @@ fn default_pod_spec(store: &mut Store, spec: &mut Value, admission: bool) {
             }));
         }
         for list in ["initContainers", "containers"] {
-            if let Some(containers) = spec[list].as_array_mut() {
+            if let Some(containers) = spec.get_mut(list).and_then(Value::as_array_mut) {
                 for c in containers {
                     if c["volumeMounts"].as_array().is_none() {
                         c["volumeMounts"] = json!([]);
                     }
-                    if let Some(mounts) = c["volumeMounts"].as_array_mut() {
+                    if let Some(mounts) = c.get_mut("volumeMounts").and_then(Value::as_array_mut) {
                         mounts.push(json!({"name": volume, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}));
                     }
                 }
@@ -506,7 +506,7 @@ fn prepare_for_create(store: &mut Store, resource: &ResourceType, object: &mut V
             if kind == "NodePort" || kind == "LoadBalancer" {
                 default_field(spec, "externalTrafficPolicy", json!("Cluster"));
             }
-            if let Some(ports) = spec["ports"].as_array_mut() {
+            if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
                 for p in ports.iter_mut() {
                     default_field(p, "protocol", json!("TCP"));
                     let port = p["port"].clone();
@@ -642,7 +642,7 @@ fn create_inner(
     match entries {
         Some(entries) => managed::set_entries(&mut body, entries),
         None => {
-            if let Some(meta) = body["metadata"].as_object_mut() {
+            if let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) {
                 meta.remove("managedFields");
             }
             managed::record(&mut body, None, opts, managed::Operation::Update, &rt);
@@ -717,7 +717,7 @@ fn update_inner(
     let Some(existing) = store.get(resource, &key).cloned() else {
         // Events are created by PUT (AllowCreateOnUpdate); other types are not.
         if is(&rt, "", "events") && subresource == Subresource::Main {
-            if let Some(meta) = body["metadata"].as_object_mut() {
+            if let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) {
                 meta.remove("resourceVersion");
             }
             return create(store, resource, namespace, body, opts);
@@ -833,7 +833,7 @@ fn merge_for_update(rt: &ResourceType, old: &Value, mut body: Value, subresource
             body["spec"]["clusterIPs"] = old["spec"]["clusterIPs"].clone();
         }
         let old_ports = old["spec"]["ports"].as_array().cloned().unwrap_or_default();
-        if let Some(ports) = body["spec"]["ports"].as_array_mut() {
+        if let Some(ports) = body.pointer_mut("/spec/ports").and_then(Value::as_array_mut) {
             for p in ports {
                 if p["nodePort"].as_i64().unwrap_or(0) == 0 {
                     if let Some(old) = old_ports.iter().find(|o| o["port"] == p["port"] && o["nodePort"].is_number()) {
