@@ -20,14 +20,23 @@ fn rv_of(v: &Value) -> u64 {
     v["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap()
 }
 
-fn kubectl_ok(args: &[&str]) -> String {
-    let (ok, out, err) = kubectl(args, None);
+fn kubectl_ok(bin: &str, args: &[&str]) -> String {
+    let (ok, out, err) = kubectl_bin(bin, args, None);
     assert!(ok, "kubectl {args:?}: {err}");
     out
 }
 
 #[test]
-fn kubectl_edits_reach_the_owning_member() {
+fn kubectl_1_33_edits_reach_the_owning_member() {
+    edits_reach_the_owning_member("kubectl");
+}
+
+#[test]
+fn kubectl_1_27_edits_reach_the_owning_member() {
+    edits_reach_the_owning_member(&kubectl_version("1.27"));
+}
+
+fn edits_reach_the_owning_member(bin: &str) {
     let members = demo_members(2, 0.0);
     let (_tmp, dir) = data_dir();
     let kf = Kubefold::serve(&dir, &cluster_flags(&members), &[]);
@@ -36,20 +45,20 @@ fn kubectl_edits_reach_the_owning_member() {
     let m2 = members[1].1.url();
     let pod = "/api/v1/namespaces/default/pods/web-1";
 
-    kubectl_ok(&["--server", s, "label", "pod", "web-1_member2", "-n", "default", "team=blue"]);
+    kubectl_ok(bin, &["--server", s, "label", "pod", "web-1_member2", "-n", "default", "team=blue"]);
     assert_eq!(member_get(&m2, pod)["metadata"]["labels"]["team"], "blue");
     assert_eq!(kf.get_json("/api/v1/namespaces/default/pods/web-1_member2")["metadata"]["labels"]["team"], "blue");
     assert!(member_get(&members[0].1.url(), pod)["metadata"]["labels"].get("team").is_none(), "member1 untouched");
 
-    kubectl_ok(&["--server", s, "annotate", "pod", "web-1_member2", "-n", "default", "note=hello"]);
+    kubectl_ok(bin, &["--server", s, "annotate", "pod", "web-1_member2", "-n", "default", "note=hello"]);
     assert_eq!(member_get(&m2, pod)["metadata"]["annotations"]["note"], "hello");
     assert!(member_get(&m2, pod)["metadata"]["annotations"].get("kubefold.io/cluster").is_none(), "kubefold's annotations never reach the member");
 
-    kubectl_ok(&["--server", s, "patch", "pod", "web-1_member2", "-n", "default", "--type", "merge", "-p", r#"{"metadata":{"labels":{"merge":"yes"}}}"#]);
+    kubectl_ok(bin, &["--server", s, "patch", "pod", "web-1_member2", "-n", "default", "--type", "merge", "-p", r#"{"metadata":{"labels":{"merge":"yes"}}}"#]);
     assert_eq!(member_get(&m2, pod)["metadata"]["labels"]["merge"], "yes");
-    kubectl_ok(&["--server", s, "patch", "pod", "web-1_member2", "-n", "default", "--type", "json", "-p", r#"[{"op":"add","path":"/metadata/labels/json","value":"yes"}]"#]);
+    kubectl_ok(bin, &["--server", s, "patch", "pod", "web-1_member2", "-n", "default", "--type", "json", "-p", r#"[{"op":"add","path":"/metadata/labels/json","value":"yes"}]"#]);
     assert_eq!(member_get(&m2, pod)["metadata"]["labels"]["json"], "yes");
-    kubectl_ok(&["--server", s, "patch", "pod", "web-1_member2", "-n", "default", "-p", r#"{"metadata":{"labels":{"strategic":"yes"}}}"#]);
+    kubectl_ok(bin, &["--server", s, "patch", "pod", "web-1_member2", "-n", "default", "-p", r#"{"metadata":{"labels":{"strategic":"yes"}}}"#]);
     assert_eq!(member_get(&m2, pod)["metadata"]["labels"]["strategic"], "yes");
 
     // edit with a scripted editor (under a timeout: a failing edit reopens the editor).
@@ -58,7 +67,7 @@ fn kubectl_edits_reach_the_owning_member() {
     std::fs::write(&editor, "#!/bin/sh\nsed -i 's/team: blue/team: green/' \"$1\"\n").unwrap();
     std::process::Command::new("chmod").arg("+x").arg(&editor).status().unwrap();
     let out = std::process::Command::new("timeout")
-        .args(["60", "kubectl", "--server", s, "edit", "pod", "web-1_member2", "-n", "default"])
+        .args(["60", bin, "--server", s, "edit", "pod", "web-1_member2", "-n", "default"])
         .env("KUBECONFIG", "/dev/null")
         .env("EDITOR", &editor)
         .output()
@@ -71,13 +80,13 @@ fn kubectl_edits_reach_the_owning_member() {
     let d = deploys["items"].as_array().unwrap().iter().find(|d| d["metadata"]["annotations"]["kubefold.io/cluster"] == "member1").unwrap();
     let (ns, qualified) = (d["metadata"]["namespace"].as_str().unwrap(), d["metadata"]["name"].as_str().unwrap());
     let member_name = qualified.trim_end_matches("_member1");
-    kubectl_ok(&["--server", s, "scale", "deployment", qualified, "-n", ns, "--replicas=5"]);
+    kubectl_ok(bin, &["--server", s, "scale", "deployment", qualified, "-n", ns, "--replicas=5"]);
     let m1 = members[0].1.url();
     assert_eq!(member_get(&m1, &format!("/apis/apps/v1/namespaces/{ns}/deployments/{member_name}"))["spec"]["replicas"], 5);
     assert_eq!(kf.get_json(&format!("/apis/apps/v1/namespaces/{ns}/deployments/{qualified}"))["spec"]["replicas"], 5);
 
     // delete a pod.
-    kubectl_ok(&["--server", s, "delete", "pod", "web-2_member2", "-n", "default", "--wait=false"]);
+    kubectl_ok(bin, &["--server", s, "delete", "pod", "web-2_member2", "-n", "default", "--wait=false"]);
     wait_for(Duration::from_secs(20), "pod deleted in member", || http_get(&format!("{m2}/api/v1/namespaces/default/pods/web-2")).0 == 404);
     assert_eq!(kf.get("/api/v1/namespaces/default/pods/web-2_member2").0, 404);
 
@@ -90,7 +99,7 @@ fn kubectl_edits_reach_the_owning_member() {
     let manifest = dir.path().join("cm.yaml");
     std::fs::write(&manifest, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: created-here\n  namespace: default\ndata:\n  k: v\n").unwrap();
     let out = std::process::Command::new("timeout")
-        .args(["60", "kubectl", "create", "-f"])
+        .args(["60", bin, "create", "-f"])
         .arg(&manifest)
         .env("KUBECONFIG", &kubeconfig)
         .output()
@@ -104,7 +113,7 @@ fn kubectl_edits_reach_the_owning_member() {
     let fresh = dir.path().join("fresh.yaml");
     std::fs::write(&fresh, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied-new_member2\n  namespace: default\ndata:\n  a: b\n").unwrap();
     let out = std::process::Command::new("timeout")
-        .args(["60", "kubectl", "--server", s, "apply", "--server-side", "-f"])
+        .args(["60", bin, "--server", s, "apply", "--server-side", "-f"])
         .arg(&fresh)
         .env("KUBECONFIG", "/dev/null")
         .output()
@@ -114,7 +123,7 @@ fn kubectl_edits_reach_the_owning_member() {
     let applied = dir.path().join("applied.yaml");
     std::fs::write(&applied, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: created-here_member2\n  namespace: default\ndata:\n  k: v2\n  extra: e\n").unwrap();
     let out = std::process::Command::new("timeout")
-        .args(["60", "kubectl", "--server", s, "apply", "--server-side", "--force-conflicts", "-f"])
+        .args(["60", bin, "--server", s, "apply", "--server-side", "--force-conflicts", "-f"])
         .arg(&applied)
         .env("KUBECONFIG", "/dev/null")
         .output()
@@ -124,10 +133,10 @@ fn kubectl_edits_reach_the_owning_member() {
     assert_eq!((cm["data"]["k"].as_str(), cm["data"]["extra"].as_str()), (Some("v2"), Some("e")));
 
     // logs and logs -f (bounded).
-    let out = kubectl_ok(&["--server", s, "logs", "web-0_member1", "-n", "default", "--tail=3"]);
+    let out = kubectl_ok(bin, &["--server", s, "logs", "web-0_member1", "-n", "default", "--tail=3"]);
     assert_eq!(out.lines().count(), 3, "{out}");
     let out = std::process::Command::new("timeout")
-        .args(["3", "kubectl", "--server", s, "logs", "-f", "web-0_member1", "-n", "default", "--tail=1"])
+        .args(["3", bin, "--server", s, "logs", "-f", "web-0_member1", "-n", "default", "--tail=1"])
         .env("KUBECONFIG", "/dev/null")
         .output()
         .unwrap();

@@ -278,7 +278,16 @@ fn original_name_style_and_longest_names() {
 }
 
 #[test]
-fn discovery_tables_and_kubectl() {
+fn discovery_tables_and_kubectl_1_33() {
+    discovery_tables_and_kubectl("kubectl");
+}
+
+#[test]
+fn discovery_tables_and_kubectl_1_27() {
+    discovery_tables_and_kubectl(&kubectl_version("1.27"));
+}
+
+fn discovery_tables_and_kubectl(bin: &str) {
     let f = fleet(&[]);
     let kf = &f.kf;
     // Aggregated discovery.
@@ -291,31 +300,31 @@ fn discovery_tables_and_kubectl() {
     let doc: Value = resp.json().unwrap();
     assert_eq!(doc["kind"], "APIGroupDiscoveryList");
 
-    let (ok, out, err) = kubectl(&["--server", &kf.url, "api-resources"], None);
+    let (ok, out, err) = kubectl_bin(bin, &["--server", &kf.url, "api-resources"], None);
     assert!(ok, "{err}");
     for (name, short) in [("pods", "po"), ("deployments", "deploy"), ("services", "svc"), ("statefulsets", "sts"), ("replicasets", "rs")] {
         let line = out.lines().find(|l| l.split_whitespace().next() == Some(name)).unwrap_or_else(|| panic!("{name} missing:\n{out}"));
         assert!(line.split_whitespace().nth(1) == Some(short), "{line}");
     }
-    let (ok, out, err) = kubectl(&["--server", &kf.url, "get", "all", "-A"], None);
+    let (ok, out, err) = kubectl_bin(bin, &["--server", &kf.url, "get", "all", "-A"], None);
     assert!(ok, "{err}");
     for kind in ["pod/", "service/", "deployment.apps/", "replicaset.apps/", "statefulset.apps/"] {
         assert!(out.contains(kind), "{kind} missing from get all:\n{out}");
     }
-    let (ok, out, err) = kubectl(&["--server", &kf.url, "get", "pods", "-A", "-o", "wide"], None);
+    let (ok, out, err) = kubectl_bin(bin, &["--server", &kf.url, "get", "pods", "-A", "-o", "wide"], None);
     assert!(ok, "{err}");
     let header = out.lines().next().unwrap();
     for col in ["CLUSTER", "IP", "NODE", "NOMINATED NODE"] {
         assert!(header.contains(col), "{col} missing from {header}");
     }
-    let (ok, out, err) = kubectl(&["--server", &kf.url, "get", "deploy", "-A"], None);
+    let (ok, out, err) = kubectl_bin(bin, &["--server", &kf.url, "get", "deploy", "-A"], None);
     assert!(ok, "{err}");
     assert!(out.lines().next().unwrap().contains("UP-TO-DATE"), "{out}");
-    let (ok, out, err) = kubectl(&["--server", &kf.url, "get", "pod", "web-0_member2", "-n", "default", "-o", "yaml"], None);
+    let (ok, out, err) = kubectl_bin(bin, &["--server", &kf.url, "get", "pod", "web-0_member2", "-n", "default", "-o", "yaml"], None);
     assert!(ok, "{err}");
     assert!(out.contains("kubefold.io/cluster: member2"), "{out}");
     // Chunked get over more objects than a page.
-    let (ok, out, err) = kubectl(&["--server", &kf.url, "get", "pods", "-A", "--chunk-size=3", "--no-headers"], None);
+    let (ok, out, err) = kubectl_bin(bin, &["--server", &kf.url, "get", "pods", "-A", "--chunk-size=3", "--no-headers"], None);
     assert!(ok, "{err}");
     let chunked: Vec<&str> = out.lines().map(|l| l.split_whitespace().nth(1).unwrap()).collect();
     let all = names(&kf.get_json("/api/v1/pods"));
@@ -328,7 +337,7 @@ fn discovery_tables_and_kubectl() {
         kf.url
     )).unwrap();
     let out = std::process::Command::new("timeout")
-        .args(["60", "kubectl", "get", "pods", "-n", "default", "--no-headers"])
+        .args(["60", bin, "get", "pods", "-n", "default", "--no-headers"])
         .env("KUBECONFIG", &kubeconfig)
         .output()
         .unwrap();

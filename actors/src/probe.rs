@@ -399,7 +399,7 @@ mod tests {
                 drop(socket);
             }
         });
-        let probe = plain(3000).probe(&[address.clone()]).await.unwrap();
+        let probe = plain(3000).probe(std::slice::from_ref(&address)).await.unwrap();
         assert!(probe.reachable, "{probe:?}");
         assert_eq!(probe.address.as_deref(), Some(address.as_str()));
         assert!(probe.latency_ms.unwrap() < 3000.0);
@@ -410,7 +410,7 @@ mod tests {
     async fn a_closed_port_is_unreachable_within_the_timeout() {
         let address = format!("127.0.0.1:{}", closed_port().await);
         let started = Instant::now();
-        let probe = plain(2000).probe(&[address.clone()]).await.unwrap();
+        let probe = plain(2000).probe(std::slice::from_ref(&address)).await.unwrap();
         assert!(started.elapsed() < Duration::from_secs(2));
         assert!(!probe.reachable);
         assert_eq!(probe.failure, Some(ProbeFailure::Connect));
@@ -515,7 +515,7 @@ mod tests {
         // Another CA (UnknownIssuer), and another CA of the same name (BadSignature).
         for (other, why) in [(pki("another CA"), "UnknownIssuer"), (pki("estimator CA"), "BadSignature")] {
             let prober = Prober::new(Duration::from_secs(3), false, Some(&tls_settings(dir.path(), &other.ca_pem))).unwrap();
-            let probe = prober.probe(&[address.clone()]).await.unwrap();
+            let probe = prober.probe(std::slice::from_ref(&address)).await.unwrap();
             assert!(!probe.reachable, "{probe:?}");
             assert_eq!(probe.failure, Some(ProbeFailure::Tls));
             assert_eq!(probe.error.unwrap(), format!("{address}: TLS handshake failed: invalid peer certificate: {why}"));
@@ -542,7 +542,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let prober = Prober::new(Duration::from_millis(300), false, Some(&tls_settings(dir.path(), &server.ca_pem))).unwrap();
         let started = Instant::now();
-        let probe = prober.probe(&[address.clone()]).await.unwrap();
+        let probe = prober.probe(std::slice::from_ref(&address)).await.unwrap();
         let took = started.elapsed();
         assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(2), "{took:?}");
         assert!(!probe.reachable);

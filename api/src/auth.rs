@@ -761,7 +761,7 @@ pub struct Auth {
 enum Rejection {
     Unauthorized,
     TooManyRequests,
-    Forbidden(User, RequestAttributes),
+    Forbidden(Box<(User, RequestAttributes)>),
 }
 
 impl Auth {
@@ -846,7 +846,7 @@ impl Auth {
         let guard = self.inner.in_flight.acquire(client).ok_or(Rejection::TooManyRequests)?;
         let attributes = attributes(req.method(), req.path(), req.query_string());
         if !self.inner.open && !authorize(&user, &attributes, &self.inner.rules) {
-            return Err(Rejection::Forbidden(user, attributes));
+            return Err(Rejection::Forbidden(Box::new((user, attributes))));
         }
         Ok((user, attributes, guard))
     }
@@ -859,8 +859,9 @@ fn read_token_file(path: &Path) -> Result<HashMap<String, User>> {
     {
         use std::os::unix::fs::PermissionsExt as _;
         if let Ok(meta) = std::fs::metadata(path) {
-            if meta.permissions().mode() & 0o077 != 0 {
-                warn!(path = %path.display(), mode = format!("{:o}", meta.permissions().mode() & 0o777), "Token file is readable by other users; make it mode 0600.");
+            // Group access is usual (root:kubefold 0640, a Kubernetes fsGroup); world access is not.
+            if meta.permissions().mode() & 0o007 != 0 {
+                warn!(path = %path.display(), mode = format!("{:o}", meta.permissions().mode() & 0o777), "Token file is accessible to every user; make it mode 0600 or 0640.");
             }
         }
     }
@@ -939,7 +940,8 @@ where
                         debug!(path = req.path(), peer = ?req.peer_addr(), "Too many requests in flight from one client.");
                         too_many_requests()
                     }
-                    Rejection::Forbidden(user, attributes) => {
+                    Rejection::Forbidden(denied) => {
+                        let (user, attributes) = *denied;
                         info!(user = %user.name, groups = ?user.groups, verb = %attributes.verb, path = req.path(), "Request forbidden.");
                         forbidden(&user, &attributes)
                     }

@@ -290,6 +290,34 @@ pub fn openapi_v3(catalog: &[ResourceType], group: &str, version: &str) -> Optio
     }))
 }
 
+/// `/openapi/v2` in protobuf (gnostic `openapi_v2.Document`): `swagger`
+/// (field 1), `info` (field 2: `title` 1, `version` 2) and empty `paths`
+/// (field 8). Encoded by hand: three length-delimited fields.
+pub fn openapi_v2_protobuf() -> Vec<u8> {
+    fn field(out: &mut Vec<u8>, number: u8, bytes: &[u8]) {
+        out.push((number << 3) | 2);
+        let mut len = bytes.len();
+        loop {
+            let byte = (len & 0x7f) as u8;
+            len >>= 7;
+            if len == 0 {
+                out.push(byte);
+                break;
+            }
+            out.push(byte | 0x80);
+        }
+        out.extend_from_slice(bytes);
+    }
+    let mut info = Vec::new();
+    field(&mut info, 1, b"kubefold");
+    field(&mut info, 2, KUBERNETES_VERSION.2.as_bytes());
+    let mut doc = Vec::new();
+    field(&mut doc, 1, b"2.0");
+    field(&mut doc, 2, &info);
+    field(&mut doc, 8, &[]);
+    doc
+}
+
 /// `/openapi/v2`: the same paths in Swagger 2.0 form.
 pub fn openapi_v2(catalog: &[ResourceType]) -> Value {
     let mut paths = serde_json::Map::new();
@@ -326,6 +354,19 @@ mod aggregated_tests {
         assert_eq!(names, vec!["apps", "discovery.k8s.io"]);
         assert!(wants_aggregated("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"));
         assert!(!wants_aggregated("application/json"));
+    }
+
+    #[test]
+    fn openapi_v2_protobuf_is_well_formed() {
+        let doc = openapi_v2_protobuf();
+        // swagger = "2.0"
+        assert_eq!(&doc[..5], &[0x0a, 3, b'2', b'.', b'0']);
+        // info: title "kubefold", version "v1.33.1"
+        assert_eq!(doc[5], 0x12);
+        assert_eq!(doc[6] as usize, 2 + 8 + 2 + 7);
+        assert_eq!(&doc[7..17], b"\x0a\x08kubefold");
+        // empty paths
+        assert_eq!(&doc[doc.len() - 2..], &[0x42, 0]);
     }
 
     #[test]

@@ -218,6 +218,14 @@ async fn route(req: &HttpRequest, state: &Arc<ApiState>, body: &web::Bytes) -> R
         ApiPath::Groups { .. } if aggregated => Ok(respond::aggregated(&discovery::aggregated(catalog, false))),
         ApiPath::CoreVersions { .. } => Ok(respond::json(&discovery::core_versions())),
         ApiPath::Groups { .. } => Ok(respond::json(&discovery::groups(catalog))),
+        // kubectl up to 1.29 asks for /openapi/v2 in protobuf only (for
+        // strategic merge patch metadata); it gets a valid document without
+        // definitions and falls back to its built-in schemas for those types.
+        ApiPath::OpenApiV2 if accept.contains("protobuf") && !accept.contains("json") => Ok(HttpResponse::Ok()
+            // kube-openapi answers this Accept with application/octet-stream
+            // (Go's mime parser rejects the `@` of the requested type).
+            .content_type("application/octet-stream")
+            .body(discovery::openapi_v2_protobuf())),
         ApiPath::OpenApiV2 => Ok(respond::json(&discovery::openapi_v2(catalog))),
         ApiPath::OpenApiV3Index => Ok(respond::json(&discovery::openapi_v3_index(catalog))),
         ApiPath::OpenApiV3 { group, version } => {

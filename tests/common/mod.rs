@@ -163,10 +163,28 @@ pub fn cluster_flags(members: &[(String, SimHandle)]) -> Vec<(String, String)> {
     members.iter().map(|(n, s)| (n.clone(), s.url())).collect()
 }
 
-/// Runs kubectl with a timeout; returns (success, stdout, stderr).
+/// Runs kubectl (the dispatcher, which picks the binary matching the
+/// server's `/version`) with a timeout; returns (success, stdout, stderr).
 pub fn kubectl(args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+    kubectl_bin("kubectl", args, stdin)
+}
+
+/// The path of a specific kubectl minor version installed beside the
+/// dispatcher (`kubectl.1.27` .. `kubectl.1.33`).
+pub fn kubectl_version(minor: &str) -> String {
+    let dispatcher = std::fs::canonicalize(
+        String::from_utf8(Command::new("which").arg("kubectl").output().unwrap().stdout).unwrap().trim(),
+    )
+    .unwrap();
+    let path = dispatcher.with_file_name(format!("kubectl.{minor}"));
+    assert!(path.exists(), "{} is not installed", path.display());
+    path.to_string_lossy().into_owned()
+}
+
+/// Runs a given kubectl binary with a timeout; returns (success, stdout, stderr).
+pub fn kubectl_bin(bin: &str, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
     let mut cmd = Command::new("timeout");
-    cmd.arg("60").arg("kubectl").args(args);
+    cmd.arg("60").arg(bin).args(args);
     cmd.env("KUBECONFIG", "/dev/null").env("HOME", std::env::temp_dir());
     cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());

@@ -1,0 +1,69 @@
+//! Discovery documents served by the simulator, checked against what
+//! kube-apiserver serves (Kubernetes docs "Discovery API").
+
+mod common;
+
+use common::{demo, get, send};
+use serde_json::json;
+
+#[tokio::test]
+async fn version_reports_the_configured_git_version() {
+    let sim = common::start(kubefold_testdata::SimConfig { git_version: "v1.32.4".into(), ..Default::default() });
+    let version = get(&sim, "/version").await;
+    assert_eq!(version.code, 200);
+    assert_eq!(version.body["gitVersion"], "v1.32.4");
+    assert_eq!(version.body["major"], "1");
+    assert_eq!(version.body["minor"], "32");
+    assert_eq!(version.body["platform"], "linux/amd64");
+}
+
+#[tokio::test]
+async fn core_and_group_discovery() {
+    let sim = demo();
+    let api = get(&sim, "/api").await;
+    assert_eq!(api.body["kind"], "APIVersions");
+    assert_eq!(api.body["versions"], json!(["v1"]));
+    assert_eq!(api.body["serverAddressByClientCIDRs"][0]["serverAddress"], sim.addr().to_string());
+
+    let core = get(&sim, "/api/v1").await;
+    assert_eq!(core.body["kind"], "APIResourceList");
+    assert_eq!(core.body["groupVersion"], "v1");
+    let resources = core.body["resources"].as_array().unwrap();
+    let find = |name: &str| resources.iter().find(|r| r["name"] == name).unwrap_or_else(|| panic!("{name}"));
+    assert_eq!(find("pods")["shortNames"], json!(["po"]));
+    assert_eq!(find("pods")["categories"], json!(["all"]));
+    assert_eq!(find("pods")["namespaced"], true);
+    assert_eq!(find("pods")["kind"], "Pod");
+    assert_eq!(find("pods/log")["verbs"], json!(["get"]));
+    assert_eq!(find("pods/status")["verbs"], json!(["get", "patch", "update"]));
+    assert_eq!(find("nodes")["namespaced"], false);
+    assert_eq!(find("namespaces")["verbs"], json!(["create", "delete", "get", "list", "patch", "update", "watch"]));
+
+    let groups = get(&sim, "/apis").await;
+    assert_eq!(groups.body["kind"], "APIGroupList");
+    let names: Vec<&str> = groups.body["groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["apps", "discovery.k8s.io"]);
+
+    let apps = get(&sim, "/apis/apps/v1").await;
+    assert_eq!(apps.body["groupVersion"], "apps/v1");
+    let scale = apps.body["resources"].as_array().unwrap().iter().find(|r| r["name"] == "deployments/scale").unwrap();
+    assert_eq!(scale["group"], "autoscaling");
+    assert_eq!(scale["version"], "v1");
+    assert_eq!(scale["kind"], "Scale");
+    assert_eq!(get(&sim, "/apis/apps").await.body["preferredVersion"]["groupVersion"], "apps/v1");
+}
+
+#[tokio::test]
+async fn unknown_paths_are_status_404_and_openapi_is_not_served() {
+    let sim = demo();
+    for path in ["/apis/batch/v1", "/apis/apps/v1/cronjobs", "/openapi/v2", "/api/v1/namespaces/default/nodes"] {
+        let answer = get(&sim, path).await;
+        assert_eq!(answer.code, 404, "{path}");
+        assert_eq!(answer.body["kind"], "Status", "{path}");
+        assert_eq!(answer.body["reason"], "NotFound");
+    }
+    let post = send(&sim, "POST", "/version", "application/json", "{}").await;
+    assert_eq!(post.code, 405);
+    assert_eq!(post.body["reason"], "MethodNotAllowed");
+    assert_eq!(get(&sim, "/healthz").await.code, 200);
+}
