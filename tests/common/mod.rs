@@ -72,6 +72,12 @@ impl Kubefold {
         self.logs.lock().unwrap().clone()
     }
 
+    /// Kills it with SIGKILL (a crash) and waits.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Stops it with SIGTERM and waits (SIGKILL after 20 s).
     pub fn stop(mut self) {
         self.terminate();
@@ -240,4 +246,59 @@ pub fn fixture(file: &str, name: &str) -> Value {
         meta.remove(f);
     }
     object
+}
+
+/// The invariant checker: kubefold's view of every member equals the
+/// member's own state, allowing for changes that happen while it looks.
+/// For each member it lists the member at member RV `X`, waits until
+/// kubefold's pods checkpoint for that member reaches `X`, then requires:
+/// every object kubefold holds at a member RV <= `X` is in the member's list
+/// with that RV, and every object of the member's list is in kubefold at the
+/// same or a later member RV (or was deleted since, per a fresh GET).
+pub fn assert_converged(kf: &Kubefold, members: &[(String, SimHandle)], resource_path: &str, resource_key: &str) {
+    for (cluster, sim) in members {
+        let member: Value = serde_json::from_str(&http_get(&format!("{}{resource_path}", sim.url())).1).unwrap();
+        let x: u64 = member["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+        wait_for(Duration::from_secs(60), "kubefold reaching the member's RV", || {
+            let status = kf.get_json(&format!("/admin/v1/clusters/{cluster}"));
+            status["status"]["resources"][resource_key]["checkpoint"]
+                .as_str()
+                .and_then(|c| c.parse::<u64>().ok())
+                .is_some_and(|c| c >= x)
+        });
+        let mine = kf.get_json(&format!("/clusters/{cluster}{resource_path}"));
+        let key = |o: &Value| format!("{}/{}", o["metadata"]["namespace"].as_str().unwrap_or(""), o["metadata"]["name"].as_str().unwrap());
+        let member_rvs: std::collections::BTreeMap<String, u64> = member["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| (key(o), o["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap()))
+            .collect();
+        let kf_rvs: std::collections::BTreeMap<String, u64> = mine["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| (key(o), o["metadata"]["annotations"]["kubefold.io/member-resource-version"].as_str().unwrap().parse().unwrap()))
+            .collect();
+        for (k, rv) in &kf_rvs {
+            if *rv <= x {
+                assert_eq!(member_rvs.get(k), Some(rv), "{cluster}: kubefold holds {k} at member RV {rv}, the member at {x} does not");
+            }
+        }
+        for (k, rv) in &member_rvs {
+            match kf_rvs.get(k) {
+                Some(mine) => assert!(mine >= rv, "{cluster}: kubefold holds {k} at {mine}, older than the member's {rv}"),
+                None => {
+                    let (ns, name) = k.split_once('/').unwrap();
+                    let path = if ns.is_empty() {
+                        format!("{resource_path}/{name}")
+                    } else {
+                        format!("{}/namespaces/{ns}/{}/{name}", resource_path.rsplit_once('/').unwrap().0, resource_path.rsplit_once('/').unwrap().1)
+                    };
+                    let (code, _) = http_get(&format!("{}{path}", sim.url()));
+                    assert_eq!(code, 404, "{cluster}: {k} exists in the member but not in kubefold");
+                }
+            }
+        }
+    }
 }
