@@ -84,6 +84,7 @@ pub fn run(config: Config, shutdown: impl Future<Output = ()> + 'static, on_list
         }
         // readyz lists every member (Connecting) before any is contacted.
         for cluster in &clusters {
+            fleet.set_member(cluster.clone());
             for resource in fleet.catalog() {
                 let checkpoint = recovered.checkpoints.get(&(cluster.name.clone(), resource.key())).cloned();
                 fleet.update_status(&cluster.name, &resource.key(), |s| s.checkpoint = checkpoint);

@@ -71,7 +71,7 @@ const READ_VERBS: [&str; 3] = ["get", "list", "watch"];
 const NAMESPACE_SUBRESOURCES: [&str; 2] = ["status", "finalize"];
 
 /// Authentication and authorization settings (`auth:` in the config file).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct AuthConfig {
     /// Static bearer tokens (`--token-auth-file`), kube-apiserver's CSV format:
@@ -102,6 +102,19 @@ pub struct AuthConfig {
     /// max-in-flight exempts long-running requests). 0: no limit.
     #[serde(default = "default_max_requests_in_flight_per_client")]
     pub max_requests_in_flight_per_client: usize,
+}
+
+/// The same defaults as an empty `auth:` section.
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            token_auth_file: None,
+            client_ca_file: None,
+            anonymous: default_anonymous(),
+            rules: Vec::new(),
+            max_requests_in_flight_per_client: default_max_requests_in_flight_per_client(),
+        }
+    }
 }
 
 /// Unset: decided by whether an authenticator is configured.
@@ -1212,7 +1225,8 @@ mod tests {
     #[test]
     fn config_defaults_and_anonymous() {
         let c: AuthConfig = serde_yaml::from_str("{}").unwrap();
-        assert_eq!(c, AuthConfig { max_requests_in_flight_per_client: 100, ..AuthConfig::default() });
+        assert_eq!(c, AuthConfig::default());
+        assert_eq!(c.max_requests_in_flight_per_client, 100);
         assert!(Auth::from_config(&c).unwrap().is_open());
         assert!(serde_yaml::from_str::<AuthConfig>("tokenFile: x").is_err());
         let c = AuthConfig { anonymous: Some(false), ..c };

@@ -14,7 +14,10 @@ pub async fn healthz() -> HttpResponse {
 /// watcher has finished its initial sync or resumed its watch. `?verbose`
 /// lists each check, as kube-apiserver does.
 pub async fn readyz(req: HttpRequest, state: web::Data<ApiState>) -> HttpResponse {
-    let status = state.fleet.status();
+    let members = state.fleet.member_names();
+    let mut status = state.fleet.status();
+    // Readiness is about the aggregated members (the estimator control plane is not one).
+    status.retain(|cluster, _| members.contains(cluster));
     let mut lines = vec!["[+]store ok".to_string()];
     let mut ready = true;
     for (cluster, resources) in &status {

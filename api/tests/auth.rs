@@ -193,7 +193,6 @@ fn secured(extra: impl FnOnce(&mut AuthConfig)) -> Fleet {
     let mut auth = AuthConfig {
         token_auth_file: Some(token_file(pki.dir.path())),
         client_ca_file: tls.client_ca_file.clone(),
-        max_requests_in_flight_per_client: 100,
         ..AuthConfig::default()
     };
     extra(&mut auth);
@@ -317,7 +316,7 @@ async fn anonymous_access() {
     // No authenticator at all: authentication is off.
     let pki = Pki::new("open CA");
     let tls = pki.serving(&pki.issue(&["kubefold.test"], "kubefold", None), false);
-    let addr = start(&AuthConfig { max_requests_in_flight_per_client: 100, ..AuthConfig::default() }, &tls);
+    let addr = start(&AuthConfig::default(), &tls);
     let c = client(&pki, addr, None);
     let (code, body) = call(&c, "DELETE", &url(addr, "/admin/v1/clusters/member1"), None).await;
     assert_eq!((code, body["user"].as_str()), (200, Some("system:anonymous")));
@@ -360,7 +359,7 @@ async fn serving_certificate_is_reloaded() {
     let pki = Pki::new("reload CA");
     let first = pki.issue(&["kubefold.test"], "first", None);
     let tls = pki.serving(&first, false);
-    let addr = start(&AuthConfig { max_requests_in_flight_per_client: 100, ..AuthConfig::default() }, &tls);
+    let addr = start(&AuthConfig::default(), &tls);
     assert_eq!(served_certificate(&pki, addr).await, first.der);
 
     let second = pki.issue(&["kubefold.test"], "second-with-a-longer-name", None);

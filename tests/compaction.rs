@@ -1,0 +1,128 @@
+//! Retention and compaction: reads and watches older than the compaction
+//! floor get 410 Expired (as an ERROR event inside a watch stream, as HTTP
+//! 410 for lists and continue tokens); everything from the floor on still
+//! reads exactly; removed clusters' objects become DELETED events.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::{json, Value};
+
+fn rv_of(v: &Value) -> u64 {
+    v["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap()
+}
+
+fn post(url: &str) -> (u16, String) {
+    let resp = reqwest::blocking::Client::new().post(url).send().unwrap();
+    (resp.status().as_u16(), resp.text().unwrap())
+}
+
+#[test]
+fn history_older_than_the_floor_is_expired() {
+    let members = demo_members(1, 0.0);
+    let (tmp, dir) = data_dir();
+    let config = tmp.path().join("kubefold.yaml");
+    std::fs::write(&config, "retention:\n  maxEvents: 5\n  maxAgeSeconds: 86400\n  compactionIntervalSeconds: 3600\n").unwrap();
+    let kf = Kubefold::serve(&dir, &cluster_flags(&members), &["--config", config.to_str().unwrap()]);
+    kf.wait_ready();
+    let sim = members[0].1.url();
+
+    let old = kf.get_json("/api/v1/pods?limit=2");
+    let old_rv = rv_of(&old);
+    let token = old["metadata"]["continue"].as_str().unwrap().to_string();
+    // Objects created and deleted (superseded history), then more than five
+    // events after that.
+    let client = reqwest::blocking::Client::new();
+    let create = |name: &str| {
+        let cm = json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":name,"namespace":"default"},"data":{"k":name}});
+        let resp = client.post(format!("{sim}/api/v1/namespaces/default/configmaps")).json(&cm).send().unwrap();
+        assert!(resp.status().is_success());
+    };
+    for i in 0..8 {
+        create(&format!("c{i}"));
+    }
+    for i in 0..4 {
+        let resp = client.delete(format!("{sim}/api/v1/namespaces/default/configmaps/c{i}")).send().unwrap();
+        assert!(resp.status().is_success());
+    }
+    for i in 0..6 {
+        create(&format!("d{i}"));
+    }
+    wait_for(Duration::from_secs(20), "configmaps ingested", || kf.get("/api/v1/namespaces/default/configmaps/d5_member1").0 == 200);
+    let head = rv_of(&kf.get_json("/api/v1/configmaps"));
+
+    let (code, body) = post(&format!("{}/admin/v1/compact", kf.url));
+    assert_eq!(code, 200, "{body}");
+    let stats: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(stats["floor"].as_u64(), Some(head - 5), "{stats}");
+    assert!(stats["removed"].as_u64().unwrap() >= 8, "the created-then-deleted configmaps' events go: {stats}");
+
+    // A watch from before the floor: 200, then one ERROR event 410 Expired.
+    let resp = reqwest::blocking::get(format!("{}/api/v1/pods?watch=1&resourceVersion={old_rv}&timeoutSeconds=5", kf.url)).unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let lines: Vec<Value> = resp.text().unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["type"], "ERROR");
+    assert_eq!(lines[0]["object"]["code"], 410);
+    assert_eq!(lines[0]["object"]["reason"], "Expired");
+
+    // Exact lists and continue tokens older than the floor: HTTP 410.
+    let (code, body) = kf.get(&format!("/api/v1/pods?resourceVersion={old_rv}&resourceVersionMatch=Exact"));
+    assert_eq!(code, 410, "{body}");
+    let (code, body) = kf.get(&format!("/api/v1/pods?limit=2&continue={token}"));
+    assert_eq!(code, 410, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["reason"], "Expired");
+
+    // From the floor on, history is exact: the state at floor has c0..c(8-5-?)
+    // exactly as the events up to it say.
+    let floor = head - 5;
+    let at_floor = kf.get_json(&format!("/api/v1/namespaces/default/configmaps?resourceVersion={floor}&resourceVersionMatch=Exact"));
+    let names_at_floor: Vec<String> = at_floor["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_string()).collect();
+    let created_by_floor: Vec<String> = kf.get_json("/api/v1/namespaces/default/configmaps")["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| rv_of(i) <= floor)
+        .map(|i| i["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names_at_floor, created_by_floor);
+    let watch = reqwest::blocking::get(format!("{}/api/v1/configmaps?watch=1&resourceVersion={floor}&timeoutSeconds=1", kf.url)).unwrap().text().unwrap();
+    let newer = kf.get_json("/api/v1/configmaps")["items"].as_array().unwrap().iter().filter(|i| rv_of(i) > floor).count();
+    assert!(newer > 0);
+    assert_eq!(watch.lines().count(), newer, "every retained event after the floor: {watch}");
+
+    // Compaction survives a restart: the floor is persisted.
+    kf.stop();
+    let kf = Kubefold::serve(&dir, &cluster_flags(&members), &["--config", config.to_str().unwrap()]);
+    let (code, _) = kf.get(&format!("/api/v1/pods?resourceVersion={old_rv}&resourceVersionMatch=Exact"));
+    assert_eq!(code, 410);
+    assert_eq!(kf.get_json("/admin/v1/stats")["compactedResourceVersion"].as_u64(), Some(floor));
+}
+
+#[test]
+fn removing_a_cluster_turns_its_objects_into_deleted_events() {
+    let members = demo_members(2, 0.0);
+    let (_tmp, dir) = data_dir();
+    let kf = Kubefold::serve(&dir, &cluster_flags(&members), &[]);
+    kf.wait_ready();
+    let before = rv_of(&kf.get_json("/api/v1/pods"));
+    let member2_pods = kf.get_json("/api/v1/pods?labelSelector=kubefold.io%2Fcluster%3Dmember2")["items"].as_array().unwrap().len();
+    let resp = reqwest::blocking::Client::new().delete(format!("{}/admin/v1/clusters/member2", kf.url)).send().unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let events = reqwest::blocking::get(format!("{}/api/v1/pods?watch=1&resourceVersion={before}&timeoutSeconds=1", kf.url)).unwrap().text().unwrap();
+    let deleted: Vec<Value> = events.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).filter(|e| e["type"] == "DELETED").collect();
+    assert_eq!(deleted.len(), member2_pods);
+    assert!(deleted.iter().all(|e| e["object"]["metadata"]["annotations"]["kubefold.io/cluster"] == "member2"));
+    assert!(kf.get_json("/api/v1/pods?labelSelector=kubefold.io%2Fcluster%3Dmember2")["items"].as_array().unwrap().is_empty());
+    assert_eq!(kf.get("/admin/v1/clusters/member2").0, 404);
+    // A stopped member keeps its objects, marked stale.
+    let mut members = members;
+    let (_, m1) = members.remove(0);
+    m1.stop();
+    wait_for(Duration::from_secs(30), "member1 stale", || {
+        kf.get_json("/admin/v1/clusters/member1")["status"]["stale"] == true
+    });
+    assert!(!kf.get_json("/api/v1/pods?labelSelector=kubefold.io%2Fcluster%3Dmember1")["items"].as_array().unwrap().is_empty());
+}
