@@ -35,6 +35,10 @@ pub struct Config {
     /// Retention of the event log (by count and by age) and compaction period.
     #[serde(default)]
     pub retention: kubefold_actors::aggregator::Retention,
+    /// Scheduler-estimator endpoints: where the control plane's estimator
+    /// Services are read from and how endpoints are probed.
+    #[serde(default)]
+    pub estimator: kubefold_actors::resolver::EstimatorConfig,
     /// Seconds between watch bookmarks for clients that allow them.
     #[serde(default = "default_bookmark_interval_seconds")]
     pub bookmark_interval_seconds: u64,
@@ -107,6 +111,7 @@ impl Config {
 
     /// Checks what serde cannot.
     pub fn validate(&self) -> anyhow::Result<()> {
+        self.estimator.validate()?;
         let mut seen = std::collections::BTreeSet::new();
         for c in &self.clusters {
             if !kubefold_engine::names::is_valid_cluster_name(&c.name) {

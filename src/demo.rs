@@ -48,6 +48,12 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         config.clusters.push(ClusterSpec::from_url(&name, &sim.url()));
         sims.push(sim);
     }
+    // The control plane holding the estimator Services (not a member).
+    let control_plane = kubefold_testdata::start(SimConfig { name: "karmada".into(), workload: Workload::Empty, ..SimConfig::default() })?;
+    let estimators = crate::resolve::demo_control_plane(&control_plane.url())?;
+    config.estimator = estimators.config.clone();
+    let cp_url = control_plane.url();
+    println!("control plane karmada: {cp_url} (estimator stand-in of member1 on {})", estimators.stand_in.addr());
     let urls: Vec<String> = sims.iter().map(|s| s.url()).collect();
     let result = crate::serve::run(config, crate::shutdown_signal(), move |addr| {
         println!("kubefold demo: {} member clusters, data in {}", urls.len(), args.data_dir.display());
@@ -57,7 +63,11 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         println!("  kubectl --server http://{addr} get pods -A -l kubefold.io/cluster=member1");
         println!("  kubectl --server http://{addr} get pods -A -w");
         println!("  kubectl --server {} get pods -A    # one member directly", urls[0]);
+        println!("  curl http://{addr}/admin/v1/estimators");
+        println!("  kubectl --server {cp_url} -n karmada-system edit service karmada-scheduler-estimator-member1");
     });
+    drop(estimators);
+    control_plane.stop();
     for sim in sims {
         sim.stop();
     }

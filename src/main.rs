@@ -6,6 +6,7 @@
 
 mod config;
 mod demo;
+mod resolve;
 mod serve;
 
 use std::net::SocketAddr;
@@ -36,6 +37,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Run one simulated member cluster API server.
     Sim(kubefold_testdata::SimArgs),
+    /// Resolve and probe the scheduler-estimator endpoints once and print them.
+    Resolve(resolve::ResolveArgs),
     /// Write a consistent copy of a data dir (kubefold must not be running on it).
     Backup {
         /// The data dir.
@@ -145,6 +148,7 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Demo(args) => demo::run(args),
         Command::Sim(args) => kubefold_testdata::run_cli(args).map_err(Into::into),
+        Command::Resolve(args) => resolve::run(args),
         Command::Backup { data_dir, out } => {
             let store = kubefold_store::Store::open(&data_dir, &kubefold_store::Options::default())
                 .map_err(|e| anyhow::anyhow!("{e} (is kubefold running on it? stop it first)"))?;

@@ -10,6 +10,7 @@ use actix::{Actor, Arbiter};
 use anyhow::Context as _;
 use kubefold_actors::aggregator::Aggregator;
 use kubefold_actors::fleet::Fleet;
+use kubefold_actors::resolver::{Estimators, Resolver};
 use kubefold_actors::supervisor::{AddCluster, DropCluster, Supervisor};
 use kubefold_api::{ApiConfig, ApiState};
 use kubefold_store::{Options, Store};
@@ -112,8 +113,16 @@ pub fn run(config: Config, shutdown: impl Future<Output = ()> + 'static, on_list
             min_watch_timeout: Duration::from_secs(config.min_request_timeout_seconds.max(1)),
             ..ApiConfig::default()
         };
+        let estimators = Estimators::new();
+        let member_names: Vec<String> = clusters.iter().map(|c| c.name.clone()).collect();
+        let resolver = Resolver::new(config.estimator.clone(), member_names, estimators.clone(), fleet.clone())?.start();
         let mut state = ApiState::new(fleet.clone(), api_config, secret, metrics_handle());
-        state.control = Some(kubefold_api::admin::Control { supervisor: supervisor.clone(), aggregator: aggregator.clone() });
+        state.estimators = estimators;
+        state.control = Some(kubefold_api::admin::Control {
+            supervisor: supervisor.clone(),
+            aggregator: aggregator.clone(),
+            resolver: Some(resolver.clone()),
+        });
         let state = Arc::new(state);
         let (server, addrs) = kubefold_api::server(state).context("cannot start the API listener")?;
         let addr = addrs.first().copied().context("the API listener has no address")?;
@@ -129,6 +138,7 @@ pub fn run(config: Config, shutdown: impl Future<Output = ()> + 'static, on_list
         info!("Shutting down.");
         handle.stop(true).await;
         let _ = server_task.await;
+        drop(resolver);
         drop(supervisor);
         aggregator_arbiter.stop();
         store.flush()?;

@@ -22,6 +22,17 @@ pub struct Control {
     pub supervisor: Addr<Supervisor>,
     /// Compaction and backup.
     pub aggregator: Addr<Aggregator>,
+    /// The estimator resolver, told about member changes.
+    pub resolver: Option<Addr<kubefold_actors::resolver::Resolver>>,
+}
+
+impl Control {
+    /// Tells the resolver the current member list.
+    fn members_changed(&self, members: Vec<String>) {
+        if let Some(r) = &self.resolver {
+            r.do_send(kubefold_actors::resolver::SetMembers(members));
+        }
+    }
 }
 
 /// The store key of the registered clusters.
@@ -149,7 +160,9 @@ pub async fn register_cluster(state: web::Data<ApiState>, body: web::Bytes) -> H
         let mut registry = registered(&state)?;
         registry.push(spec.clone());
         write_registry(&state, &registry)?;
-        control(&state)?.supervisor.send(AddCluster(spec.clone())).await.map_err(|e| Status::internal(e.to_string()))?;
+        let control = control(&state)?;
+        control.supervisor.send(AddCluster(spec.clone())).await.map_err(|e| Status::internal(e.to_string()))?;
+        control.members_changed(state.fleet.member_names());
         Ok(HttpResponse::Created().content_type(respond::JSON).body(cluster_json(&state, &spec, "api").to_string()))
     }
     .await;
@@ -188,12 +201,14 @@ pub async fn remove_cluster(state: web::Data<ApiState>, name: web::Path<String>)
         let mut registry = registered(&state)?;
         registry.retain(|s| s.name != *name);
         write_registry(&state, &registry)?;
-        let deleted = control(&state)?
+        let control = control(&state)?;
+        let deleted = control
             .supervisor
             .send(DropCluster(name.to_string()))
             .await
             .map_err(|e| Status::internal(e.to_string()))?
             .map_err(Status::internal)?;
+        control.members_changed(state.fleet.member_names());
         Ok(respond::json(&json!({"name": *name, "deletedObjects": deleted})))
     }
     .await;

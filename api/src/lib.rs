@@ -92,6 +92,8 @@ pub struct ApiState {
     pub metrics: Option<PrometheusHandle>,
     /// Actors the admin API drives (absent in read-only setups).
     pub control: Option<admin::Control>,
+    /// The scheduler-estimator endpoint table.
+    pub estimators: Arc<kubefold_actors::resolver::Estimators>,
     snapshots: Mutex<lru::LruCache<u64, Arc<Index>>>,
 }
 
@@ -99,7 +101,7 @@ impl ApiState {
     /// State over `fleet`.
     pub fn new(fleet: Arc<Fleet>, config: ApiConfig, token_secret: Vec<u8>, metrics: Option<PrometheusHandle>) -> ApiState {
         let cache = lru::LruCache::new(NonZeroUsize::new(8).unwrap_or(NonZeroUsize::MIN));
-        ApiState { fleet, config, token_secret, metrics, control: None, snapshots: Mutex::new(cache) }
+        ApiState { fleet, config, token_secret, metrics, control: None, estimators: kubefold_actors::resolver::Estimators::new(), snapshots: Mutex::new(cache) }
     }
 
     /// Waits until the index reaches `rv`, up to `rv_wait`; 504 Timeout
@@ -307,6 +309,7 @@ async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath, 
 /// addresses it listens on.
 pub fn server(state: Arc<ApiState>) -> std::io::Result<(Server, Vec<SocketAddr>)> {
     let config = state.config.clone();
+    let estimator_table = web::Data::from(state.estimators.clone());
     let data = web::Data::from(state);
     let http = HttpServer::new(move || {
         App::new()
@@ -317,6 +320,8 @@ pub fn server(state: Arc<ApiState>) -> std::io::Result<(Server, Vec<SocketAddr>)
             .route("/livez", web::get().to(health::healthz))
             .route("/readyz", web::get().to(health::readyz))
             .route("/metrics", web::get().to(health::metrics))
+            .app_data(estimator_table.clone())
+            .configure(estimators::configure)
             .configure(admin::configure)
             .default_service(web::to(dispatch))
     })
