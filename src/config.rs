@@ -35,6 +35,16 @@ pub struct Config {
     /// Retention of the event log (by count and by age) and compaction period.
     #[serde(default)]
     pub retention: kubefold_actors::aggregator::Retention,
+    /// Client authentication (tokens, client certificates) and authorization rules.
+    #[serde(default)]
+    pub auth: kubefold_api::auth::AuthConfig,
+    /// TLS of the API listener (certificate reloaded when it changes on disk).
+    #[serde(default)]
+    pub tls: Option<kubefold_api::tls::TlsConfig>,
+    /// Serve plain HTTP on a non-loopback address (without it, kubefold
+    /// refuses to start there without TLS; loopback is always allowed).
+    #[serde(default)]
+    pub allow_plain_http: bool,
     /// Scheduler-estimator endpoints: where the control plane's estimator
     /// Services are read from and how endpoints are probed.
     #[serde(default)]
@@ -112,6 +122,15 @@ impl Config {
     /// Checks what serde cannot.
     pub fn validate(&self) -> anyhow::Result<()> {
         self.estimator.validate()?;
+        if self.tls.is_none() && !self.listen.ip().is_loopback() && !self.allow_plain_http {
+            anyhow::bail!(
+                "refusing to serve plain HTTP on {}: configure tls (--tls-cert-file, --tls-private-key-file) or set allowPlainHttp (--allow-plain-http)",
+                self.listen
+            );
+        }
+        if self.auth.client_ca_file.is_some() && self.tls.is_none() {
+            anyhow::bail!("auth.clientCaFile needs tls (--tls-cert-file and --tls-private-key-file): client certificates come with TLS");
+        }
         let mut seen = std::collections::BTreeSet::new();
         for c in &self.clusters {
             if !kubefold_engine::names::is_valid_cluster_name(&c.name) {
@@ -143,6 +162,15 @@ mod tests {
         assert_eq!(defaults.durability, Durability::Sync);
         assert_eq!(defaults.name_style, NameStyle::Qualified);
         assert_eq!(config.bookmark_interval_seconds, defaults.bookmark_interval_seconds);
+    }
+
+    #[test]
+    fn plain_http_needs_loopback_or_consent() {
+        let c: Config = serde_yaml::from_str("listen: 0.0.0.0:8080").unwrap();
+        assert!(c.validate().unwrap_err().to_string().contains("plain HTTP"));
+        let c: Config = serde_yaml::from_str("listen: 0.0.0.0:8080\nallowPlainHttp: true").unwrap();
+        c.validate().unwrap();
+        Config::default().validate().unwrap();
     }
 
     #[test]

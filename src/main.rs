@@ -80,6 +80,24 @@ struct ServeArgs {
     /// Seconds between watch bookmarks.
     #[arg(long)]
     bookmark_interval_seconds: Option<u64>,
+    /// Token file (kube-apiserver's CSV: token,user,uid,"group1,group2").
+    #[arg(long)]
+    token_auth_file: Option<PathBuf>,
+    /// CA of client certificates (mTLS: CN is the user, O the groups); needs TLS.
+    #[arg(long)]
+    client_ca_file: Option<PathBuf>,
+    /// Serving certificate (PEM); with --tls-private-key-file.
+    #[arg(long, requires = "tls_private_key_file")]
+    tls_cert_file: Option<PathBuf>,
+    /// Serving key (PEM); with --tls-cert-file.
+    #[arg(long, requires = "tls_cert_file")]
+    tls_private_key_file: Option<PathBuf>,
+    /// Serve plain HTTP on a non-loopback address.
+    #[arg(long)]
+    allow_plain_http: bool,
+    /// Allow anonymous requests (default: only when no authenticator is configured).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    anonymous_auth: Option<bool>,
 }
 
 fn init_logs(format: &str) {
@@ -131,6 +149,22 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<Config> {
     if let Some(b) = args.bookmark_interval_seconds {
         config.bookmark_interval_seconds = b;
     }
+    if let (Some(cert), Some(key)) = (args.tls_cert_file, args.tls_private_key_file) {
+        config.tls = Some(kubefold_api::tls::TlsConfig::new(cert, key));
+    }
+    if let Some(ca) = args.client_ca_file {
+        config.auth.client_ca_file = Some(ca.clone());
+        if let Some(tls) = config.tls.as_mut() {
+            tls.client_ca_file = Some(ca);
+        }
+    }
+    if let Some(tokens) = args.token_auth_file {
+        config.auth.token_auth_file = Some(tokens);
+    }
+    config.allow_plain_http |= args.allow_plain_http;
+    if let Some(anonymous) = args.anonymous_auth {
+        config.auth.anonymous = Some(anonymous);
+    }
     for flag in &args.clusters {
         config.clusters.push(ClusterSpec::parse_flag(flag).map_err(anyhow::Error::msg)?);
     }
@@ -144,7 +178,8 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => {
             let config = serve_config(args)?;
-            serve::run(config, shutdown_signal(), |addr| println!("kubefold listening on http://{addr}"))
+            let scheme = if config.tls.is_some() { "https" } else { "http" };
+            serve::run(config, shutdown_signal(), move |addr| println!("kubefold listening on {scheme}://{addr}"))
         }
         Command::Demo(args) => demo::run(args),
         Command::Sim(args) => kubefold_testdata::run_cli(args).map_err(Into::into),

@@ -22,7 +22,16 @@ use crate::config::Config;
 fn metrics_handle() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
     static HANDLE: std::sync::OnceLock<Option<metrics_exporter_prometheus::PrometheusHandle>> = std::sync::OnceLock::new();
     HANDLE
-        .get_or_init(|| metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder().ok())
+        .get_or_init(|| {
+            let seconds = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+            let sizes = [1.0, 2.0, 5.0, 10.0, 50.0, 100.0, 500.0, 1000.0, 5000.0];
+            let builder = metrics_exporter_prometheus::PrometheusBuilder::new();
+            let builder = builder
+                .set_buckets_for_metric(metrics_exporter_prometheus::Matcher::Suffix("_seconds".into()), &seconds)
+                .and_then(|b| b.set_buckets_for_metric(metrics_exporter_prometheus::Matcher::Full("kubefold_commit_batch_events".into()), &sizes))
+                .ok()?;
+            builder.install_recorder().ok()
+        })
         .clone()
 }
 
@@ -111,6 +120,8 @@ pub fn run(config: Config, shutdown: impl Future<Output = ()> + 'static, on_list
             workers: config.http_workers,
             bookmark_interval: Duration::from_secs(config.bookmark_interval_seconds.max(1)),
             min_watch_timeout: Duration::from_secs(config.min_request_timeout_seconds.max(1)),
+            auth: config.auth.clone(),
+            tls: config.tls.clone(),
             ..ApiConfig::default()
         };
         let estimators = Estimators::new();

@@ -65,6 +65,10 @@ pub struct ApiConfig {
     /// How long an edit waits for kubefold to ingest the member's change
     /// before it answers anyway (with a Warning header).
     pub write_wait: Duration,
+    /// Authentication and authorization.
+    pub auth: auth::AuthConfig,
+    /// TLS; plain HTTP when absent.
+    pub tls: Option<tls::TlsConfig>,
 }
 
 impl Default for ApiConfig {
@@ -76,6 +80,8 @@ impl Default for ApiConfig {
             min_watch_timeout: Duration::from_secs(1800),
             rv_wait: Duration::from_secs(3),
             write_wait: Duration::from_secs(10),
+            auth: auth::AuthConfig::default(),
+            tls: None,
         }
     }
 }
@@ -305,10 +311,32 @@ async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath, 
     }
 }
 
+/// Why the HTTP server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The authentication configuration is unusable.
+    #[error("authentication: {0}")]
+    Auth(#[source] auth::Error),
+    /// The TLS configuration is unusable.
+    #[error("tls: {0}")]
+    Tls(#[source] tls::Error),
+    /// The listener could not be bound.
+    #[error("cannot listen: {0}")]
+    Bind(#[source] std::io::Error),
+}
+
 /// Builds the HTTP server over `state`; returns it (to be awaited) and the
 /// addresses it listens on.
-pub fn server(state: Arc<ApiState>) -> std::io::Result<(Server, Vec<SocketAddr>)> {
+pub fn server(state: Arc<ApiState>) -> Result<(Server, Vec<SocketAddr>), ServerError> {
     let config = state.config.clone();
+    let authenticator = auth::Auth::from_config(&config.auth).map_err(ServerError::Auth)?;
+    if authenticator.is_open() {
+        tracing::warn!(listen = %config.listen, "No authenticator configured: every client has full access.");
+    }
+    let tls = config.tls.as_ref().map(tls::server_config).transpose().map_err(ServerError::Tls)?;
+    if tls.is_none() {
+        tracing::warn!(listen = %config.listen, "Serving plain HTTP: configure tls for anything but loopback.");
+    }
     let estimator_table = web::Data::from(state.estimators.clone());
     let data = web::Data::from(state);
     let http = HttpServer::new(move || {
@@ -316,6 +344,7 @@ pub fn server(state: Arc<ApiState>) -> std::io::Result<(Server, Vec<SocketAddr>)
             .app_data(data.clone())
             // etcd's default request limit is 1.5 MiB; leave room for YAML and patches.
             .app_data(web::PayloadConfig::new(MAX_BODY_BYTES))
+            .wrap(authenticator.clone())
             .route("/healthz", web::get().to(health::healthz))
             .route("/livez", web::get().to(health::healthz))
             .route("/readyz", web::get().to(health::readyz))
@@ -327,7 +356,12 @@ pub fn server(state: Arc<ApiState>) -> std::io::Result<(Server, Vec<SocketAddr>)
     })
     .workers(config.workers.max(1))
     .shutdown_timeout(2)
-    .bind(config.listen)?;
+    .on_connect(auth::on_connect);
+    let http = match tls {
+        Some(tls) => http.bind_rustls_0_23(config.listen, tls),
+        None => http.bind(config.listen),
+    }
+    .map_err(ServerError::Bind)?;
     let addrs = http.addrs();
     Ok((http.run(), addrs))
 }

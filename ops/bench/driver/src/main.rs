@@ -1,1 +1,226 @@
-fn main() {}
+//! kubefold's benchmark driver (`ops/bench/run`): starts simulated member
+//! clusters and kubefold as separate processes on loopback, generates the
+//! load, and measures every figure side by side with its reference in the
+//! same run (kubefold vs the members serving the same objects directly;
+//! kubefold vs the limit: the same bytes streamed from memory, the same
+//! records batch-inserted into a raw sled tree). Prints one table and
+//! writes it as JSON.
+//!
+//! - [`procs`]: child processes, /proc measurements, cleanup.
+//! - [`http`]: the HTTP/1.1 client and the in-memory "limit" server.
+//! - [`load`]: open- and closed-loop gets, watch clients, marker writes.
+//! - [`phases`]: the benchmark phases (sync, lists, gets, watch, restart, sled).
+//! - [`report`]: figures, the table and the JSON file.
+//! - [`stats`]: percentiles.
+
+mod http;
+mod load;
+mod phases;
+mod procs;
+mod report;
+mod stats;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+/// Sizes and durations of one run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Plan {
+    /// `--quick`.
+    pub quick: bool,
+    /// Simulated member clusters per step.
+    pub sims: usize,
+    /// Pod counts of the size steps (spread over the members).
+    pub sizes: Vec<usize>,
+    /// Open-loop get rate.
+    pub get_rate: f64,
+    /// Seconds of each open-loop get run.
+    pub get_secs: f64,
+    /// Connections of the saturation run.
+    pub saturation_connections: usize,
+    /// Seconds of each saturation run.
+    pub saturation_secs: f64,
+    /// Watch clients per case.
+    pub watchers: usize,
+    /// Seconds each watch case is measured.
+    pub watch_secs: f64,
+    /// Load pods per member in the watch phase.
+    pub watch_pods_per_sim: usize,
+    /// Churn across the fleet in the watch phase (events/s, `--churn-per-sec` split over members).
+    pub churn_per_sec: f64,
+    /// Marker patches per second (their write time is known).
+    pub marker_rate: f64,
+    /// Largest size at which Table lists are measured.
+    pub table_max: usize,
+    /// Whether the watch phase runs.
+    pub watch: bool,
+    /// Whether the warm restart runs (at the largest size).
+    pub restart: bool,
+    /// Seconds the whole driver may take.
+    pub budget_secs: f64,
+}
+
+impl Plan {
+    fn quick() -> Plan {
+        Plan {
+            quick: true,
+            sims: 2,
+            sizes: vec![10_000],
+            get_rate: 1000.0,
+            get_secs: 3.0,
+            saturation_connections: 16,
+            saturation_secs: 3.0,
+            watchers: 100,
+            watch_secs: 5.0,
+            watch_pods_per_sim: 1_000,
+            churn_per_sec: 200.0,
+            marker_rate: 10.0,
+            table_max: 100_000,
+            watch: true,
+            restart: true,
+            budget_secs: 110.0,
+        }
+    }
+
+    fn full() -> Plan {
+        Plan {
+            quick: false,
+            sims: 10,
+            sizes: vec![10_000, 100_000, 1_000_000],
+            get_rate: 1000.0,
+            get_secs: 8.0,
+            saturation_connections: 64,
+            saturation_secs: 5.0,
+            watchers: 1000,
+            watch_secs: 12.0,
+            watch_pods_per_sim: 1_000,
+            churn_per_sec: 200.0,
+            marker_rate: 10.0,
+            table_max: 100_000,
+            watch: true,
+            restart: true,
+            budget_secs: 840.0,
+        }
+    }
+
+    /// Timed repetitions of a full list at `size`.
+    pub fn list_reps(&self, size: usize) -> usize {
+        match size {
+            0..=20_000 => 15,
+            20_001..=200_000 => 7,
+            _ => 3,
+        }
+    }
+}
+
+/// What every phase needs.
+pub struct Ctx {
+    /// The plan.
+    pub plan: Plan,
+    /// The kubefold binary.
+    pub kubefold: PathBuf,
+    /// Per-run scratch directory (data dirs, sled reference); removed at the end.
+    pub scratch: PathBuf,
+    /// Where logs of the children go.
+    pub logs: PathBuf,
+    /// Where results go.
+    pub out: PathBuf,
+    /// When the driver started.
+    pub started: Instant,
+}
+
+impl Ctx {
+    /// Seconds left in the budget.
+    pub fn remaining(&self) -> f64 {
+        self.plan.budget_secs - self.started.elapsed().as_secs_f64()
+    }
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: kubefold-bench --kubefold PATH [--quick] [--out DIR] [--budget-secs S] [--sizes N,N,..] [--sims N]\n\
+         \x20                     [--watchers N] [--no-watch] [--no-restart] [--command TEXT]"
+    );
+    std::process::exit(2)
+}
+
+struct Args {
+    plan: Plan,
+    kubefold: PathBuf,
+    out: PathBuf,
+    command: String,
+}
+
+fn parse_args() -> Result<Args> {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let quick = argv.iter().any(|a| a == "--quick");
+    let mut plan = if quick { Plan::quick() } else { Plan::full() };
+    let mut kubefold = None;
+    let mut out = PathBuf::from("ops/bench/results");
+    let mut command = String::from("ops/bench/run");
+    let mut it = argv.into_iter();
+    while let Some(arg) = it.next() {
+        let mut value = || it.next().unwrap_or_else(|| usage());
+        match arg.as_str() {
+            "--quick" => {}
+            "--kubefold" => kubefold = Some(PathBuf::from(value())),
+            "--out" => out = PathBuf::from(value()),
+            "--budget-secs" => plan.budget_secs = value().parse().context("--budget-secs")?,
+            "--sizes" => {
+                plan.sizes = value().split(',').map(|s| s.trim().replace('_', "").parse()).collect::<Result<_, _>>().context("--sizes")?
+            }
+            "--sims" => plan.sims = value().parse().context("--sims")?,
+            "--watchers" => plan.watchers = value().parse().context("--watchers")?,
+            "--no-watch" => plan.watch = false,
+            "--no-restart" => plan.restart = false,
+            "--command" => command = value(),
+            "-h" | "--help" => usage(),
+            other => bail!("unknown argument {other:?}"),
+        }
+    }
+    let Some(kubefold) = kubefold else { usage() };
+    if plan.sims == 0 || plan.sims > 99 {
+        bail!("--sims must be 1..99");
+    }
+    Ok(Args { plan, kubefold, out, command })
+}
+
+fn main() -> Result<()> {
+    let args = parse_args()?;
+    let started = Instant::now();
+    let scratch = std::env::temp_dir().join(format!("kubefold-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    let logs = args.out.join("logs");
+    let _ = std::fs::remove_dir_all(&logs);
+    std::fs::create_dir_all(&logs)?;
+    let ctx = Ctx { plan: args.plan.clone(), kubefold: args.kubefold.clone(), scratch: scratch.clone(), logs, out: args.out.clone(), started };
+
+    // Last resort: past the budget (plus grace) the driver exits; the kernel
+    // kills every child (PR_SET_PDEATHSIG) and the scratch dir is removed.
+    let hard_limit = Duration::from_secs_f64(args.plan.budget_secs + 45.0);
+    let watchdog_scratch = scratch.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(hard_limit);
+        eprintln!("kubefold-bench: over the time budget ({hard_limit:?}); stopping everything.");
+        let _ = std::fs::remove_dir_all(&watchdog_scratch);
+        std::process::exit(3);
+    });
+
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let mut report = report::Report::new(&ctx, &args.command);
+    // The phases run on this (the main) thread: children are spawned from it.
+    let outcome = runtime.block_on(phases::run(&ctx, &mut report));
+    if let Err(e) = &outcome {
+        report.note(format!("run stopped early: {e:#}"));
+    }
+    report.finish(&ctx);
+    report.print();
+    let path = args.out.join("latest.json");
+    report.write(&path)?;
+    println!("\nresults: {}  (logs of the children: {})", path.display(), ctx.logs.display());
+    let _ = std::fs::remove_dir_all(&scratch);
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    outcome
+}
