@@ -1,0 +1,842 @@
+//! The benchmark phases. Each size step starts its own members and its own
+//! kubefold on a fresh data dir, measures, and stops them; the watch phase
+//! runs its own small churning fleet; the warm restart runs at the largest
+//! size. Every figure is measured next to its reference, interleaved where
+//! it can be so that a noisy machine moves both.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+use crate::http::{self, Client, ACCEPT_TABLE};
+use crate::load::{self, LineKind, Target, WatchGroup, WatchLog};
+use crate::procs::{self, Proc};
+use crate::report::{fmt, Figure, Report};
+use crate::stats::{summary, Summary};
+use crate::Ctx;
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// Runs every phase: the first size step, the watch phase, the other sizes.
+pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<()> {
+    let plan = &ctx.plan;
+    let mut sizes = plan.sizes.clone();
+    sizes.sort_unstable();
+    let largest = sizes.last().copied().unwrap_or(0);
+    let mut curve = Vec::new();
+    let out = ctx.out.join("latest.json");
+    for (i, &n) in sizes.iter().enumerate() {
+        if i == 1 && plan.watch {
+            phase(ctx, report, "watch", watch_phase(ctx, report)).await;
+            let _ = report.write(&out);
+        }
+        let need = estimate_step_secs(n);
+        if ctx.remaining() < need {
+            report.note(format!("size step {n} skipped: {:.0} s left in the budget, about {need:.0} s needed", ctx.remaining()));
+            continue;
+        }
+        let memory_needed = (n as f64 * 11_000.0) as u64 + (2u64 << 30);
+        if procs::mem_available() < memory_needed {
+            report.note(format!(
+                "size step {n} skipped: {:.1} GiB available, about {:.1} GiB needed",
+                procs::mem_available() as f64 / MIB / 1024.0,
+                memory_needed as f64 / MIB / 1024.0
+            ));
+            continue;
+        }
+        let restart = plan.restart && n == largest;
+        phase(ctx, report, &format!("size {n}"), size_step(ctx, report, n, restart, &mut curve)).await;
+        report.raw("curve", json!(curve));
+        let _ = report.write(&out);
+    }
+    if sizes.len() <= 1 && plan.watch {
+        phase(ctx, report, "watch", watch_phase(ctx, report)).await;
+    }
+    report.raw("curve", json!(curve));
+    Ok(())
+}
+
+/// Runs a phase; a failure is a note, and the next phase still runs.
+async fn phase(_ctx: &Ctx, report: &mut Report, name: &str, f: impl std::future::Future<Output = Result<()>>) {
+    let started = Instant::now();
+    eprintln!("== phase {name}");
+    if let Err(e) = f.await {
+        report.note(format!("phase {name} failed after {:.1} s: {e:#}", started.elapsed().as_secs_f64()));
+    } else {
+        eprintln!("== phase {name} done in {:.1} s", started.elapsed().as_secs_f64());
+    }
+}
+
+/// Rough wall time of a size step on this machine (members, sync, reads, sled).
+fn estimate_step_secs(n: usize) -> f64 {
+    25.0 + n as f64 * 0.00035
+}
+
+fn spawn_sims(ctx: &Ctx, tag: &str, count: usize, pods_per_member: usize, churn_per_member: f64) -> Result<Vec<Proc>> {
+    let mut sims = Vec::with_capacity(count);
+    for k in 1..=count {
+        let name = format!("member{k}");
+        let args: Vec<String> = [
+            "sim",
+            "--name",
+            &name,
+            "--listen",
+            "127.0.0.1:0",
+            "--workload",
+            "empty",
+            "--pods",
+            &pods_per_member.to_string(),
+            "--churn-per-sec",
+            &churn_per_member.to_string(),
+            "--seed",
+            &k.to_string(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        sims.push(Proc::spawn(&name, &ctx.kubefold, &args, &ctx.logs.join(format!("{tag}-{name}.log")))?);
+    }
+    let timeout = Duration::from_secs(60 + (pods_per_member * count) as u64 / 4_000);
+    for s in &mut sims {
+        s.wait_listening(timeout)?;
+    }
+    Ok(sims)
+}
+
+fn spawn_kubefold(ctx: &Ctx, tag: &str, data_dir: &Path, members: &[SocketAddr]) -> Result<Proc> {
+    let mut args: Vec<String> = vec!["serve".into(), "--listen".into(), "127.0.0.1:0".into(), "--data-dir".into(), data_dir.display().to_string()];
+    for (k, addr) in members.iter().enumerate() {
+        args.push("--cluster".into());
+        args.push(format!("member{}=http://{addr}", k + 1));
+    }
+    Proc::spawn("kubefold", &ctx.kubefold, &args, &ctx.logs.join(format!("{tag}.log")))
+}
+
+/// What the initial sync took.
+#[derive(Debug, Clone, serde::Serialize)]
+struct Sync {
+    listen_s: f64,
+    ready_s: f64,
+    head_rv: u64,
+    objects: u64,
+    /// (seconds since spawn, head RV)
+    samples: Vec<(f64, u64)>,
+}
+
+async fn wait_synced(kubefold: &mut Proc, pods: usize, timeout: Duration) -> Result<Sync> {
+    let addr = kubefold.wait_listening(Duration::from_secs(120))?;
+    let listen_s = kubefold.spawned.elapsed().as_secs_f64();
+    let mut client = Client::new(addr);
+    let mut samples = Vec::new();
+    loop {
+        let t = kubefold.spawned.elapsed();
+        if t > timeout {
+            bail!("kubefold not ready within {timeout:?} ({} of {pods} objects); see {}", samples.last().map_or(0, |s: &(f64, u64)| s.1), kubefold.log.display());
+        }
+        if !kubefold.alive() {
+            bail!("kubefold exited during the initial sync; see {}", kubefold.log.display());
+        }
+        let stats = match tokio::time::timeout(Duration::from_secs(5), client.get_json("/admin/v1/stats")).await {
+            Ok(Ok(s)) => s,
+            _ => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let head = stats["headResourceVersion"].as_u64().unwrap_or(0);
+        let objects = stats["objects"].as_u64().unwrap_or(0);
+        samples.push((t.as_secs_f64(), head));
+        let ready = matches!(client.get_count("/readyz", None).await, Ok((200, _)));
+        if ready && objects >= pods as u64 {
+            return Ok(Sync { listen_s, ready_s: kubefold.spawned.elapsed().as_secs_f64(), head_rv: head, objects, samples });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn timed_get(client: &mut Client, path: &str, accept: Option<&str>) -> Result<(f64, usize)> {
+    client.ensure().await?;
+    let t0 = Instant::now();
+    let (status, bytes) = tokio::time::timeout(Duration::from_secs(180), client.get_count(path, accept))
+        .await
+        .map_err(|_| anyhow!("GET {path} timed out"))??;
+    let ms = t0.elapsed().as_secs_f64() * 1e3;
+    if status != 200 {
+        bail!("GET {path} on {}: HTTP {status}", client.addr);
+    }
+    Ok((ms, bytes))
+}
+
+/// Lists every member one after another: the time a client needs to read the
+/// same objects from the members directly.
+async fn timed_members(clients: &mut [Client], path: &str) -> Result<(f64, usize)> {
+    let mut ms = 0.0;
+    let mut bytes = 0;
+    for c in clients.iter_mut() {
+        let (m, b) = timed_get(c, path, None).await?;
+        ms += m;
+        bytes += b;
+    }
+    Ok((ms, bytes))
+}
+
+/// Item bodies of a list (the records of the sled reference).
+fn list_items(body: &[u8]) -> Result<Vec<Bytes>> {
+    #[derive(serde::Deserialize)]
+    struct List<'a> {
+        #[serde(borrow)]
+        items: Vec<&'a serde_json::value::RawValue>,
+    }
+    let list: List<'_> = serde_json::from_slice(body)?;
+    Ok(list.items.iter().map(|r| Bytes::copy_from_slice(r.get().as_bytes())).collect())
+}
+
+/// The sled reference: the same number of records, batch-inserted as
+/// kubefold commits them (one batch per member's relist, flushed).
+struct SledRef {
+    insert_s: f64,
+    records: usize,
+    batch: usize,
+    bytes: u64,
+    reopen_scan_s: f64,
+}
+
+fn sled_reference(dir: &Path, records: &[Bytes], n: usize, batch: usize) -> Result<SledRef> {
+    let _ = std::fs::remove_dir_all(dir);
+    let open = || sled::Config::new().path(dir).cache_capacity(256 * 1024 * 1024).flush_every_ms(Some(500)).open();
+    let started = Instant::now();
+    {
+        let db = open()?;
+        let tree = db.open_tree("bench")?;
+        let mut i = 0usize;
+        while i < n {
+            let mut b = sled::Batch::default();
+            for j in i..(i + batch).min(n) {
+                b.insert(&(j as u64).to_be_bytes()[..], records[j % records.len()].as_ref());
+            }
+            tree.apply_batch(b)?;
+            db.flush()?;
+            i += batch;
+        }
+    }
+    let insert_s = started.elapsed().as_secs_f64();
+    let bytes = procs::dir_bytes(dir).0;
+    let started = Instant::now();
+    let count = {
+        let db = open()?;
+        let tree = db.open_tree("bench")?;
+        tree.iter().keys().count()
+    };
+    let reopen_scan_s = started.elapsed().as_secs_f64();
+    if count != n {
+        bail!("sled reference: {count} records read back, {n} written");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    Ok(SledRef { insert_s, records: n, batch, bytes, reopen_scan_s })
+}
+
+fn ms_summary(v: &[f64]) -> Summary {
+    summary(v.to_vec())
+}
+
+/// One size step: `n` pods over the members.
+async fn size_step(ctx: &Ctx, report: &mut Report, n: usize, restart: bool, curve: &mut Vec<Value>) -> Result<()> {
+    let plan = &ctx.plan;
+    let members = plan.sims;
+    let per = n / members;
+    let n = per * members;
+    let tag = format!("size{n}");
+    let started = Instant::now();
+    let mut sims = spawn_sims(ctx, &tag, members, per, 0.0)?;
+    let member_addrs: Vec<SocketAddr> = sims.iter().map(Proc::addr).collect();
+    let sims_ready_s = started.elapsed().as_secs_f64();
+    eprintln!("  {members} members with {per} pods each listening after {sims_ready_s:.1} s");
+    let data_dir = ctx.scratch.join(format!("data-{n}"));
+    let mut kubefold = spawn_kubefold(ctx, &format!("kubefold-{tag}"), &data_dir, &member_addrs)?;
+    let sync_timeout = Duration::from_secs_f64((ctx.remaining() - 30.0).clamp(20.0, 420.0));
+    let sync = wait_synced(&mut kubefold, n, sync_timeout).await?;
+    let addr = kubefold.addr();
+    let ingest_s = (sync.ready_s - sync.listen_s).max(1e-3);
+    eprintln!("  kubefold synced {} events in {:.1} s after spawn ({:.1} s after listening)", sync.head_rv, sync.ready_s, ingest_s);
+    let (rss_sync, hwm_sync) = kubefold.memory();
+    let members_rss: u64 = sims.iter().map(|s| s.memory().0).sum();
+    let mut client = Client::new(addr);
+    let stats = client.get_json("/admin/v1/stats").await?;
+    let data_dir_bytes = stats["dataDirBytes"].as_u64().unwrap_or(0);
+    let (disk_apparent, disk_allocated) = procs::dir_bytes(&data_dir);
+    let mut figures: Vec<Figure> = Vec::new();
+
+    // Lists: kubefold vs the members one after another vs the same bytes from memory.
+    let mut member_clients: Vec<Client> = member_addrs.iter().map(|a| Client::new(*a)).collect();
+    let (status, kubefold_body) = client.get_bytes("/api/v1/pods", None).await?;
+    if status != 200 {
+        bail!("kubefold list: HTTP {status}");
+    }
+    let kubefold_list_bytes = kubefold_body.len();
+    let (status, member1_body) = member_clients[0].get_bytes("/api/v1/pods", None).await?;
+    if status != 200 {
+        bail!("member list: HTTP {status}");
+    }
+    let records = list_items(&member1_body)?;
+    let json_size = member1_body.len() as f64 / records.len().max(1) as f64;
+    drop(member1_body);
+    for c in member_clients.iter_mut().skip(1) {
+        timed_get(c, "/api/v1/pods", None).await?;
+    }
+    let (limit_addr, limit_task) = http::serve_bytes(kubefold_body.clone()).await?;
+    drop(kubefold_body);
+    let mut limit_client = Client::new(limit_addr);
+    timed_get(&mut limit_client, "/", None).await?;
+    let reps = plan.list_reps(n);
+    let (mut kf_ms, mut members_ms, mut limit_ms) = (Vec::new(), Vec::new(), Vec::new());
+    let mut members_list_bytes = 0;
+    for _ in 0..reps {
+        kf_ms.push(timed_get(&mut client, "/api/v1/pods", None).await?.0);
+        let (ms, bytes) = timed_members(&mut member_clients, "/api/v1/pods").await?;
+        members_ms.push(ms);
+        members_list_bytes = bytes;
+        limit_ms.push(timed_get(&mut limit_client, "/", None).await?.0);
+    }
+    limit_task.abort();
+    drop(limit_client);
+    let (kf_list, members_list, limit_list) = (ms_summary(&kf_ms), ms_summary(&members_ms), ms_summary(&limit_ms));
+    let list_target = match n {
+        10_000 => Some(("< 100 ms", kf_list.p50 < 100.0)),
+        100_000 => Some(("< 1 s", kf_list.p50 < 1000.0)),
+        _ => None,
+    };
+    let mut f = Figure::new("list", "list JSON p50", Some(n), "ms", kf_list.p50).reference("members directly, one by one", members_list.p50);
+    if let Some((t, met)) = list_target {
+        f = f.target(t, met);
+    }
+    figures.push(f.note(format!("{reps} reps; kubefold {:.1} MiB, members {:.1} MiB", kubefold_list_bytes as f64 / MIB, members_list_bytes as f64 / MIB)));
+    let mut f = Figure::new("list", "list JSON p50 vs limit", Some(n), "ms", kf_list.p50).reference("same bytes from memory", limit_list.p50);
+    if n == 100_000 {
+        let ratio = kf_list.p50 / limit_list.p50.max(1e-9);
+        f = f.target("<= 2x limit", ratio <= 2.0);
+    }
+    figures.push(f);
+    figures.push(
+        Figure::new("list", "list JSON p99", Some(n), "ms", kf_list.p99)
+            .reference("members directly, one by one", members_list.p99)
+            .note(format!("nearest rank of {reps}: the maximum")),
+    );
+    figures.push(Figure::new("list", "list JSON p99 vs limit", Some(n), "ms", kf_list.p99).reference("same bytes from memory", limit_list.p99));
+
+    // Table (what kubectl asks for) vs JSON.
+    let mut table_p50 = None;
+    if n <= plan.table_max {
+        let table_reps = reps.min(7);
+        let mut table_ms = Vec::new();
+        let mut table_bytes = 0;
+        timed_get(&mut client, "/api/v1/pods", Some(ACCEPT_TABLE)).await?;
+        for _ in 0..table_reps {
+            let (ms, bytes) = timed_get(&mut client, "/api/v1/pods", Some(ACCEPT_TABLE)).await?;
+            table_ms.push(ms);
+            table_bytes = bytes;
+        }
+        let table = ms_summary(&table_ms);
+        let ratio = table.p50 / kf_list.p50.max(1e-9);
+        table_p50 = Some(table.p50);
+        figures.push(
+            Figure::new("list", "list Table p50", Some(n), "ms", table.p50)
+                .reference("kubefold list JSON p50", kf_list.p50)
+                .target("<= 1.5x JSON", ratio <= 1.5)
+                .note(format!("{table_reps} reps, {:.1} MiB", table_bytes as f64 / MIB)),
+        );
+    } else {
+        report.note(format!("Table list not measured at {n} pods (plan.table_max = {})", plan.table_max));
+    }
+
+    // Label selector matching 1% (shard=s7).
+    let selector = "/api/v1/pods?labelSelector=shard%3Ds7";
+    let (mut sel_kf, mut sel_members) = (Vec::new(), Vec::new());
+    let mut sel_bytes = 0;
+    timed_get(&mut client, selector, None).await?;
+    for _ in 0..15 {
+        let (ms, bytes) = timed_get(&mut client, selector, None).await?;
+        sel_kf.push(ms);
+        sel_bytes = bytes;
+        sel_members.push(timed_members(&mut member_clients, selector).await?.0);
+    }
+    let (sel_kf, sel_members) = (ms_summary(&sel_kf), ms_summary(&sel_members));
+    let mut f = Figure::new("list", "list shard=s7 (1%) p50", Some(n), "ms", sel_kf.p50)
+        .reference("members directly, one by one", sel_members.p50)
+        .note(format!("15 reps, {:.2} MiB ({} pods expected)", sel_bytes as f64 / MIB, n / 100));
+    if n == 100_000 {
+        f = f.target("< 50 ms", sel_kf.p50 < 50.0);
+    }
+    figures.push(f);
+
+    // Gets by name: open loop at the plan's rate, then saturation.
+    let mut rng_i = 0usize;
+    let mut next = || {
+        rng_i = rng_i.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (rng_i >> 33) % n.max(1)
+    };
+    let picks: Vec<(usize, usize)> = (0..10_000).map(|_| {
+        let x = next();
+        (x % members, x / members % per.max(1))
+    }).collect();
+    let kf_targets: Arc<Vec<Target>> = Arc::new(
+        picks.iter().map(|&(m, i)| Target { addr, path: format!("/api/v1/namespaces/load-{}/pods/load-{i}_member{}", i % 10, m + 1) }).collect(),
+    );
+    let member_targets: Arc<Vec<Target>> = Arc::new(
+        picks.iter().map(|&(m, i)| Target { addr: member_addrs[m], path: format!("/api/v1/namespaces/load-{}/pods/load-{i}", i % 10) }).collect(),
+    );
+    let get_duration = Duration::from_secs_f64(plan.get_secs);
+    let kf_open = load::open_loop(kf_targets.clone(), plan.get_rate, get_duration, 32).await;
+    let members_open = load::open_loop(member_targets.clone(), plan.get_rate, get_duration, 32).await;
+    let (kf_get, members_get) = (ms_summary(&kf_open.latencies_ms), ms_summary(&members_open.latencies_ms));
+    let rate = plan.get_rate;
+    figures.push(
+        Figure::new("get", &format!("get p50 at {rate:.0}/s"), Some(n), "ms", kf_get.p50)
+            .reference("members directly", members_get.p50)
+            .note(format!("{} ok, {} errors (members: {} ok, {} errors)", kf_open.ok, kf_open.errors, members_open.ok, members_open.errors)),
+    );
+    figures.push(
+        Figure::new("get", &format!("get p99 at {rate:.0}/s"), Some(n), "ms", kf_get.p99)
+            .reference("members directly", members_get.p99)
+            .target("< 5 ms", kf_get.p99 < 5.0 && kf_open.errors == 0),
+    );
+    let sat = Duration::from_secs_f64(plan.saturation_secs);
+    let driver_pid = std::process::id();
+    let (kf_cpu0, drv_cpu0) = (kubefold.cpu_seconds(), procs::cpu_seconds(driver_pid));
+    let kf_sat = load::closed_loop(kf_targets.clone(), plan.saturation_connections, sat).await;
+    let (kf_cpu1, drv_cpu1) = (kubefold.cpu_seconds(), procs::cpu_seconds(driver_pid));
+    let mem_cpu0: f64 = sims.iter().map(Proc::cpu_seconds).sum();
+    let drv_cpu2 = procs::cpu_seconds(driver_pid);
+    let members_sat = load::closed_loop(member_targets.clone(), plan.saturation_connections, sat).await;
+    let mem_cpu1: f64 = sims.iter().map(Proc::cpu_seconds).sum();
+    let drv_cpu3 = procs::cpu_seconds(driver_pid);
+    let kf_rate = kf_sat.ok as f64 / kf_sat.elapsed.as_secs_f64();
+    let members_rate = members_sat.ok as f64 / members_sat.elapsed.as_secs_f64();
+    let per_get = |cpu: f64, ok: u64| cpu / ok.max(1) as f64 * 1e6;
+    figures.push(
+        Figure::new("get", "gets/s at saturation", Some(n), "gets/s", kf_rate)
+            .reference("members directly", members_rate)
+            .target(">= 20k/s", kf_rate >= 20_000.0)
+            .note(format!(
+                "{} connections; CPU per get: kubefold {:.0} us, driver {:.0} us (members {:.0} us, driver {:.0} us); {} errors; p99 {:.2} ms",
+                plan.saturation_connections,
+                per_get(kf_cpu1 - kf_cpu0, kf_sat.ok),
+                per_get(drv_cpu1 - drv_cpu0, kf_sat.ok),
+                per_get(mem_cpu1 - mem_cpu0, members_sat.ok),
+                per_get(drv_cpu3 - drv_cpu2, members_sat.ok),
+                kf_sat.errors,
+                ms_summary(&kf_sat.latencies_ms).p99,
+            )),
+    );
+    let get_raw = json!({
+        "openLoop": {"kubefold": kf_get, "members": members_get, "kubefoldErrors": kf_open.errors, "membersErrors": members_open.errors},
+        "saturation": {
+            "kubefold": {"gets": kf_sat.ok, "seconds": kf_sat.elapsed.as_secs_f64(), "cpuSeconds": kf_cpu1 - kf_cpu0, "driverCpuSeconds": drv_cpu1 - drv_cpu0, "latency": ms_summary(&kf_sat.latencies_ms)},
+            "members": {"gets": members_sat.ok, "seconds": members_sat.elapsed.as_secs_f64(), "cpuSeconds": mem_cpu1 - mem_cpu0, "driverCpuSeconds": drv_cpu3 - drv_cpu2, "latency": ms_summary(&members_sat.latencies_ms)},
+        }
+    });
+
+    let (rss_reads, hwm_reads) = kubefold.memory();
+
+    // Warm restart: SIGKILL, start again on the same data dir, time to the first list served.
+    let mut restart_raw = Value::Null;
+    let mut restart_s = None;
+    if restart {
+        let before = client.get_json("/admin/v1/stats").await?;
+        drop(client);
+        kubefold.kill_hard();
+        let mut again = spawn_kubefold(ctx, &format!("kubefold-{tag}-restart"), &data_dir, &member_addrs)?;
+        let addr2 = again.wait_listening(Duration::from_secs(120))?;
+        let listen_s = again.spawned.elapsed().as_secs_f64();
+        let first_list_s = loop {
+            if again.spawned.elapsed() > Duration::from_secs(120) {
+                bail!("no list served within 120 s of the restart");
+            }
+            if let Ok((200, body)) = http::get_once(addr2, "/api/v1/pods?limit=500", Duration::from_secs(10)).await {
+                if memchr::memmem::find(&body, b"\"items\":[{").is_some() {
+                    break again.spawned.elapsed().as_secs_f64();
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let (rss_restart, _) = again.memory();
+        let mut c2 = Client::new(addr2);
+        let ready_s = loop {
+            if again.spawned.elapsed() > Duration::from_secs(180) {
+                break f64::NAN;
+            }
+            if let Ok((200, _)) = c2.get_count("/readyz", None).await {
+                break again.spawned.elapsed().as_secs_f64();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let after = c2.get_json("/admin/v1/stats").await?;
+        let head_kept = after["headResourceVersion"].as_u64() >= before["headResourceVersion"].as_u64();
+        let objects_kept = after["objects"] == before["objects"];
+        if !head_kept || !objects_kept {
+            report.note(format!("restart at {n}: before {before}, after {after}"));
+        }
+        restart_s = Some(first_list_s);
+        restart_raw = json!({"listenSeconds": listen_s, "firstListSeconds": first_list_s, "readySeconds": ready_s,
+            "rssAfterRestart": rss_restart, "headBefore": before["headResourceVersion"], "headAfter": after["headResourceVersion"],
+            "objectsBefore": before["objects"], "objectsAfter": after["objects"]});
+        drop(c2);
+        again.stop(Duration::from_secs(10));
+        eprintln!("  warm restart: listening {listen_s:.2} s, first list {first_list_s:.2} s, ready {ready_s:.2} s, RSS {:.0} MiB", rss_restart as f64 / MIB);
+        report.raw(&format!("restart{n}"), restart_raw.clone());
+    } else {
+        drop(client);
+        kubefold.stop(Duration::from_secs(10));
+    }
+    drop(member_clients);
+    for s in &mut sims {
+        s.stop(Duration::from_secs(3));
+    }
+    drop(sims);
+    let _ = std::fs::remove_dir_all(&data_dir);
+
+    // The sled reference, with nothing else running.
+    let batch = per.max(1);
+    let sled_ref = sled_reference(&ctx.scratch.join(format!("sled-{n}")), &records, sync.head_rv.max(n as u64) as usize, batch)
+        .context("sled reference")?;
+    drop(records);
+
+    // Ingest figures (reference measured just above).
+    let events_per_s = sync.head_rv as f64 / ingest_s;
+    let sled_rate = sled_ref.records as f64 / sled_ref.insert_s;
+    let mut f = Figure::new("ingest", "initial sync: spawn to /readyz", Some(n), "s", sync.ready_s)
+        .reference("sled batch insert, same records", sled_ref.insert_s)
+        .note(format!("{members} members; listening after {:.2} s; sled batches of {batch}, flushed", sync.listen_s));
+    if n == 1_000_000 {
+        f = f.target("< 60 s", sync.ready_s < 60.0);
+    }
+    let mut ordered = vec![f];
+    ordered.push(
+        Figure::new("ingest", "ingest rate (listening to /readyz)", Some(n), "events/s", events_per_s)
+            .reference("sled batch insert, same records", sled_rate)
+            .target(">= 50k/s", events_per_s >= 50_000.0)
+            .note(format!("{} events in {:.2} s", sync.head_rv, ingest_s)),
+    );
+    ordered.extend(figures);
+    ordered.push(
+        Figure::new("memory", "RSS after sync", Some(n), "MiB", rss_sync as f64 / MIB)
+            .reference("members' RSS (sum), same objects", members_rss as f64 / MIB)
+            .target(if n == 1_000_000 { "< 2 GB (1M)" } else { "-" }, rss_sync < 2_000_000_000 || n != 1_000_000)
+            .note(format!("VmHWM during sync {:.0} MiB", hwm_sync as f64 / MIB)),
+    );
+    let mut f = Figure::new("memory", "RSS high-water mark (sync + reads)", Some(n), "MiB", hwm_reads as f64 / MIB)
+        .note(format!("VmRSS after reads {:.0} MiB; largest list response {:.0} MiB", rss_reads as f64 / MIB, kubefold_list_bytes as f64 / MIB));
+    if n == 1_000_000 {
+        f = f.target("< 2 GB (1M)", hwm_reads < 2_000_000_000);
+    }
+    ordered.push(f);
+    ordered.push(
+        Figure::new("disk", "disk per object (dataDirBytes / pods)", Some(n), "bytes", data_dir_bytes as f64 / n as f64)
+            .reference("pod JSON size (member's list / pods)", json_size)
+            .note(format!("allocated {:.0} B/object, apparent {:.0} B/object", disk_allocated as f64 / n as f64, disk_apparent as f64 / n as f64)),
+    );
+    ordered.push(
+        Figure::new("disk", "disk per object vs sled reference", Some(n), "bytes", data_dir_bytes as f64 / n as f64)
+            .reference("raw sled, same records", sled_ref.bytes as f64 / sled_ref.records as f64),
+    );
+    if let Some(s) = restart_s {
+        let mut f = Figure::new("restart", "warm restart: SIGKILL to first list served", Some(n), "s", s)
+            .reference("sled reopen + scan, same records", sled_ref.reopen_scan_s)
+            .note(format!("readyz after {:.2} s", restart_raw["readySeconds"].as_f64().unwrap_or(f64::NAN)));
+        if n >= 1_000_000 || ctx.plan.quick {
+            f = f.target("< 5 s", s < 5.0);
+        }
+        ordered.push(f);
+    }
+    for f in ordered {
+        report.add(f);
+    }
+    report.raw(
+        &format!("size{n}"),
+        json!({
+            "members": members, "podsPerMember": per, "membersListeningSeconds": sims_ready_s,
+            "sync": sync, "list": {"kubefold": kf_list, "members": members_list, "limit": limit_list, "kubefoldBytes": kubefold_list_bytes, "membersBytes": members_list_bytes},
+            "table": table_p50, "selector": {"kubefold": sel_kf, "members": sel_members},
+            "get": get_raw, "rss": {"afterSync": rss_sync, "hwmSync": hwm_sync, "afterReads": rss_reads, "hwmReads": hwm_reads, "membersAfterSync": members_rss},
+            "disk": {"dataDirBytes": data_dir_bytes, "allocated": disk_allocated, "apparent": disk_apparent, "jsonSize": json_size},
+            "sled": {"insertSeconds": sled_ref.insert_s, "records": sled_ref.records, "batch": sled_ref.batch, "bytes": sled_ref.bytes, "reopenScanSeconds": sled_ref.reopen_scan_s},
+        }),
+    );
+    curve.push(json!({
+        "pods": n,
+        "listP50": {"kubefold": kf_list.p50, "members": members_list.p50, "limit": limit_list.p50},
+        "tableP50": table_p50,
+        "getP50": kf_get.p50, "getP99": kf_get.p99, "membersGetP50": members_get.p50, "membersGetP99": members_get.p99,
+        "rssAfterSync": rss_sync, "rssHwm": hwm_reads, "membersRss": members_rss,
+        "diskPerObject": data_dir_bytes as f64 / n as f64, "sledDiskPerObject": sled_ref.bytes as f64 / sled_ref.records as f64, "jsonSize": json_size,
+        "syncSeconds": sync.ready_s, "sledInsertSeconds": sled_ref.insert_s,
+    }));
+    eprintln!("  size {n} done in {:.1} s (list p50 {} ms)", started.elapsed().as_secs_f64(), fmt(kf_list.p50));
+    Ok(())
+}
+
+/// A list's resourceVersion.
+async fn list_rv(addr: SocketAddr, path: &str) -> Result<u64> {
+    let (status, body) = http::get_once(addr, path, Duration::from_secs(30)).await?;
+    if status != 200 {
+        bail!("GET {path}: HTTP {status}");
+    }
+    let v: Value = serde_json::from_slice(&body)?;
+    v["metadata"]["resourceVersion"].as_str().and_then(|s| s.parse().ok()).ok_or_else(|| anyhow!("no resourceVersion in {path}"))
+}
+
+/// One watch case's clients.
+struct WatchCase {
+    name: String,
+    kubefold: bool,
+    logs: Vec<WatchLog>,
+    /// Member each client watched directly, when not kubefold.
+    member_of: Vec<Option<u64>>,
+    window: (u64, u64),
+    kubefold_cpu: f64,
+    driver_cpu: f64,
+    members_cpu: f64,
+    connect_s: f64,
+}
+
+async fn run_watch_case(
+    ctx: &Ctx,
+    name: &str,
+    base: Instant,
+    clients: Vec<(SocketAddr, String, LineKind)>,
+    kubefold: &Proc,
+    sims: &[Proc],
+) -> Result<WatchCase> {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let group = Arc::new(WatchGroup { base, connected: Default::default(), stop: stop_rx, finders: load::Finders::new() });
+    let count = clients.len();
+    let member_of = clients.iter().map(|(_, _, k)| match k { LineKind::Member { cluster } => Some(*cluster), LineKind::Kubefold => None }).collect();
+    let is_kubefold = clients.iter().all(|(_, _, k)| matches!(k, LineKind::Kubefold));
+    let connect_started = Instant::now();
+    let mut tasks = Vec::with_capacity(count);
+    for (addr, path, kind) in clients {
+        tasks.push(tokio::spawn(load::watch_client(group.clone(), addr, path, kind)));
+    }
+    while group.connected.load(Ordering::Relaxed) < count && connect_started.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let connect_s = connect_started.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let cpu = || (kubefold.cpu_seconds(), procs::cpu_seconds(std::process::id()), sims.iter().map(Proc::cpu_seconds).sum::<f64>());
+    let (k0, d0, m0) = cpu();
+    let t_start = base.elapsed().as_nanos() as u64;
+    tokio::time::sleep(Duration::from_secs_f64(ctx.plan.watch_secs)).await;
+    let t_end = base.elapsed().as_nanos() as u64;
+    let (k1, d1, m1) = cpu();
+    // Let events of the window's last moments arrive before stopping.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let _ = stop_tx.send(true);
+    let mut logs = Vec::with_capacity(count);
+    for t in tasks {
+        match tokio::time::timeout(Duration::from_secs(10), t).await {
+            Ok(Ok(log)) => logs.push(log),
+            _ => logs.push(WatchLog { ended_early: true, end_reason: Some("client task did not stop".into()), ..Default::default() }),
+        }
+    }
+    let secs = (t_end - t_start) as f64 / 1e9;
+    eprintln!(
+        "  watch case {name}: {count} clients connected in {connect_s:.1} s; CPU kubefold {:.0}%, driver {:.0}%, members {:.0}%",
+        (k1 - k0) / secs * 100.0,
+        (d1 - d0) / secs * 100.0,
+        (m1 - m0) / secs * 100.0
+    );
+    Ok(WatchCase {
+        name: name.into(),
+        kubefold: is_kubefold,
+        logs,
+        member_of,
+        window: (t_start, t_end),
+        kubefold_cpu: (k1 - k0) / secs,
+        driver_cpu: (d1 - d0) / secs,
+        members_cpu: (m1 - m0) / secs,
+        connect_s,
+    })
+}
+
+/// Watch fan-out on a churning fleet.
+async fn watch_phase(ctx: &Ctx, report: &mut Report) -> Result<()> {
+    let plan = &ctx.plan;
+    if ctx.remaining() < 20.0 + 3.0 * (plan.watch_secs + 8.0) {
+        bail!("not enough time left in the budget ({:.0} s)", ctx.remaining());
+    }
+    let members = plan.sims;
+    let per = plan.watch_pods_per_sim;
+    let churn_each = plan.churn_per_sec / members as f64;
+    let sims = spawn_sims(ctx, "watch", members, per, churn_each)?;
+    let member_addrs: Vec<SocketAddr> = sims.iter().map(Proc::addr).collect();
+    let data_dir = ctx.scratch.join("data-watch");
+    let mut kubefold = spawn_kubefold(ctx, "kubefold-watch", &data_dir, &member_addrs)?;
+    let pods = members * per;
+    wait_synced(&mut kubefold, pods * 9 / 10, Duration::from_secs(120)).await?;
+    let addr = kubefold.addr();
+    let base = Instant::now();
+
+    // Probes: one watch per member, in the driver: the time each event leaves the member.
+    let (probe_stop_tx, probe_stop_rx) = tokio::sync::watch::channel(false);
+    let probe_group = Arc::new(WatchGroup { base, connected: Default::default(), stop: probe_stop_rx.clone(), finders: load::Finders::new() });
+    let mut member_rvs = Vec::new();
+    let mut probes = Vec::new();
+    for (k, a) in member_addrs.iter().enumerate() {
+        let rv = list_rv(*a, "/api/v1/pods?limit=1").await?;
+        member_rvs.push(rv);
+        probes.push(tokio::spawn(load::watch_client(
+            probe_group.clone(),
+            *a,
+            format!("/api/v1/pods?watch=1&resourceVersion={rv}"),
+            LineKind::Member { cluster: k as u64 },
+        )));
+    }
+    let markers = tokio::spawn(load::marker_writes(member_addrs.clone(), per, plan.marker_rate, base, probe_stop_rx.clone()));
+
+    let w = plan.watchers;
+    let mut cases = Vec::new();
+    let head = list_rv(addr, "/api/v1/pods?limit=1").await?;
+    let all: Vec<_> = (0..w).map(|_| (addr, format!("/api/v1/pods?watch=1&resourceVersion={head}"), LineKind::Kubefold)).collect();
+    cases.push(run_watch_case(ctx, "all pods", base, all, &kubefold, &sims).await?);
+    let head = list_rv(addr, "/api/v1/pods?limit=1").await?;
+    let own: Vec<_> = (0..w)
+        .map(|i| (addr, format!("/api/v1/namespaces/load-{}/pods?watch=1&resourceVersion={head}", i % 10), LineKind::Kubefold))
+        .collect();
+    cases.push(run_watch_case(ctx, "own namespace", base, own, &kubefold, &sims).await?);
+    let mut direct = Vec::new();
+    for i in 0..w {
+        let k = i % members;
+        let rv = list_rv(member_addrs[k], "/api/v1/pods?limit=1").await?;
+        direct.push((member_addrs[k], format!("/api/v1/pods?watch=1&resourceVersion={rv}"), LineKind::Member { cluster: k as u64 }));
+    }
+    cases.push(run_watch_case(ctx, "members directly", base, direct, &kubefold, &sims).await?);
+
+    let _ = probe_stop_tx.send(true);
+    let (marks, mark_failures) = markers.await.unwrap_or_default();
+    let mut probe_logs = Vec::new();
+    for p in probes {
+        if let Ok(l) = p.await {
+            probe_logs.push(l);
+        }
+    }
+    kubefold.stop(Duration::from_secs(10));
+    drop(sims);
+    let _ = std::fs::remove_dir_all(&data_dir);
+
+    // When each event left its member (first receipt by the probe), and when each marker was written.
+    let mut left_member: HashMap<u64, u64> = HashMap::new();
+    for l in &probe_logs {
+        for &(key, t) in &l.received {
+            left_member.entry(key).or_insert(t);
+        }
+        if l.ended_early {
+            report.note(format!("a member probe watch ended early: {:?}", l.end_reason));
+        }
+    }
+    let written: HashMap<u64, u64> = marks.iter().copied().collect();
+    let mut write_to_probe = Vec::new();
+    for (key, t_sent) in &written {
+        if let Some(t) = left_member.get(key) {
+            write_to_probe.push((*t as f64 - *t_sent as f64) / 1e6);
+        }
+    }
+    let write_to_probe = summary(write_to_probe);
+    let mut raw_cases = Vec::new();
+    let mut summaries: HashMap<String, (Summary, Summary, usize, u64, u64)> = HashMap::new();
+    for case in &cases {
+        let (t0, t1) = case.window;
+        let in_window = |t: u64| t >= t0 && t < t1;
+        let events_in_window: Vec<u64> = left_member.iter().filter(|(_, t)| in_window(**t)).map(|(k, _)| *k).collect();
+        let per_member: HashMap<u64, usize> = events_in_window.iter().fold(HashMap::new(), |mut m, k| {
+            *m.entry(k >> 48).or_default() += 1;
+            m
+        });
+        let mut latencies = Vec::new();
+        let mut marker_latencies = Vec::new();
+        let mut delivered = 0u64;
+        let mut expected = 0u64;
+        for (i, log) in case.logs.iter().enumerate() {
+            let mut seen = 0u64;
+            for &(key, t) in &log.received {
+                let Some(&t_left) = left_member.get(&key) else { continue };
+                if !in_window(t_left) {
+                    continue;
+                }
+                seen += 1;
+                latencies.push((t as f64 - t_left as f64) / 1e6);
+                if let Some(&t_sent) = written.get(&key) {
+                    marker_latencies.push((t as f64 - t_sent as f64) / 1e6);
+                }
+            }
+            delivered += seen;
+            expected += match (case.name.as_str(), case.member_of[i]) {
+                ("all pods", _) => events_in_window.len() as u64,
+                (_, Some(m)) => per_member.get(&m).copied().unwrap_or(0) as u64,
+                _ => 0,
+            };
+        }
+        let dropped = case.logs.iter().filter(|l| l.ended_early || l.errors > 0 || l.status != 200).count();
+        let lat = summary(latencies);
+        let marker = summary(marker_latencies);
+        let bytes: u64 = case.logs.iter().map(|l| l.bytes).sum();
+        let window_s = (t1 - t0) as f64 / 1e9;
+        eprintln!(
+            "  {}: {} deliveries ({} expected), p50 {:.2} ms, p99 {:.2} ms, max {:.1} ms; {} dropped; {:.0} MiB/s to clients",
+            case.name,
+            delivered,
+            expected,
+            lat.p50,
+            lat.p99,
+            lat.max,
+            dropped,
+            bytes as f64 / MIB / (window_s + 3.0)
+        );
+        let reasons: Vec<String> = case.logs.iter().filter_map(|l| l.end_reason.clone()).take(5).collect();
+        raw_cases.push(json!({
+            "case": case.name, "clients": case.logs.len(), "connectSeconds": case.connect_s, "windowSeconds": window_s,
+            "eventsInWindow": events_in_window.len(), "eventsPerSecond": events_in_window.len() as f64 / window_s,
+            "deliveries": delivered, "expectedDeliveries": expected, "latencyFromMemberWatch": lat, "latencyFromWrite": marker,
+            "dropped": dropped, "endReasons": reasons, "bytesToClients": bytes,
+            "cpu": {"kubefold": case.kubefold_cpu, "driver": case.driver_cpu, "members": case.members_cpu},
+        }));
+        summaries.insert(case.name.clone(), (lat, marker, dropped, delivered, expected));
+        let _ = case.kubefold;
+    }
+    let events_rate = raw_cases.first().and_then(|c| c["eventsPerSecond"].as_f64()).unwrap_or(0.0);
+    let reference = summaries.get("members directly").cloned();
+    for name in ["all pods", "own namespace"] {
+        let Some((lat, marker, dropped, delivered, expected)) = summaries.get(name).cloned() else { continue };
+        let cpu = raw_cases.iter().find(|c| c["case"] == name).map(|c| c["cpu"].clone()).unwrap_or(Value::Null);
+        let mut f = Figure::new("watch", &format!("watch {name}: p99 member→client"), None, "ms", lat.p99)
+            .target("< 100 ms", lat.p99 < 100.0)
+            .note(format!(
+                "{w} clients, {events_rate:.0} events/s across the fleet; from the member's watch stream reaching the driver; {delivered} of {expected} deliveries; CPU kubefold {:.0}%, driver {:.0}%",
+                cpu["kubefold"].as_f64().unwrap_or(0.0) * 100.0,
+                cpu["driver"].as_f64().unwrap_or(0.0) * 100.0
+            ));
+        if let Some(r) = &reference {
+            f = f.reference("members' own watch, same clients", r.0.p99);
+        }
+        report.add(f);
+        let mut f = Figure::new("watch", &format!("watch {name}: p50 member→client"), None, "ms", lat.p50);
+        if let Some(r) = &reference {
+            f = f.reference("members' own watch, same clients", r.0.p50);
+        }
+        report.add(f);
+        let mut f = Figure::new("watch", &format!("watch {name}: p99 write→client"), None, "ms", marker.p99)
+            .note(format!("{} marker patches ({} failed); write→member watch p99 {:.2} ms", written.len(), mark_failures, write_to_probe.p99));
+        if let Some(r) = &reference {
+            f = f.reference("members' own watch, same clients", r.1.p99);
+        }
+        report.add(f);
+        report.add(Figure::new("watch", &format!("watch {name}: clients dropped"), None, "clients", dropped as f64).target("0", dropped == 0));
+    }
+    report.raw("watch", json!({"cases": raw_cases, "writeToMemberWatch": write_to_probe, "markers": written.len(), "markerFailures": mark_failures}));
+    Ok(())
+}
