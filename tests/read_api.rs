@@ -329,6 +329,13 @@ fn discovery_tables_and_kubectl(bin: &str) {
     let chunked: Vec<&str> = out.lines().map(|l| l.split_whitespace().nth(1).unwrap()).collect();
     let all = names(&kf.get_json("/api/v1/pods"));
     assert_eq!(chunked, all);
+    // -l and --field-selector through kubectl.
+    let (ok, out, err) = kubectl_bin(bin, &["--server", &kf.url, "get", "pods", "-A", "--no-headers", "-l", "kubefold.io/cluster=member2"], None);
+    assert!(ok, "{err}");
+    assert!(!out.is_empty() && out.lines().all(|l| l.split_whitespace().nth(2) == Some("member2")), "{out}");
+    let (ok, out, err) = kubectl_bin(bin, &["--server", &kf.url, "get", "pods", "-A", "--no-headers", "--field-selector", "metadata.namespace=default,status.phase=Running"], None);
+    assert!(ok, "{err}");
+    assert!(!out.is_empty() && out.lines().all(|l| l.starts_with("default ")), "{out}");
     // A per-cluster kubeconfig: original names of one member.
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("member1.yaml");
@@ -357,6 +364,26 @@ fn discovery_tables_and_kubectl(bin: &str) {
     assert!(table["rows"][0].get("object").is_none());
     let cols: Vec<&str> = table["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
     assert_eq!(&cols[..2], &["Name", "Cluster"]);
+}
+
+#[test]
+fn chunked_kubectl_get_while_members_churn() {
+    let members = demo_members(3, 30.0);
+    let (_tmp, dir) = data_dir();
+    let kf = Kubefold::serve(&dir, &cluster_flags(&members), &[]);
+    kf.wait_ready();
+    // Pods that exist throughout: the statefulset pods of every cluster.
+    let stable: Vec<String> = (1..=3).flat_map(|c| (0..3).map(move |i| format!("web-{i}_member{c}"))).collect();
+    for round in 0..3 {
+        let (ok, out, err) = kubectl(&["--server", &kf.url, "get", "pods", "-A", "--chunk-size=3", "--no-headers"], None);
+        assert!(ok, "{err}");
+        let names: Vec<&str> = out.lines().map(|l| l.split_whitespace().nth(1).unwrap()).collect();
+        let unique: BTreeSet<&&str> = names.iter().collect();
+        assert_eq!(unique.len(), names.len(), "round {round}: duplicates across chunks");
+        for s in &stable {
+            assert!(names.contains(&s.as_str()), "round {round}: {s} missing");
+        }
+    }
 }
 
 #[test]
