@@ -83,6 +83,12 @@ impl Filter {
         Ok(Filter { clusters, labels, fields })
     }
 
+    /// Whether the outcome can differ between two versions of one object
+    /// (label or field selectors); scope and cluster conditions cannot.
+    pub fn depends_on_content(&self) -> bool {
+        !self.labels.is_empty() || !self.fields.is_empty()
+    }
+
     /// Whether an object passes the filter and the scope.
     pub fn matches(&self, scope: &Scope, key: &ObjectKey, entry: &IndexEntry) -> bool {
         if let Some(c) = &scope.cluster {

@@ -242,7 +242,7 @@ impl Watch {
         let entry = event.index_entry();
         let now = self.filter.matches(&self.scope, &event.key, &entry);
         let event_type = match event.event_type {
-            EventType::Modified if event.prev_rv != 0 => {
+            EventType::Modified if event.prev_rv != 0 && self.filter.depends_on_content() => {
                 let before = match self.state.fleet.store().event(event.prev_rv) {
                     Ok(Some(prev)) => self.filter.matches(&self.scope, &prev.key, &prev.index_entry()),
                     _ => now,
