@@ -190,12 +190,38 @@ fn decode_path(raw: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-async fn dispatch(req: HttpRequest, body: web::Bytes, state: web::Data<ApiState>) -> HttpResponse {
+/// Reads a request body up to [`MAX_BODY_BYTES`]; 413 RequestEntityTooLarge
+/// beyond, as kube-apiserver answers.
+async fn read_body(mut payload: web::Payload) -> Result<web::Bytes, Status> {
+    use futures::StreamExt;
+    let mut body = web::BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| Status::bad_request(format!("cannot read the request body: {e}")))?;
+        if body.len() + chunk.len() > MAX_BODY_BYTES {
+            return Err(Status::new(413, "RequestEntityTooLarge", format!("Request entity too large: limit is {MAX_BODY_BYTES}")));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}
+
+async fn dispatch(req: HttpRequest, payload: web::Payload, state: web::Data<ApiState>) -> HttpResponse {
     let state = state.into_inner();
     let started = std::time::Instant::now();
-    let response = match route(&req, &state, &body).await {
+    let result = match read_body(payload).await {
+        Ok(body) => route(&req, &state, &body).await,
+        Err(status) => Err(status),
+    };
+    let response = match result {
         Ok(r) => r,
-        Err(status) => respond::status(&status),
+        Err(status) => {
+            if status.code >= 500 {
+                tracing::error!(method = %req.method(), path = %req.path(), code = status.code, message = %status.message, "Request failed.");
+            } else {
+                tracing::debug!(method = %req.method(), path = %req.path(), code = status.code, reason = %status.reason, "Request refused.");
+            }
+            respond::status(&status)
+        }
     };
     let (verb, resource) = req
         .extensions()

@@ -34,7 +34,9 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<()> {
     let out = ctx.out.join("latest.json");
     for (i, &n) in sizes.iter().enumerate() {
         if i == 1 && plan.watch {
-            phase(ctx, report, "watch", watch_phase(ctx, report)).await;
+            let t = phase_start("watch");
+            let r = watch_phase(ctx, report).await;
+            phase_end(report, "watch", t, r);
             let _ = report.write(&out);
         }
         let need = estimate_step_secs(n);
@@ -52,22 +54,30 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<()> {
             continue;
         }
         let restart = plan.restart && n == largest;
-        phase(ctx, report, &format!("size {n}"), size_step(ctx, report, n, restart, &mut curve)).await;
+        let name = format!("size {n}");
+        let t = phase_start(&name);
+        let r = size_step(ctx, report, n, restart, &mut curve).await;
+        phase_end(report, &name, t, r);
         report.raw("curve", json!(curve));
         let _ = report.write(&out);
     }
     if sizes.len() <= 1 && plan.watch {
-        phase(ctx, report, "watch", watch_phase(ctx, report)).await;
+        let t = phase_start("watch");
+        let r = watch_phase(ctx, report).await;
+        phase_end(report, "watch", t, r);
     }
     report.raw("curve", json!(curve));
     Ok(())
 }
 
-/// Runs a phase; a failure is a note, and the next phase still runs.
-async fn phase(_ctx: &Ctx, report: &mut Report, name: &str, f: impl std::future::Future<Output = Result<()>>) {
-    let started = Instant::now();
+fn phase_start(name: &str) -> Instant {
     eprintln!("== phase {name}");
-    if let Err(e) = f.await {
+    Instant::now()
+}
+
+/// Ends a phase; a failure is a note, and the next phase still runs.
+fn phase_end(report: &mut Report, name: &str, started: Instant, result: Result<()>) {
+    if let Err(e) = result {
         report.note(format!("phase {name} failed after {:.1} s: {e:#}", started.elapsed().as_secs_f64()));
     } else {
         eprintln!("== phase {name} done in {:.1} s", started.elapsed().as_secs_f64());
