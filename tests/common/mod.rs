@@ -24,8 +24,13 @@ pub struct Kubefold {
 impl Kubefold {
     /// Starts `kubefold serve` with `args` plus `--listen 127.0.0.1:0`.
     pub fn serve(data_dir: &Path, clusters: &[(String, String)], extra: &[&str]) -> Kubefold {
+        Kubefold::serve_at("127.0.0.1:0", data_dir, clusters, extra)
+    }
+
+    /// Starts `kubefold serve` listening on `listen`.
+    pub fn serve_at(listen: &str, data_dir: &Path, clusters: &[(String, String)], extra: &[&str]) -> Kubefold {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_kubefold"));
-        cmd.arg("serve").arg("--listen").arg("127.0.0.1:0").arg("--data-dir").arg(data_dir);
+        cmd.arg("serve").arg("--listen").arg(listen).arg("--data-dir").arg(data_dir);
         for (name, url) in clusters {
             cmd.arg("--cluster").arg(format!("{name}={url}"));
         }

@@ -43,10 +43,10 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use actix_web::{web, App, HttpServer};
+use bytes::Bytes;
 use chrono::Utc;
 use kubefold_engine::resources::ResourceType;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use self::status::ApiError;
@@ -251,11 +251,22 @@ fn load_pods(store: &mut Store, cluster: &workload::Cluster, count: usize) {
                     let end = ((t + 1) * chunk).min(count);
                     (start..end)
                         .map(|i| {
-                            let mut pod: Value = workload::load_pod(cluster, i);
                             let rv = base + i as u64;
-                            pod["metadata"]["resourceVersion"] = Value::String(rv.to_string());
+                            let json = workload::load_pod_json(cluster, i, Some(rv));
+                            // The uid is the only random metadata; read it back from the text.
+                            let uid = json
+                                .split_once("\"uid\":\"")
+                                .and_then(|(_, rest)| rest.split_once('"'))
+                                .map(|(uid, _)| uid.to_string())
+                                .unwrap_or_default();
+                            let fields = kubefold_engine::fields::extract(
+                                &resource.group,
+                                &resource.plural,
+                                &workload::load_pod_selectable(cluster, i),
+                            );
                             let key = store::key(Some(&workload::load_namespace(i)), &workload::load_pod_name(i));
-                            (key, Object::encode(resource, &pod, rv))
+                            let object = Object::from_encoded(Bytes::from(json), rv, uid, workload::load_pod_labels(i), fields);
+                            (key, object)
                         })
                         .collect()
                 })

@@ -399,11 +399,6 @@ pub async fn marker_writes(
     }
 }
 
-/// Reads a response body to the end (for requests whose body is not used).
-pub async fn drain(body: hyper::body::Incoming) -> Result<usize> {
-    Ok(body.collect().await?.to_bytes().len())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
