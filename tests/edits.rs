@@ -283,3 +283,60 @@ fn fixtures_survive_get_and_put_field_for_field() {
         assert_eq!(strip(&after), strip(&created), "{file}: the member object is unchanged by the round trip");
     }
 }
+
+#[test]
+fn status_generate_name_and_deletecollection() {
+    let members = demo_members(2, 0.0);
+    let (_tmp, dir) = data_dir();
+    let kf = Kubefold::serve(&dir, &cluster_flags(&members), &[]);
+    kf.wait_ready();
+    let client = reqwest::blocking::Client::new();
+
+    // generateName under /clusters/{c}: the member picks the name.
+    let cm = json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"generateName":"gen-","namespace":"default","labels":{"batch":"x"}},"data":{"a":"b"}});
+    let resp = client.post(format!("{}/clusters/member1/api/v1/namespaces/default/configmaps", kf.url)).json(&cm).send().unwrap();
+    assert_eq!(resp.status().as_u16(), 201);
+    let created: Value = resp.json().unwrap();
+    let name = created["metadata"]["name"].as_str().unwrap().to_string();
+    assert!(name.starts_with("gen-") && name.len() > 4, "{name}");
+    assert_eq!(kf.get(&format!("/api/v1/namespaces/default/configmaps/{name}_member1")).0, 200, "read-your-writes");
+    // The same at the aggregated path with a qualified name.
+    let cm2 = json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"named_member2","namespace":"default","labels":{"batch":"x"}}});
+    let resp = client.post(format!("{}/api/v1/namespaces/default/configmaps", kf.url)).json(&cm2).send().unwrap();
+    assert_eq!(resp.status().as_u16(), 201);
+    let created: Value = resp.json().unwrap();
+    assert_eq!(created["metadata"]["name"], "named_member2");
+    assert_eq!(member_get(&members[1].1.url(), "/api/v1/namespaces/default/configmaps/named")["metadata"]["name"], "named");
+
+    // The status subresource of a deployment.
+    let deploys = kf.get_json("/apis/apps/v1/namespaces/shop/deployments");
+    let d = &deploys["items"][0];
+    let qualified = d["metadata"]["name"].as_str().unwrap().to_string();
+    let cluster = d["metadata"]["annotations"]["kubefold.io/cluster"].as_str().unwrap().to_string();
+    let resp = client
+        .patch(format!("{}/apis/apps/v1/namespaces/shop/deployments/{qualified}/status", kf.url))
+        .header("Content-Type", "application/merge-patch+json")
+        .body(r#"{"status":{"observedGeneration":777}}"#)
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200, "{}", resp.text().unwrap());
+    let member_name = qualified.trim_end_matches(&format!("_{cluster}"));
+    let sim = members.iter().find(|(n, _)| *n == cluster).unwrap().1.url();
+    assert_eq!(member_get(&sim, &format!("/apis/apps/v1/namespaces/shop/deployments/{member_name}"))["status"]["observedGeneration"], 777);
+    let status = kf.get_json(&format!("/apis/apps/v1/namespaces/shop/deployments/{qualified}/status"));
+    assert_eq!(status["status"]["observedGeneration"], 777);
+    let scale = kf.get_json(&format!("/apis/apps/v1/namespaces/shop/deployments/{qualified}/scale"));
+    assert_eq!(scale["kind"], "Scale");
+    assert_eq!(scale["metadata"]["name"], qualified.as_str());
+
+    // deletecollection on a namespace path: every member, merged.
+    let resp = client.delete(format!("{}/api/v1/namespaces/default/configmaps?labelSelector=batch%3Dx", kf.url)).send().unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let list: Value = resp.json().unwrap();
+    let mut deleted: Vec<String> = list["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_string()).collect();
+    deleted.sort();
+    assert_eq!(deleted, vec![format!("{name}_member1"), "named_member2".to_string()]);
+    wait_for(Duration::from_secs(20), "deletions ingested", || {
+        kf.get_json("/api/v1/configmaps?labelSelector=batch%3Dx")["items"].as_array().unwrap().is_empty()
+    });
+}

@@ -13,7 +13,7 @@
 //!   patch, server-side apply; [`schema`] and [`managed`] support the last two.
 //! - [`validation`]: 422 Invalid rules; [`status`]: `Status` errors.
 //! - [`controllers`]: scheduler, kubelet, garbage collector, namespace controller.
-//! - [`churn`]: background changes; [`logs`]: pod logs.
+//! - [`churn`]: background changes; [`logs`]: pod logs; [`table`]: Tables.
 //! - [`server`]: the HTTP layer and the request log.
 //!
 //! Start one with [`start`] (tests, demo) or [`run_cli`] (`kubefold sim`).
@@ -33,6 +33,7 @@ pub mod server;
 pub mod status;
 pub mod store;
 pub mod strategic;
+pub mod table;
 pub mod validation;
 pub mod watch;
 

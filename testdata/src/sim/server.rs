@@ -21,6 +21,7 @@ use super::patch::PatchType;
 use super::path::{self, ResourcePath, Route};
 use super::status::{ApiError, Result};
 use super::store;
+use super::table::{self, TableFormat};
 use super::watch::{self, WatchFilter};
 use super::{RequestRecord, Shared};
 
@@ -67,6 +68,16 @@ fn json(code: u16, body: impl Into<Bytes>) -> HttpResponse {
 
 fn json_value(value: &Value) -> HttpResponse {
     json(200, value.to_string())
+}
+
+/// The Table format of a request, when its Accept header asks for Tables.
+fn table_format(req: &HttpRequest, resource: &kubefold_engine::resources::ResourceType, query: &[(String, String)]) -> Result<Option<TableFormat>> {
+    let accept = req.headers().get("accept").and_then(|v| v.to_str().ok()).unwrap_or_default();
+    if table::requested(accept) {
+        TableFormat::new(resource, query).map(Some)
+    } else {
+        Ok(None)
+    }
 }
 
 fn written(w: Written) -> HttpResponse {
@@ -207,8 +218,8 @@ async fn resource(
     let Some(name) = path.name.clone() else {
         // The collection.
         return match method {
-            Method::GET if watch => start_watch(shared, index, namespace, None, &query).await,
-            Method::GET => list_objects(shared, index, namespace, &query, path.watch_prefix).await,
+            Method::GET if watch => start_watch(req, shared, index, namespace, None, &query).await,
+            Method::GET => list_objects(req, shared, index, namespace, &query, path.watch_prefix).await,
             Method::POST if !path.watch_prefix => {
                 if rt.namespaced && namespace.is_none() {
                     return Err(ApiError::MethodNotAllowed);
@@ -234,7 +245,7 @@ async fn resource(
     if path.watch_prefix {
         // Deprecated /watch/.../{name}: a watch of one object.
         return match method {
-            Method::GET => start_watch(shared, index, namespace, Some(&name), &query).await,
+            Method::GET => start_watch(req, shared, index, namespace, Some(&name), &query).await,
             _ => Err(ApiError::MethodNotAllowed),
         };
     }
@@ -251,15 +262,20 @@ async fn resource(
         Some(_) => return Err(ApiError::PathNotFound),
     };
     match method {
-        Method::GET if watch => start_watch(shared, index, namespace, Some(&name), &query).await,
+        Method::GET if watch => start_watch(req, shared, index, namespace, Some(&name), &query).await,
         Method::GET => {
             if let Some(rv) = query_value(&query, "resourceVersion").filter(|v| !v.is_empty() && *v != "0") {
                 wait_for_rv(&shared, parse_rv(rv)?).await?;
             }
-            let store = shared.read()?;
-            let object = ops::get(&store, index, namespace, &name)?;
+            let object = ops::get(&*shared.read()?, index, namespace, &name)?;
             if sub == Subresource::Scale {
                 return Ok(json_value(&ops::scale_of(&rt, &object.value())?));
+            }
+            if let Some(format) = table_format(req, &rt, &query)? {
+                let value = object.value();
+                let metadata = serde_json::json!({"resourceVersion": value["metadata"]["resourceVersion"]});
+                let table = format.table(&[value], metadata, true, Utc::now());
+                return Ok(HttpResponse::Ok().content_type(table::CONTENT_TYPE).body(table.to_string()));
             }
             Ok(json(200, object.bytes.clone()))
         }
@@ -298,6 +314,7 @@ async fn resource(
 }
 
 async fn list_objects(
+    req: &HttpRequest,
     shared: Arc<Shared>,
     index: usize,
     namespace: Option<&str>,
@@ -313,10 +330,23 @@ async fn list_objects(
         let store = shared.read()?;
         list::list(&store, index, namespace, &options)?
     };
+    if let Some(format) = table_format(req, &rt, query)? {
+        let mut metadata = serde_json::json!({"resourceVersion": page.rv.to_string()});
+        if let Some(token) = &page.continue_token {
+            metadata["continue"] = serde_json::json!(token);
+        }
+        if let Some(count) = page.remaining_item_count {
+            metadata["remainingItemCount"] = serde_json::json!(count);
+        }
+        let objects: Vec<Value> = page.items.iter().map(|o| o.value()).collect();
+        let table = format.table(&objects, metadata, true, Utc::now());
+        return Ok(HttpResponse::Ok().content_type(table::CONTENT_TYPE).body(table.to_string()));
+    }
     Ok(HttpResponse::Ok().content_type("application/json").streaming(list::list_body(&rt, page)))
 }
 
 async fn start_watch(
+    req: &HttpRequest,
     shared: Arc<Shared>,
     index: usize,
     namespace: Option<&str>,
@@ -341,7 +371,8 @@ async fn start_watch(
         watch::begin(&store, &filter)?
     };
     let interval = shared.config.bookmark_interval.max(Duration::from_millis(10));
-    let body = watch::stream(shared.clone(), &rt, filter, start, receiver, interval);
+    let format = table_format(req, &rt, query)?;
+    let body = watch::stream(shared.clone(), &rt, filter, start, receiver, interval, format);
     Ok(HttpResponse::Ok()
         .content_type("application/json")
         .insert_header(("Cache-Control", "no-cache, private"))

@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use super::list::{parse_rv, ListOptions, CHUNK};
 use super::status::{ApiError, Result};
 use super::store::{self, Change, ChangeType, Object, Store};
+use super::table::TableFormat;
 use super::Shared;
 
 /// kube-apiserver's `--min-request-timeout` default; a watch without
@@ -147,6 +148,9 @@ struct Watcher {
     deadline: Instant,
     shutdown: CancellationToken,
     finished: bool,
+    /// Print events as Tables (kubectl get -w), column definitions in the first only.
+    table: Option<TableFormat>,
+    table_headers_sent: bool,
 }
 
 /// The body of a watch response.
@@ -157,6 +161,7 @@ pub fn stream(
     start: Start,
     receiver: broadcast::Receiver<Arc<Change>>,
     bookmark_interval: Duration,
+    table: Option<TableFormat>,
 ) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> {
     let timeout = filter.options.timeout_seconds.unwrap_or_else(|| {
         rand::rng().random_range(MIN_REQUEST_TIMEOUT..2 * MIN_REQUEST_TIMEOUT)
@@ -180,6 +185,8 @@ pub fn stream(
         bookmarks,
         deadline: Instant::now() + Duration::from_secs(timeout),
         finished: false,
+        table,
+        table_headers_sent: false,
     };
     match start {
         Start::Initial { objects, rv, end_bookmark } => {
@@ -281,26 +288,53 @@ impl Watcher {
     fn ready_chunk(&mut self) -> Option<Bytes> {
         if self.initial.is_empty() && self.pending.is_empty() {
             if let Some(rv) = self.end_bookmark.take() {
-                return Some(self.bookmark(rv, true));
+                let bookmark = self.bookmark(rv, true);
+                return Some(self.render(bookmark));
             }
             return None;
         }
         let mut out = BytesMut::new();
         while out.len() < CHUNK {
-            if let Some(object) = self.initial.pop_front() {
-                out.put_slice(&store::frame("ADDED", &object.bytes));
-                continue;
-            }
-            if let Some(rv) = self.end_bookmark.take() {
-                out.put_slice(&self.bookmark(rv, true));
-                continue;
-            }
-            match self.pending.pop_front() {
-                Some(frame) => out.put_slice(&frame),
-                None => break,
-            }
+            let frame = if let Some(object) = self.initial.pop_front() {
+                store::frame("ADDED", &object.bytes)
+            } else if let Some(rv) = self.end_bookmark.take() {
+                self.bookmark(rv, true)
+            } else if let Some(frame) = self.pending.pop_front() {
+                frame
+            } else {
+                break;
+            };
+            let frame = self.render(frame);
+            out.put_slice(&frame);
         }
         Some(out.freeze())
+    }
+
+    /// The event line as sent: as is, or with its object printed as a Table.
+    fn render(&mut self, frame: Bytes) -> Bytes {
+        let Some(format) = &self.table else { return frame };
+        let Ok(event) = serde_json::from_slice::<serde_json::Value>(&frame) else { return frame };
+        let event_type = event["type"].as_str().unwrap_or_default();
+        let object = &event["object"];
+        let metadata = json!({"resourceVersion": object["metadata"]["resourceVersion"]});
+        let headers = !self.table_headers_sent;
+        let table = match event_type {
+            "ADDED" | "MODIFIED" | "DELETED" => {
+                format.table(std::slice::from_ref(object), metadata, headers, chrono::Utc::now())
+            }
+            "BOOKMARK" => {
+                let mut table = format.table(&[], metadata, false, chrono::Utc::now());
+                if let Some(annotations) = object["metadata"].get("annotations") {
+                    table["metadata"]["annotations"] = annotations.clone();
+                }
+                table
+            }
+            _ => return frame,
+        };
+        if event_type != "BOOKMARK" {
+            self.table_headers_sent = true;
+        }
+        store::frame(event_type, table.to_string().as_bytes())
     }
 
     /// A BOOKMARK event line: only kind, apiVersion and the resourceVersion
