@@ -188,6 +188,13 @@ fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T>
         .map_err(|e| Error::Corrupt { what: format!("{what}: {e}") })
 }
 
+/// Decodes one event envelope (the value of an `e` record) as the store
+/// reads it; a damaged record is [`Error::Corrupt`]. Public for the
+/// `store_envelope` fuzz target (`fuzz/`).
+pub fn decode_event(bytes: &[u8]) -> Result<StoredEvent> {
+    decode(bytes, "event")
+}
+
 fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>> {
     Ok(bincode::serde::encode_to_vec(value, config())?)
 }

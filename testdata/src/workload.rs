@@ -900,12 +900,15 @@ fn pod(ids: &mut Ids, p: &PodParams) -> Value {
     })
 }
 
+/// A control-plane component: name, image, args, liveness probe `(path, port)`.
+type StaticPod = (&'static str, String, Vec<String>, (&'static str, u16));
+
 /// The control-plane static pods of node 1 (mirror pods owned by the Node).
 fn static_pods(ids: &mut Ids, cluster: &Cluster, created: DateTime<Utc>) -> Vec<Value> {
     let node = cluster.node_name(1);
     let ip = cluster.node_ip(1);
     let version = &cluster.kubernetes_version;
-    let components: [(&str, String, Vec<String>, (&'static str, u16)); 4] = [
+    let components: [StaticPod; 4] = [
         (
             "etcd",
             "registry.k8s.io/etcd:3.5.21-0".to_string(),

@@ -265,3 +265,61 @@ async fn the_request_log_records_every_request() {
     assert_eq!(send(&sim, "DELETE", "/sim/requests", "application/json", "").await.code, 200);
     assert!(sim.requests().is_empty());
 }
+
+#[tokio::test]
+async fn dry_run_validates_without_storing() {
+    let sim = demo();
+    let head = rv(&get(&sim, "/api/v1/namespaces/default/pods").await.body);
+    let created = send(&sim, "POST", "/api/v1/namespaces/default/pods?dryRun=All", "application/json", POD).await;
+    assert_eq!(created.code, 201);
+    assert_eq!(created.body["metadata"]["name"], "job-1");
+    assert_eq!(get(&sim, "/api/v1/namespaces/default/pods/job-1").await.code, 404);
+    let deleted = send(&sim, "DELETE", "/api/v1/namespaces/default/pods/web-0?dryRun=All", "application/json", "").await;
+    assert_eq!(deleted.code, 200);
+    assert_eq!(get(&sim, "/api/v1/namespaces/default/pods/web-0").await.code, 200);
+    let invalid = send(&sim, "POST", "/api/v1/namespaces/default/pods?dryRun=All", "application/json", r#"{"metadata":{"name":"x"},"spec":{}}"#).await;
+    assert_eq!(invalid.code, 422);
+    assert_eq!(invalid.body["details"]["causes"][0]["field"], "spec.containers");
+    assert_eq!(rv(&get(&sim, "/api/v1/namespaces/default/pods").await.body), head);
+}
+
+#[tokio::test]
+async fn delete_collection_deletes_what_the_selector_selects() {
+    let sim = demo();
+    let deleted = send(&sim, "DELETE", "/api/v1/namespaces/shop/configmaps?labelSelector=app.kubernetes.io%2Fpart-of%3Ddemo", "application/json", "").await;
+    assert_eq!(deleted.code, 200);
+    assert_eq!(deleted.body["kind"], "ConfigMapList");
+    assert_eq!(common::names(&deleted.body), ["checkout-settings", "frontend-config"]);
+    let left = get(&sim, "/api/v1/namespaces/shop/configmaps").await;
+    assert_eq!(common::names(&left.body), ["kube-root-ca.crt"]);
+    assert_eq!(send(&sim, "DELETE", "/api/v1/namespaces", "application/json", "").await.code, 405);
+}
+
+#[tokio::test]
+async fn deleting_a_namespace_terminates_it_then_removes_its_contents() {
+    let sim = demo();
+    let deleted = send(&sim, "DELETE", "/api/v1/namespaces/monitoring", "application/json", "").await;
+    assert_eq!(deleted.code, 200);
+    assert_eq!(deleted.body["kind"], "Namespace");
+    assert_eq!(deleted.body["status"]["phase"], "Terminating");
+    let refused = send(&sim, "POST", "/api/v1/namespaces/monitoring/configmaps", "application/json", r#"{"metadata":{"name":"late"}}"#).await;
+    assert_eq!(refused.code, 403);
+    assert_eq!(refused.body["reason"], "Forbidden");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(get(&sim, "/api/v1/namespaces/monitoring").await.code, 404);
+    assert!(common::names(&get(&sim, "/api/v1/namespaces/monitoring/pods").await.body).is_empty());
+}
+
+#[tokio::test]
+async fn deleting_a_deployment_cascades_in_the_background() {
+    let sim = demo();
+    let status = send(&sim, "DELETE", "/apis/apps/v1/namespaces/shop/deployments/checkout", "application/json",
+        r#"{"propagationPolicy":"Background"}"#).await;
+    assert_eq!(status.code, 200);
+    assert_eq!(status.body["kind"], "Status");
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    let replicasets = common::names(&get(&sim, "/apis/apps/v1/namespaces/shop/replicasets").await.body);
+    assert!(replicasets.iter().all(|n| !n.starts_with("checkout-")), "{replicasets:?}");
+    let pods = common::names(&get(&sim, "/api/v1/namespaces/shop/pods").await.body);
+    assert!(pods.iter().all(|n| !n.starts_with("checkout-")), "{pods:?}");
+}

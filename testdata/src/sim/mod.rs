@@ -297,7 +297,8 @@ impl SimHandle {
         format!("http://{}", self.addr)
     }
 
-    /// The requests received so far (also `GET /sim/requests`).
+    /// The requests received so far, oldest first (also `GET /sim/requests`;
+    /// the last 100,000 at most; `/sim/requests` itself is not recorded).
     pub fn requests(&self) -> Vec<RequestRecord> {
         self.requests.lock().map(|log| log.clone()).unwrap_or_default()
     }

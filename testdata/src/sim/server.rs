@@ -28,6 +28,10 @@ use super::{RequestRecord, Shared};
 /// kube-apiserver's limit on request bodies (`MaxRequestBodyBytes`, 3 MiB).
 const MAX_BODY: usize = 3 * 1024 * 1024;
 
+/// The request log keeps at most this many records; beyond it the oldest
+/// tenth is dropped (long benchmarks must not grow it without bound).
+pub const REQUEST_LOG_LIMIT: usize = 100_000;
+
 /// How long a read waits for a resource version the simulator has not reached.
 const RV_WAIT: Duration = Duration::from_secs(3);
 
@@ -49,6 +53,9 @@ pub async fn dispatch(req: HttpRequest, payload: web::Payload, shared: web::Data
     tracing::trace!(method = %record.method, path = %record.path, query = %record.query, "Request.");
     if record.path != "/sim/requests" {
         if let Ok(mut log) = shared.requests.lock() {
+            if log.len() >= REQUEST_LOG_LIMIT {
+                log.drain(..REQUEST_LOG_LIMIT / 10);
+            }
             log.push(record);
         }
     }

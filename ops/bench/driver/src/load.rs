@@ -188,6 +188,7 @@ pub struct Finders {
     cluster: Finder<'static>,
     member_rv: Finder<'static>,
     rv: Finder<'static>,
+    namespace: Finder<'static>,
 }
 
 impl Finders {
@@ -197,6 +198,7 @@ impl Finders {
             cluster: Finder::new(b"\"kubefold.io/cluster\":\"").into_owned(),
             member_rv: Finder::new(b"\"kubefold.io/member-resource-version\":\"").into_owned(),
             rv: Finder::new(b"\"resourceVersion\":\"").into_owned(),
+            namespace: Finder::new(b"\"namespace\":\"load-").into_owned(),
         }
     }
 }
@@ -273,6 +275,8 @@ pub struct WatchLog {
     pub lines: u64,
     /// Bytes received.
     pub bytes: u64,
+    /// (event key, N of namespace load-N), from members' streams only.
+    pub namespaces: Vec<(u64, u8)>,
 }
 
 /// Shared state of a set of watch clients.
@@ -351,7 +355,16 @@ fn record(log: &mut WatchLog, line: &[u8], kind: LineKind, finders: &Finders, no
     }
     log.lines += 1;
     match classify(line, kind, finders) {
-        Line::Event(key) => log.received.push((key, now)),
+        Line::Event(key) => {
+            log.received.push((key, now));
+            if let LineKind::Member { .. } = kind {
+                if let Some(at) = finders.namespace.find(line) {
+                    if let Some(d) = line.get(at + finders.namespace.needle().len()).filter(|d| d.is_ascii_digit()) {
+                        log.namespaces.push((key, d - b'0'));
+                    }
+                }
+            }
+        }
         Line::Error => log.errors += 1,
         Line::Bookmark | Line::Other => {}
     }
