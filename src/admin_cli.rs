@@ -229,10 +229,10 @@ struct AdminApi {
 
 impl AdminApi {
     fn new(args: &AdminArgs) -> anyhow::Result<AdminApi> {
-        let server = Url::parse(&args.server).with_context(|| format!("--server {:?} is not a URL", args.server))?;
-        if !matches!(server.scheme(), "http" | "https") || server.cannot_be_a_base() {
-            bail!("--server {:?} must be an http:// or https:// URL", args.server);
-        }
+        let server = Url::parse(&args.server)
+            .ok()
+            .filter(|url| matches!(url.scheme(), "http" | "https") && !url.cannot_be_a_base())
+            .with_context(|| format!("--server {:?} must be an http:// or https:// URL", args.server))?;
         let token = match (&args.token, &args.token_file) {
             (Some(token), _) => Some(token.clone()),
             (None, Some(file)) => Some(read_token_file(file)?),

@@ -8,14 +8,18 @@ use kubefold_engine::resources::{self, ResourceType};
 use serde_json::{json, Value};
 
 fn pods() -> ResourceType {
-    resources::find(&resources::builtin(), "", "v1", "pods").unwrap().clone()
+    resources::find(&resources::builtin(), "", "v1", "pods")
+        .unwrap()
+        .clone()
 }
 
 /// The `object_ingest` property: `raw` is either refused, or served as the
 /// member's object with only kubefold's changes (qualified name, global RV,
 /// the two annotations); it never panics.
 fn assert_served_faithfully(raw: &[u8]) {
-    let Ok(ingested) = ingest(&pods(), "member1", raw) else { return };
+    let Ok(ingested) = ingest(&pods(), "member1", raw) else {
+        return;
+    };
     let served = ingested.body.to_bytes(Some("_member1"), 42);
     let served: Value = serde_json::from_slice(&served).expect("served body is JSON");
     let mut want: Value = serde_json::from_slice(raw).unwrap();
@@ -25,7 +29,11 @@ fn assert_served_faithfully(raw: &[u8]) {
         object.insert("apiVersion".into(), json!("v1"));
     }
     let meta = object["metadata"].as_object_mut().unwrap();
-    let member_rv = meta.get("resourceVersion").and_then(Value::as_str).unwrap_or("").to_string();
+    let member_rv = meta
+        .get("resourceVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
     meta.insert("name".into(), json!(format!("{}_member1", ingested.name)));
     meta.insert("resourceVersion".into(), json!("42"));
     let annotations = meta.entry("annotations").or_insert_with(|| json!({}));

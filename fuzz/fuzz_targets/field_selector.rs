@@ -15,19 +15,34 @@ fn sorted(selector: &FieldSelector) -> Vec<(String, bool, String)> {
     let mut terms: Vec<_> = selector
         .requirements
         .iter()
-        .map(|FieldRequirement { field, negated, value }| (field.clone(), *negated, value.clone()))
+        .map(
+            |FieldRequirement {
+                 field,
+                 negated,
+                 value,
+             }| (field.clone(), *negated, value.clone()),
+        )
         .collect();
     terms.sort();
     terms
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(input) = std::str::from_utf8(data) else { return };
-    let Ok(selector) = FieldSelector::parse(input) else { return };
+    let Ok(input) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(selector) = FieldSelector::parse(input) else {
+        return;
+    };
     let canonical = selector.to_string();
-    let reparsed = FieldSelector::parse(&canonical)
-        .unwrap_or_else(|e| panic!("{input:?} printed as {canonical:?}, which does not parse: {e}"));
-    assert_eq!(sorted(&reparsed), sorted(&selector), "{input:?} printed as {canonical:?}");
+    let reparsed = FieldSelector::parse(&canonical).unwrap_or_else(|e| {
+        panic!("{input:?} printed as {canonical:?}, which does not parse: {e}")
+    });
+    assert_eq!(
+        sorted(&reparsed),
+        sorted(&selector),
+        "{input:?} printed as {canonical:?}"
+    );
     // A missing field reads as "": matching an empty object never panics.
     let _ = selector.matches_pairs(&[]);
 });

@@ -9,13 +9,22 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     // Query parameters reach the parser as `&str`; other bytes cannot.
-    let Ok(input) = std::str::from_utf8(data) else { return };
-    let Ok(selector) = LabelSelector::parse(input) else { return };
+    let Ok(input) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(selector) = LabelSelector::parse(input) else {
+        return;
+    };
     let canonical = selector.to_string();
-    let reparsed = LabelSelector::parse(&canonical)
-        .unwrap_or_else(|e| panic!("{input:?} printed as {canonical:?}, which does not parse: {e}"));
+    let reparsed = LabelSelector::parse(&canonical).unwrap_or_else(|e| {
+        panic!("{input:?} printed as {canonical:?}, which does not parse: {e}")
+    });
     assert_eq!(reparsed, selector, "{input:?} printed as {canonical:?}");
-    assert_eq!(reparsed.to_string(), canonical, "{input:?}: canonical form is not stable");
+    assert_eq!(
+        reparsed.to_string(),
+        canonical,
+        "{input:?}: canonical form is not stable"
+    );
     // Matching a labelled object never panics either, whatever the values.
     let labels: Vec<(String, String)> = selector
         .requirements

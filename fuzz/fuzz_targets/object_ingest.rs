@@ -19,16 +19,26 @@ const CLUSTER: &str = "member-1";
 /// What kubefold should serve for `member`, computed the simple way.
 fn expected(member: &Value, kind: &str, api_version: &str, name: &str, rv: u64) -> Value {
     let mut object = member.clone();
-    let map = object.as_object_mut().expect("ingest accepted a non-object");
+    let map = object
+        .as_object_mut()
+        .expect("ingest accepted a non-object");
     if !map.contains_key("kind") || !map.contains_key("apiVersion") {
         map.insert("kind".into(), Value::String(kind.into()));
         map.insert("apiVersion".into(), Value::String(api_version.into()));
     }
-    let meta = map["metadata"].as_object_mut().expect("ingest accepted an object without metadata");
-    let member_rv = meta.get("resourceVersion").and_then(Value::as_str).unwrap_or("").to_string();
+    let meta = map["metadata"]
+        .as_object_mut()
+        .expect("ingest accepted an object without metadata");
+    let member_rv = meta
+        .get("resourceVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
     meta.insert("name".into(), Value::String(name.into()));
     meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
-    let annotations = meta.entry("annotations").or_insert_with(|| Value::Object(Map::new()));
+    let annotations = meta
+        .entry("annotations")
+        .or_insert_with(|| Value::Object(Map::new()));
     if !annotations.is_object() {
         *annotations = Value::Object(Map::new());
     }
@@ -41,7 +51,9 @@ fn expected(member: &Value, kind: &str, api_version: &str, name: &str, rv: u64) 
 fuzz_target!(|data: &[u8]| {
     let catalog = builtin();
     let resource = &catalog[data.len() % catalog.len()];
-    let Ok(ingested) = ingest(resource, CLUSTER, data) else { return };
+    let Ok(ingested) = ingest(resource, CLUSTER, data) else {
+        return;
+    };
     let member: Value = serde_json::from_slice(data).expect("ingest accepted invalid JSON");
     assert_eq!(
         member["metadata"]["name"].as_str(),
@@ -56,13 +68,23 @@ fuzz_target!(|data: &[u8]| {
         body.rv_at,
         body.json.len()
     );
-    for (suffix, rv) in [(Some(format!("_{CLUSTER}")), 1_234_567u64), (None, 0), (None, u64::MAX)] {
+    for (suffix, rv) in [
+        (Some(format!("_{CLUSTER}")), 1_234_567u64),
+        (None, 0),
+        (None, u64::MAX),
+    ] {
         let served = body.to_bytes(suffix.as_deref(), rv);
         let served: Value = serde_json::from_slice(&served).unwrap_or_else(|e| {
-            panic!("served body is not JSON ({e}): {}", String::from_utf8_lossy(&served))
+            panic!(
+                "served body is not JSON ({e}): {}",
+                String::from_utf8_lossy(&served)
+            )
         });
         let name = format!("{}{}", ingested.name, suffix.as_deref().unwrap_or(""));
         let want = expected(&member, &resource.kind, &resource.api_version(), &name, rv);
-        assert_eq!(served, want, "served object differs from the member's object");
+        assert_eq!(
+            served, want,
+            "served object differs from the member's object"
+        );
     }
 });

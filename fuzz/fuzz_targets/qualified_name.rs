@@ -8,7 +8,9 @@ use kubefold_engine::names::{is_valid_cluster_name, parse, qualify, RequestedNam
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(input) = std::str::from_utf8(data) else { return };
+    let Ok(input) = std::str::from_utf8(data) else {
+        return;
+    };
     match parse(input) {
         RequestedName::Qualified { name, cluster } => {
             assert!(!name.is_empty() && !cluster.is_empty(), "{input:?}");

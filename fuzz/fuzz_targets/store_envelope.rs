@@ -9,7 +9,9 @@ use kubefold_store::decode_event;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(event) = decode_event(data) else { return };
+    let Ok(event) = decode_event(data) else {
+        return;
+    };
     let _served = event.body.to_bytes(Some("_member1"), event.rv);
     let bytes = bincode::serde::encode_to_vec(&event, bincode::config::standard())
         .expect("a decoded event encodes");

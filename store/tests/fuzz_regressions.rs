@@ -13,7 +13,11 @@ fn event() -> StoredEvent {
         rv: 7,
         event_type: EventType::Added,
         resource: "v1/pods".into(),
-        key: ObjectKey { namespace: "default".into(), name: "web-0".into(), cluster: "member1".into() },
+        key: ObjectKey {
+            namespace: "default".into(),
+            name: "web-0".into(),
+            cluster: "member1".into(),
+        },
         prev_rv: 0,
         member_rv: "812".into(),
         uid: "u1".into(),
@@ -37,9 +41,15 @@ fn a_whole_envelope_decodes_and_a_truncated_one_is_corrupt() {
     let bytes = encode(&event());
     assert_eq!(decode_event(&bytes).unwrap(), event());
     let served = event().body.to_bytes(Some("_member1"), 9);
-    assert_eq!(served, br#"{"metadata":{"name":"web-0_member1","resourceVersion":"9"}}"#);
+    assert_eq!(
+        served,
+        br#"{"metadata":{"name":"web-0_member1","resourceVersion":"9"}}"#
+    );
     for len in 0..bytes.len() {
-        assert!(matches!(decode_event(&bytes[..len]), Err(Error::Corrupt { .. })), "{len} bytes");
+        assert!(
+            matches!(decode_event(&bytes[..len]), Err(Error::Corrupt { .. })),
+            "{len} bytes"
+        );
     }
 }
 
@@ -57,7 +67,10 @@ fn a_huge_string_length_is_corrupt_not_a_panic() {
     // rv 0, Added, then `resource` with the u64 length marker 0xfd and 2^63.
     let bytes = [0x00, 0x00, 0xfd, 0, 0, 0, 0, 0, 0, 0, 0x80];
     let outcome = std::panic::catch_unwind(|| decode_event(&bytes).map(|_| ()));
-    assert!(matches!(outcome, Ok(Err(Error::Corrupt { .. }))), "decode panicked or accepted it");
+    assert!(
+        matches!(outcome, Ok(Err(Error::Corrupt { .. }))),
+        "decode panicked or accepted it"
+    );
 }
 
 /// Runs this binary's test `name` again in a child process limited to
@@ -97,10 +110,16 @@ fn lengths_beyond_the_record_are_corrupt_without_allocating_them() {
     }
     // rv 65535, Deleted, `resource` of length 0xf300fb00 (u32 marker 0xfc).
     let fuzzer_input = [0xfb, 0xff, 0xff, 0x02, 0xfc, 0x00, 0xfb, 0x00, 0xf3];
-    assert!(matches!(decode_event(&fuzzer_input), Err(Error::Corrupt { .. })));
+    assert!(matches!(
+        decode_event(&fuzzer_input),
+        Err(Error::Corrupt { .. })
+    ));
     // rv 0, Added, `resource` of length 2^40 (u64 marker 0xfd).
     let tebibyte = [0x00, 0x00, 0xfd, 0, 0, 0, 0, 0, 0x01, 0, 0];
-    assert!(matches!(decode_event(&tebibyte), Err(Error::Corrupt { .. })));
+    assert!(matches!(
+        decode_event(&tebibyte),
+        Err(Error::Corrupt { .. })
+    ));
 }
 
 /// Found by `store_envelope`: the body's holes (`name_end`, `rv_at`) are
