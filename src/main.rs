@@ -4,6 +4,7 @@
 //! - `kubefold demo`: three simulated members and kubefold over them.
 //! - `kubefold sim`: one simulated member cluster API server.
 
+mod admin_cli;
 mod config;
 mod demo;
 mod resolve;
@@ -37,6 +38,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Run one simulated member cluster API server.
     Sim(kubefold_testdata::SimArgs),
+    /// Manage a running kubefold through its admin API: clusters, resources, stats, compaction, backup.
+    Admin(admin_cli::AdminArgs),
     /// Resolve and probe the scheduler-estimator endpoints once and print them.
     Resolve(resolve::ResolveArgs),
     /// Write a consistent copy of a data dir (kubefold must not be running on it).
@@ -184,6 +187,10 @@ fn main() -> anyhow::Result<()> {
         Command::Demo(args) => demo::run(args),
         Command::Sim(args) => kubefold_testdata::run_cli(args).map_err(Into::into),
         Command::Resolve(args) => resolve::run(args),
+        Command::Admin(args) => admin_cli::run(args).map_err(|e| {
+            eprintln!("kubefold admin: {e:#}");
+            std::process::exit(1)
+        }),
         Command::Backup { data_dir, out } => {
             let store = kubefold_store::Store::open(&data_dir, &kubefold_store::Options::default())
                 .map_err(|e| anyhow::anyhow!("{e} (is kubefold running on it? stop it first)"))?;

@@ -273,7 +273,12 @@ impl Handler<Backup> for Aggregator {
 
     fn handle(&mut self, _msg: Backup, _ctx: &mut Self::Context) -> Self::Result {
         let path = std::env::temp_dir().join(format!("kubefold-backup-{}-{}.bin", std::process::id(), self.index.head_rv()));
-        let file = std::fs::File::create(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        // The backup holds registered member credentials: readable by kubefold's user only.
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let file = options.open(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
         let mut writer = std::io::BufWriter::new(file);
         let records = self.store.backup(&mut writer).map_err(|e| e.to_string())?;
         info!(records, head_rv = self.index.head_rv(), "Backup written.");

@@ -71,6 +71,20 @@ impl Supervisor {
     /// Starts watching `spec` (replacing the watchers of a cluster of that name).
     pub fn add_cluster(&mut self, spec: ClusterSpec) {
         self.stop_watchers(&spec.name);
+        if self.clusters.get(&spec.name).is_some_and(|old| *old != spec) {
+            // Another member behind the same name: its resourceVersions mean
+            // nothing here. Relist, and let the relist diff settle the objects.
+            self.checkpoints.retain(|(c, _), _| c != &spec.name);
+            if let Err(e) = self.fleet.store().remove_checkpoints(&spec.name) {
+                tracing::error!(cluster = %spec.name, error = %e, "Cannot forget the old member's checkpoints.");
+            }
+        }
+        // Every watcher starts as Connecting: readiness waits for all of them.
+        self.fleet.remove_status(&spec.name);
+        for resource in self.fleet.catalog() {
+            let checkpoint = self.checkpoints.get(&(spec.name.clone(), resource.key())).cloned();
+            self.fleet.update_status(&spec.name, &resource.key(), |s| s.checkpoint = checkpoint);
+        }
         let mut addrs = Vec::new();
         for resource in self.fleet.catalog().to_vec() {
             let checkpoint = self.checkpoints.get(&(spec.name.clone(), resource.key())).cloned();

@@ -35,6 +35,9 @@ impl Control {
     }
 }
 
+/// Serialises changes of the registry across HTTP workers.
+static REGISTRY_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The store key of the registered clusters.
 pub const REGISTRY_KEY: &str = "clusters";
 
@@ -151,8 +154,10 @@ fn parse_spec(body: &[u8]) -> Result<ClusterSpec, Status> {
 }
 
 /// `POST /admin/v1/clusters`: registers a cluster and starts watching it.
-pub async fn register_cluster(state: web::Data<ApiState>, body: web::Bytes) -> HttpResponse {
+pub async fn register_cluster(state: web::Data<ApiState>, payload: web::Payload) -> HttpResponse {
+    let _guard = REGISTRY_LOCK.lock().await;
     let result = async {
+        let body = crate::read_body(payload).await?;
         let spec = parse_spec(&body)?;
         if state.fleet.member(&spec.name).is_some() {
             return Err(Status::new(409, "AlreadyExists", format!("cluster \"{}\" already exists", spec.name)));
@@ -170,8 +175,10 @@ pub async fn register_cluster(state: web::Data<ApiState>, body: web::Bytes) -> H
 }
 
 /// `PUT /admin/v1/clusters/{name}`: changes a registered cluster; its watchers reconnect.
-pub async fn update_cluster(state: web::Data<ApiState>, name: web::Path<String>, body: web::Bytes) -> HttpResponse {
+pub async fn update_cluster(state: web::Data<ApiState>, name: web::Path<String>, payload: web::Payload) -> HttpResponse {
+    let _guard = REGISTRY_LOCK.lock().await;
     let result = async {
+        let body = crate::read_body(payload).await?;
         let spec = parse_spec(&body)?;
         if spec.name != *name {
             return Err(Status::bad_request(format!("the name in the body ({}) does not match the URL ({name})", spec.name)));
@@ -194,6 +201,7 @@ pub async fn update_cluster(state: web::Data<ApiState>, name: web::Path<String>,
 
 /// `DELETE /admin/v1/clusters/{name}`: stops watching; its objects become DELETED events.
 pub async fn remove_cluster(state: web::Data<ApiState>, name: web::Path<String>) -> HttpResponse {
+    let _guard = REGISTRY_LOCK.lock().await;
     let result = async {
         if state.fleet.member(&name).is_none() {
             return Err(Status::not_found("admin.kubefold.io", "clusters", &name));

@@ -192,7 +192,7 @@ fn decode_path(raw: &str) -> Option<String> {
 
 /// Reads a request body up to [`MAX_BODY_BYTES`]; 413 RequestEntityTooLarge
 /// beyond, as kube-apiserver answers.
-async fn read_body(mut payload: web::Payload) -> Result<web::Bytes, Status> {
+pub(crate) async fn read_body(mut payload: web::Payload) -> Result<web::Bytes, Status> {
     use futures::StreamExt;
     let mut body = web::BytesMut::new();
     while let Some(chunk) = payload.next().await {

@@ -213,6 +213,11 @@ impl Store {
             .cache_capacity(options.cache_capacity)
             .open()
             .map_err(|source| Error::OpenFailed { path: path.to_path_buf(), source })?;
+        Store::from_db(db, path, options)
+    }
+
+    /// A store over an open sled database, refusing another format.
+    fn from_db(db: sled::Db, path: &Path, options: &Options) -> Result<Store> {
         let tree = db.open_tree("kubefold")?;
         match tree.get(meta_key("format"))? {
             Some(found) if found.as_ref() == FORMAT.as_bytes() => {}
@@ -495,9 +500,8 @@ impl Store {
         }
         tree.apply_batch(batch)?;
         db.flush()?;
-        drop(tree);
-        drop(db);
-        Store::open(path, options)
+        // Keep the open database: dropping and reopening races sled's file lock.
+        Store::from_db(db, path, options)
     }
 
     /// Flushes everything to disk.

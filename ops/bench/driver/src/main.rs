@@ -109,7 +109,15 @@ impl Plan {
     pub fn list_reps(&self, size: usize) -> usize {
         match size {
             0..=20_000 => 15,
-            20_001..=200_000 => 7,
+            20_001..=150_000 => 5,
+            _ => 3,
+        }
+    }
+
+    /// Timed repetitions of a Table list at `size`.
+    pub fn table_reps(&self, size: usize) -> usize {
+        match size {
+            0..=20_000 => 5,
             _ => 3,
         }
     }
@@ -141,7 +149,7 @@ impl Ctx {
 fn usage() -> ! {
     eprintln!(
         "usage: kubefold-bench --kubefold PATH [--quick] [--out DIR] [--budget-secs S] [--sizes N,N,..] [--sims N]\n\
-         \x20                     [--watchers N] [--no-watch] [--no-restart] [--command TEXT]"
+         \x20                     [--watchers N] [--no-watch] [--only-watch] [--no-restart] [--command TEXT]"
     );
     std::process::exit(2)
 }
@@ -174,6 +182,7 @@ fn parse_args() -> Result<Args> {
             "--sims" => plan.sims = value().parse().context("--sims")?,
             "--watchers" => plan.watchers = value().parse().context("--watchers")?,
             "--no-watch" => plan.watch = false,
+            "--only-watch" => plan.sizes.clear(),
             "--no-restart" => plan.restart = false,
             "--command" => command = value(),
             "-h" | "--help" => usage(),
