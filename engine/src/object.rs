@@ -31,6 +31,10 @@ pub enum Error {
     /// The object has no `metadata.name`.
     #[error("object has no metadata.name")]
     MissingName,
+    /// The object contains the marker kubefold uses internally to find its
+    /// name and resourceVersion (never the case for a real object).
+    #[error("object contains kubefold's reserved marker characters")]
+    ReservedMarker,
     /// The object is larger than kubefold accepts.
     #[error("object is {size} bytes, over the limit of {limit}")]
     TooLarge {
@@ -204,6 +208,11 @@ pub fn ingest_value(resource: &ResourceType, cluster: &str, mut value: Value) ->
         a.insert(MEMBER_RV_ANNOTATION.into(), Value::String(member_rv.clone()));
     }
     let mut json = serde_json::to_vec(&value).map_err(Error::InvalidJson)?;
+    // Each marker must occur exactly once: a member's object that carries the
+    // marker text itself is refused rather than spliced at the wrong place.
+    if occurrences(&json, NAME_SENTINEL) != 1 || occurrences(&json, RV_SENTINEL) != 1 {
+        return Err(Error::ReservedMarker);
+    }
     let name_end = cut(&mut json, NAME_SENTINEL);
     let rv_at = cut(&mut json, RV_SENTINEL);
     let (name_end, rv_at) = match (name_end, rv_at) {
@@ -213,7 +222,7 @@ pub fn ingest_value(resource: &ResourceType, cluster: &str, mut value: Value) ->
             let n = if r < n { n - sentinel_len(RV_SENTINEL) } else { n };
             (n as u32, r as u32)
         }
-        _ => return Err(Error::MissingName),
+        _ => return Err(Error::ReservedMarker),
     };
     Ok(Ingested {
         namespace,
@@ -228,6 +237,13 @@ pub fn ingest_value(resource: &ResourceType, cluster: &str, mut value: Value) ->
 
 fn sentinel_len(sentinel: &str) -> usize {
     serde_json::to_string(sentinel).map(|s| s.len() - 2).unwrap_or(0)
+}
+
+/// How often the JSON-escaped `sentinel` occurs in `json`.
+fn occurrences(json: &[u8], sentinel: &str) -> usize {
+    let Ok(escaped) = serde_json::to_string(sentinel) else { return 0 };
+    let needle = &escaped.as_bytes()[1..escaped.len() - 1];
+    json.windows(needle.len()).filter(|w| *w == needle).count()
 }
 
 /// Removes the JSON-escaped `sentinel` from `json`; returns where it was.
@@ -316,6 +332,15 @@ mod tests {
         assert!(matches!(ingest(&pods(), "c", b"[]"), Err(Error::MissingName)));
         let huge = vec![b' '; MAX_OBJECT_BYTES + 1];
         assert!(matches!(ingest(&pods(), "c", &huge), Err(Error::TooLarge { .. })));
+    }
+
+    #[test]
+    fn objects_carrying_the_marker_are_refused() {
+        // Found by fuzzing: a name holding the resourceVersion marker text.
+        let raw = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"Cfgfu0000\u0001kubefold-rv\u0001"}}"#;
+        assert!(matches!(ingest(&pods(), "c", raw), Err(Error::ReservedMarker)));
+        let raw = br#"{"metadata":{"name":"a","annotations":{"x":"\u0001kubefold-name\u0001"}}}"#;
+        assert!(matches!(ingest(&pods(), "c", raw), Err(Error::ReservedMarker)));
     }
 
     #[test]
