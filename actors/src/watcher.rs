@@ -117,6 +117,21 @@ struct RvMeta<'a> {
 }
 
 #[derive(Deserialize)]
+struct Bookmark<'a> {
+    #[serde(borrow)]
+    metadata: BookmarkMeta<'a>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct BookmarkMeta<'a> {
+    #[serde(default)]
+    resource_version: &'a str,
+    #[serde(default)]
+    annotations: std::collections::BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
 struct StatusBody {
     #[serde(default)]
     code: u16,
@@ -138,6 +153,8 @@ impl Run {
         let seed = (self.spec.name.len() as u64) << 32 ^ self.key.len() as u64 ^ std::process::id() as u64;
         let mut machine = Machine::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let mut action = machine.step(Input::Start { checkpoint });
+        // Streaming lists until the member shows it does not serve them.
+        let streaming = std::cell::Cell::new(true);
         let client = loop {
             match self.spec.client().await {
                 Ok(client) => break client,
@@ -153,6 +170,13 @@ impl Run {
                 tokio::time::sleep(action.delay).await;
             }
             let input = match action.request {
+                Request::List if streaming.get() => match self.watch_list(&client, &mut machine).await {
+                    Some(input) => input,
+                    None => {
+                        streaming.set(false);
+                        self.list(&client).await
+                    }
+                },
                 Request::List => self.list(&client).await,
                 Request::Watch { rv } => self.watch(&client, &rv, &mut machine).await,
                 Request::None => Input::WatchEnded,
@@ -278,8 +302,98 @@ impl Run {
             s.last_error = None;
         });
         debug!(cluster = %self.spec.name, resource = %self.key, rv, "Watch started.");
-        let start_rv: Option<u64> = rv.parse().ok();
+        self.follow(reader.lines(), rv, machine).await
+    }
+
+    /// A streaming list ("Streaming lists", Kubernetes API Concepts): one
+    /// watch with `sendInitialEvents=true` delivers the state, a bookmark
+    /// annotated `k8s.io/initial-events-end`, then live events, with no gap
+    /// between list and watch, so a busy member cannot expire the list's RV
+    /// before the watch starts. `None` when the member does not support it.
+    /// <https://kubernetes.io/docs/reference/using-api/api-concepts/#streaming-lists>
+    async fn watch_list(&self, client: &kube::Client, machine: &mut Machine) -> Option<Input> {
+        let path = self.resource.collection_path(None);
+        let params = WatchParams::streaming_lists().timeout(WATCH_TIMEOUT_SECS);
+        let request = KubeRequest::new(&path).watch(&params, "").ok()?;
+        let reader = match client.request_stream(request).await {
+            Ok(r) => r,
+            Err(kube::Error::Api(status)) if (400..500).contains(&status.code) && status.code != 410 && status.code != 429 => {
+                info!(cluster = %self.spec.name, resource = %self.key, code = status.code, "Member does not serve streaming lists; using paged lists.");
+                return None;
+            }
+            Err(e) => return Some(self.classify(e)),
+        };
         let mut lines = reader.lines();
+        let mut objects: std::collections::HashMap<(String, String), Ingested> = std::collections::HashMap::new();
+        let end_rv = loop {
+            let line = match lines.next().await {
+                Some(Ok(line)) => line,
+                Some(Err(e)) => {
+                    self.fail(&format!("streaming list broke: {e}"));
+                    return Some(Input::Failed { retry_after: None });
+                }
+                None => {
+                    self.fail("streaming list ended before its initial-events-end bookmark");
+                    return Some(Input::Failed { retry_after: None });
+                }
+            };
+            if line.trim().is_empty() {
+                continue;
+            }
+            let Ok(event) = serde_json::from_str::<WatchLine<'_>>(&line) else { continue };
+            match event.event_type {
+                "ADDED" | "MODIFIED" => {
+                    if let Some(i) = self.ingest_raw(event.object) {
+                        objects.insert((i.namespace.clone(), i.name.clone()), i);
+                    }
+                }
+                "DELETED" => {
+                    if let Some(i) = self.ingest_raw(event.object) {
+                        objects.remove(&(i.namespace, i.name));
+                    }
+                }
+                "BOOKMARK" => {
+                    let Ok(b) = serde_json::from_str::<Bookmark<'_>>(event.object.get()) else { continue };
+                    if b.metadata.annotations.get("k8s.io/initial-events-end").map(String::as_str) == Some("true") {
+                        break b.metadata.resource_version.to_string();
+                    }
+                }
+                _ => {
+                    let status: StatusBody = serde_json::from_str(event.object.get()).unwrap_or(StatusBody { code: 0, message: String::new() });
+                    if status.code == 410 {
+                        return Some(Input::Expired);
+                    }
+                    info!(cluster = %self.spec.name, resource = %self.key, code = status.code, "Member refused a streaming list; using paged lists.");
+                    return None;
+                }
+            }
+        };
+        let objects: Vec<Ingested> = objects.into_values().collect();
+        let count = objects.len();
+        match self.commit(WatchBatch::Relist(objects), end_rv.clone()).await {
+            Ok(events) => {
+                info!(cluster = %self.spec.name, resource = %self.key, objects = count, events, rv = %end_rv, "Initial streaming list applied.");
+                metrics::counter!("kubefold_member_relists_total", "cluster" => self.spec.name.clone()).increment(1);
+                self.fleet.update_status(&self.spec.name, &self.key, |s| {
+                    s.state = SyncState::Synced;
+                    s.relists += 1;
+                    s.last_error = None;
+                    s.checkpoint = Some(end_rv.clone());
+                });
+            }
+            Err(e) => {
+                self.fail(&e);
+                return Some(Input::Failed { retry_after: None });
+            }
+        }
+        // The machine now watches from the list's RV; the same stream goes on.
+        machine.step(Input::Listed { rv: end_rv.clone() });
+        Some(self.follow(lines, &end_rv, machine).await)
+    }
+
+    /// Follows an open watch stream from member RV `rv`.
+    async fn follow<R: futures::AsyncBufRead + Unpin>(&self, mut lines: futures::io::Lines<R>, rv: &str, machine: &mut Machine) -> Input {
+        let start_rv: Option<u64> = rv.parse().ok();
         let mut current = rv.to_string();
         loop {
             let first = match lines.next().await {
