@@ -4,6 +4,7 @@
 //! - [`resources`]: the catalog of aggregated resource types (discovery).
 //! - [`names`]: qualified names `<name>_<cluster>` and their parsing.
 //! - [`object`]: turning a member's object into the served form and back.
+//! - [`estimator`]: scheduler-estimator endpoint resolution (pure rules).
 //! - [`event`]: events, the persisted envelope, and index entries.
 //! - [`index`]: the merged index with its one `apply` and relist diffs.
 //! - [`paging`]: continue tokens.
