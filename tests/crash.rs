@@ -67,7 +67,11 @@ fn sigkill_at_random_points_never_rewrites_history() {
         let head: u64 = list["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
         assert!(head >= last_head, "round {round}: head RV went back from {last_head} to {head}");
         let from = recorded.lock().unwrap().last().map_or(head, |s| s.rv);
+        let seen_before = recorded.lock().unwrap().len();
         let reader = record(kf.url.clone(), from, recorded.clone());
+        // Crash only once this round has delivered something (machines are
+        // slow at times), then at a random point after that.
+        wait_for(Duration::from_secs(60), "events in this round", || recorded.lock().unwrap().len() > seen_before);
         std::thread::sleep(next_delay());
         let before = recorded.lock().unwrap().last().map_or(0, |s| s.rv);
         kf.kill();
