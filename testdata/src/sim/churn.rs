@@ -1,7 +1,8 @@
 //! Churn: a steady stream of realistic changes at a configured rate —
 //! pods modified (restarts, annotations, labels), created and deleted
 //! (only load pods and churn-created pods, alternating so the pod count
-//! stays stable), and repeated events bumped now and then.
+//! stays stable), and repeated events bumped now and then; the rate can be
+//! changed at runtime (`PUT /sim/churn`). Also [`burst`]: many pods at once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +35,8 @@ pub struct Churn {
     load: bool,
     /// Changes made.
     pub changes: u64,
+    /// The member's clock for the next step (set by the driver; the clock skew fault moves it).
+    pub now: chrono::DateTime<Utc>,
 }
 
 /// One churn operation.
@@ -73,6 +76,7 @@ impl Churn {
             serial: load_pods,
             load: load_pods > 0,
             changes: 0,
+            now: Utc::now(),
         }
     }
 
@@ -102,7 +106,7 @@ impl Churn {
                         self.modifiable.swap_remove(i);
                         continue;
                     }
-                    workload::touch_pod(&mut value, &mut self.rng, Utc::now());
+                    workload::touch_pod(&mut value, &mut self.rng, self.now);
                     store.put(self.pods, &key, value);
                     return Operation::Modify;
                 }
@@ -115,7 +119,7 @@ impl Churn {
     }
 
     fn create(&mut self, store: &mut Store) -> Operation {
-        let cluster = Cluster { now: Utc::now(), ..self.cluster.clone() };
+        let cluster = Cluster { now: self.now, ..self.cluster.clone() };
         let serial = self.serial;
         self.serial += 1;
         let pod = workload::churn_pod(&cluster, serial, self.load);
@@ -154,7 +158,7 @@ impl Churn {
             match store.get(events, &key) {
                 Some(event) => {
                     let mut value = event.value();
-                    workload::bump_event(&mut value, Utc::now());
+                    workload::bump_event(&mut value, self.now);
                     store.put(events, &key, value);
                     return Operation::BumpEvent;
                 }
@@ -167,8 +171,39 @@ impl Churn {
     }
 }
 
-/// Runs churn at `rate` changes per second until shutdown.
-pub async fn run(shared: Arc<Shared>, mut churn: Churn, rate: f64) {
+/// Runs churn at the rate of `shared.churn_rate` until shutdown; idle (no
+/// timer) while the rate is 0. The driver is built when churn first starts.
+pub async fn run(shared: Arc<Shared>) {
+    let mut rates = shared.churn_rate.subscribe();
+    let mut churn: Option<Churn> = None;
+    loop {
+        let rate = *rates.borrow_and_update();
+        if rate <= 0.0 || !rate.is_finite() {
+            tokio::select! {
+                _ = shared.shutdown.cancelled() => return,
+                changed = rates.changed() => if changed.is_err() { return },
+            }
+            continue;
+        }
+        let churn = match &mut churn {
+            Some(churn) => churn,
+            None => {
+                let Ok(store) = shared.store.read() else { return };
+                let cluster = Cluster::new(&shared.config.name, shared.config.seed, shared.now());
+                churn.insert(Churn::new(&store, cluster, shared.config.seed, shared.config.pods))
+            }
+        };
+        tracing::debug!(cluster = %shared.config.name, rate, "Churn rate set.");
+        tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            changed = rates.changed() => if changed.is_err() { return },
+            _ = churn_at(&shared, churn, rate) => return,
+        }
+    }
+}
+
+/// Makes `rate` changes per second until cancelled by the caller.
+async fn churn_at(shared: &Shared, churn: &mut Churn, rate: f64) {
     let tick = Duration::from_millis(20);
     let mut interval = tokio::time::interval(tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -176,18 +211,17 @@ pub async fn run(shared: Arc<Shared>, mut churn: Churn, rate: f64) {
     let mut last = tokio::time::Instant::now();
     let mut reported = last;
     loop {
-        tokio::select! {
-            _ = shared.shutdown.cancelled() => return,
-            _ = interval.tick() => {}
-        }
+        interval.tick().await;
         let now = tokio::time::Instant::now();
         budget = (budget + rate * now.duration_since(last).as_secs_f64()).min(rate.max(1.0));
         last = now;
         if budget < 1.0 {
             continue;
         }
+        let clock = shared.now();
         if let Ok(mut store) = shared.store.write() {
             while budget >= 1.0 {
+                churn.now = clock;
                 churn.step(&mut store);
                 budget -= 1.0;
             }
@@ -197,6 +231,77 @@ pub async fn run(shared: Arc<Shared>, mut churn: Churn, rate: f64) {
             reported = now;
         }
     }
+}
+
+/// Pods per store write of a burst.
+const BURST_BATCH: usize = 1000;
+
+/// Creates `count` new pods at once (load pods `load-{n}` from number
+/// 1,000,000 on, in namespaces load-0..load-9, created if missing), in
+/// batches of [`BURST_BATCH`] per store write. Returns the head version.
+pub fn burst(shared: &Shared, count: usize) -> u64 {
+    static SERIAL: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1_000_000);
+    if count == 0 {
+        return shared.read().map(|s| s.rv()).unwrap_or_default();
+    }
+    let cluster = Cluster::new(&shared.config.name, shared.config.seed, shared.now());
+    if let Ok(mut store) = shared.store.write() {
+        if let Some(namespaces) = store.resource_index("", "v1", "namespaces") {
+            for namespace in workload::load_namespaces(&cluster) {
+                let Some(name) = namespace["metadata"]["name"].as_str().map(str::to_string) else { continue };
+                if namespace["kind"] == "Namespace" && store.get(namespaces, &name).is_none() {
+                    store.put(namespaces, &name, namespace);
+                }
+            }
+        }
+    }
+    let mut done = 0;
+    while done < count {
+        let n = (count - done).min(BURST_BATCH);
+        let first = SERIAL.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        let pods: Vec<(String, serde_json::Value)> = (first..first + n)
+            .filter_map(|i| {
+                let pod = serde_json::from_str(&workload::load_pod_json(&cluster, i, None)).ok()?;
+                Some((store::key(Some(&workload::load_namespace(i)), &workload::load_pod_name(i)), pod))
+            })
+            .collect();
+        let Ok(mut store) = shared.store.write() else { break };
+        let Some(index) = store.resource_index("", "v1", "pods") else { break };
+        for (key, pod) in pods {
+            store.put(index, &key, pod);
+        }
+        done += n;
+    }
+    tracing::info!(cluster = %shared.config.name, pods = count, "Burst of pods created.");
+    shared.read().map(|s| s.rv()).unwrap_or_default()
+}
+
+/// Creates `count` small ConfigMaps at once (`burst-{n}` in `default`,
+/// about 300 bytes each), in batches of [`BURST_BATCH`] per store write:
+/// many events that cost little to encode and decode. Returns the head version.
+pub fn burst_config_maps(shared: &Shared, count: usize) -> u64 {
+    static SERIAL: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let created = shared.now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let mut done = 0;
+    while done < count {
+        let n = (count - done).min(BURST_BATCH);
+        let first = SERIAL.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        let Ok(mut store) = shared.store.write() else { break };
+        let Some(index) = store.resource_index("", "v1", "configmaps") else { break };
+        for i in first..first + n {
+            let name = format!("burst-{i}");
+            let uid = format!("00000000-0000-4000-8000-{:012x}", i);
+            let config_map = serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": "default", "uid": uid, "creationTimestamp": created, "labels": {"app": "burst"}},
+                "data": {"index": i.to_string()}
+            });
+            store.put(index, &store::key(Some("default"), &name), config_map);
+        }
+        done += n;
+    }
+    tracing::info!(cluster = %shared.config.name, config_maps = count, "Burst of ConfigMaps created.");
+    shared.read().map(|s| s.rv()).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -111,8 +111,9 @@ pub async fn run(shared: Arc<Shared>, mut tasks: mpsc::UnboundedReceiver<Task>) 
             tokio::select! {
                 _ = shared.shutdown.cancelled() => {}
                 _ = tokio::time::sleep(task.delay()) => {
+                    let now = shared.now();
                     if let Ok(mut store) = shared.store.write() {
-                        perform(&mut store, task, Utc::now());
+                        perform(&mut store, task, now);
                     }
                 }
             }

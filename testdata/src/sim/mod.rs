@@ -13,15 +13,27 @@
 //!   patch, server-side apply; [`schema`] and [`managed`] support the last two.
 //! - [`validation`]: 422 Invalid rules; [`status`]: `Status` errors.
 //! - [`controllers`]: scheduler, kubelet, garbage collector, namespace controller.
-//! - [`churn`]: background changes; [`logs`]: pod logs; [`table`]: Tables.
+//! - [`churn`]: background changes and bursts; [`logs`]: pod logs; [`table`]: Tables.
+//! - [`faults`]: fault injection (latency, errors, resets, offline, 410
+//!   storms, corrupt events, clock skew), switchable at runtime.
 //! - [`server`]: the HTTP layer and the request log.
 //!
 //! Start one with [`start`] (tests, demo) or [`run_cli`] (`kubefold sim`).
+//! The simulator's own endpoints, never faulted nor logged:
+//!
+//! | path | what |
+//! | --- | --- |
+//! | `GET`, `DELETE /sim/requests` | the request log |
+//! | `GET`, `PUT /sim/faults` | the faults in force ([`faults::Faults`], JSON) |
+//! | `GET`, `PUT /sim/churn` | `{"perSecond": R}`: the churn rate (0 stops it) |
+//! | `POST /sim/restore` | `{"resourceVersion": N}` (optional): a restore of etcd from a backup |
+//! | `POST /sim/burst` | `{"pods": N, "configMaps": M}`: N pods and M small ConfigMaps created at once |
 
 pub mod apply;
 pub mod churn;
 pub mod controllers;
 pub mod discovery;
+pub mod faults;
 pub mod list;
 pub mod logs;
 pub mod managed;
@@ -50,6 +62,7 @@ use kubefold_engine::resources::ResourceType;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use self::faults::{FaultState, Faults};
 use self::status::ApiError;
 use self::store::{Object, Store};
 use crate::workload;
@@ -97,6 +110,16 @@ pub struct SimArgs {
     /// Seed of every random choice (names, uids, churn).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Faults in force from the start, as the JSON of `PUT /sim/faults`
+    /// (e.g. `{"latencyMs":200,"errorRate":0.1}`).
+    #[arg(long, value_parser = parse_faults)]
+    pub faults: Option<Faults>,
+}
+
+fn parse_faults(text: &str) -> Result<Faults, String> {
+    let faults: Faults = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    faults.validate()?;
+    Ok(faults)
 }
 
 /// Configuration of one simulator.
@@ -120,6 +143,8 @@ pub struct SimConfig {
     pub git_version: String,
     /// Seed of every random choice.
     pub seed: u64,
+    /// Faults in force from the start (none by default).
+    pub faults: Faults,
 }
 
 impl Default for SimConfig {
@@ -134,6 +159,7 @@ impl Default for SimConfig {
             bookmark_interval: Duration::from_secs(60),
             git_version: "v1.33.1".into(),
             seed: 1,
+            faults: Faults::default(),
         }
     }
 }
@@ -150,6 +176,7 @@ impl From<SimArgs> for SimConfig {
             bookmark_interval: Duration::from_secs(args.bookmark_interval_secs.max(1)),
             git_version: args.git_version,
             seed: args.seed,
+            faults: args.faults.unwrap_or_default(),
         }
     }
 }
@@ -165,6 +192,9 @@ pub struct RequestRecord {
     pub query: String,
     /// Whether it was a watch (`watch=true|1` or a `/watch/` path).
     pub watch: bool,
+    /// Milliseconds since the simulator started, when it arrived.
+    #[serde(default)]
+    pub elapsed_ms: u64,
 }
 
 /// State shared by the HTTP workers and background tasks.
@@ -179,9 +209,23 @@ pub struct Shared {
     pub config: SimConfig,
     /// Cancelled when the simulator stops: ends watches and log streams.
     pub shutdown: CancellationToken,
+    /// The faults in force.
+    pub faults: FaultState,
+    /// The churn rate in changes per second (0: no churn).
+    pub churn_rate: tokio::sync::watch::Sender<f64>,
+    /// When the simulator started.
+    pub started: std::time::Instant,
 }
 
 impl Shared {
+    /// The member's clock: now, plus the clock skew fault.
+    pub fn now(&self) -> chrono::DateTime<Utc> {
+        match self.faults.clock_skew() {
+            0 => Utc::now(),
+            skew => Utc::now() + chrono::Duration::seconds(skew),
+        }
+    }
+
     /// The store for reading.
     pub fn read(&self) -> Result<RwLockReadGuard<'_, Store>, ApiError> {
         self.store.read().map_err(|_| ApiError::Internal("store lock poisoned".into()))
@@ -281,7 +325,7 @@ fn load_pods(store: &mut Store, cluster: &workload::Cluster, count: usize) {
 /// A running simulator. Dropping it stops it.
 pub struct SimHandle {
     addr: SocketAddr,
-    requests: Arc<Mutex<Vec<RequestRecord>>>,
+    shared: Arc<Shared>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -298,16 +342,72 @@ impl SimHandle {
     }
 
     /// The requests received so far, oldest first (also `GET /sim/requests`;
-    /// the last 100,000 at most; `/sim/requests` itself is not recorded).
+    /// the last 100,000 at most; `/sim/*` requests are not recorded).
     pub fn requests(&self) -> Vec<RequestRecord> {
-        self.requests.lock().map(|log| log.clone()).unwrap_or_default()
+        self.shared.requests.lock().map(|log| log.clone()).unwrap_or_default()
     }
 
     /// Clears the request log (also `DELETE /sim/requests`).
     pub fn clear_requests(&self) {
-        if let Ok(mut log) = self.requests.lock() {
+        if let Ok(mut log) = self.shared.requests.lock() {
             log.clear();
         }
+    }
+
+    /// Puts `faults` in force, replacing the previous ones (also `PUT
+    /// /sim/faults`); `Faults::default()` clears them. Takes effect at once,
+    /// for open watches too.
+    ///
+    /// # Panics
+    /// When the faults are out of range ([`Faults::validate`]).
+    pub fn set_faults(&self, faults: Faults) {
+        if let Err(e) = faults.validate() {
+            panic!("invalid faults: {e}");
+        }
+        tracing::info!(cluster = %self.shared.config.name, faults = %serde_json::to_string(&faults).unwrap_or_default(), "Faults set.");
+        self.shared.faults.replace(faults);
+    }
+
+    /// The faults in force (also `GET /sim/faults`).
+    pub fn faults(&self) -> Faults {
+        self.shared.faults.faults()
+    }
+
+    /// Changes the churn rate (changes per second; 0 stops churn), also
+    /// `PUT /sim/churn`.
+    pub fn set_churn(&self, per_second: f64) {
+        self.shared.churn_rate.send_replace(if per_second.is_finite() { per_second.max(0.0) } else { 0.0 });
+    }
+
+    /// The churn rate.
+    pub fn churn(&self) -> f64 {
+        *self.shared.churn_rate.borrow()
+    }
+
+    /// The head resource version.
+    pub fn resource_version(&self) -> u64 {
+        self.shared.read().map(|s| s.rv()).unwrap_or_default()
+    }
+
+    /// A restore of etcd from a backup (also `POST /sim/restore`): every
+    /// object keeps existing but is renumbered from `first` (default: the
+    /// version the cluster started at), the history is gone and open watches
+    /// are dropped, as when kube-apiserver restarts on the restored etcd.
+    /// Returns the head before and after.
+    pub fn restore(&self, first: Option<u64>) -> (u64, u64) {
+        restore(&self.shared, first)
+    }
+
+    /// Creates `pods` pods at once (also `POST /sim/burst`), in batches of
+    /// 1,000 per store write; returns the head resource version after them.
+    pub fn burst(&self, pods: usize) -> u64 {
+        churn::burst(&self.shared, pods)
+    }
+
+    /// Creates `count` small ConfigMaps at once (also `POST /sim/burst`
+    /// with `configMaps`): many cheap events; returns the head resource version.
+    pub fn burst_config_maps(&self, count: usize) -> u64 {
+        churn::burst_config_maps(&self.shared, count)
     }
 
     /// Stops the server gracefully (open watches end) and joins its thread.
@@ -331,19 +431,34 @@ impl Drop for SimHandle {
     }
 }
 
+/// See [`SimHandle::restore`].
+pub(crate) fn restore(shared: &Shared, first: Option<u64>) -> (u64, u64) {
+    let (before, after) = match shared.store.write() {
+        Ok(mut store) => {
+            let before = store.rv();
+            (before, store.restore_versions(first.unwrap_or_else(|| first_rv(&shared.config.name))))
+        }
+        Err(_) => return (0, 0),
+    };
+    shared.faults.restart_watches();
+    tracing::info!(cluster = %shared.config.name, before, after, "Restored from a backup: resource versions reset.");
+    (before, after)
+}
+
 /// Starts a simulator on its own thread (its own actix System) and returns
 /// once it listens. The initial state is built before that.
 pub fn start(config: SimConfig) -> io::Result<SimHandle> {
-    let requests = Arc::new(Mutex::new(Vec::new()));
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<io::Result<SocketAddr>>();
+    if let Err(e) = config.faults.validate() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("invalid faults: {e}")));
+    }
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<io::Result<(SocketAddr, Arc<Shared>)>>();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let log = requests.clone();
     let thread = std::thread::Builder::new().name(format!("sim-{}", config.name)).spawn(move || {
         let system = actix_web::rt::System::new();
-        system.block_on(serve(config, log, ready_tx, stop_rx));
+        system.block_on(serve(config, ready_tx, stop_rx));
     })?;
     match ready_rx.recv() {
-        Ok(Ok(addr)) => Ok(SimHandle { addr, requests, stop: Some(stop_tx), thread: Some(thread) }),
+        Ok(Ok((addr, shared))) => Ok(SimHandle { addr, shared, stop: Some(stop_tx), thread: Some(thread) }),
         Ok(Err(error)) => {
             let _ = thread.join();
             Err(error)
@@ -355,61 +470,147 @@ pub fn start(config: SimConfig) -> io::Result<SimHandle> {
     }
 }
 
-async fn serve(
-    config: SimConfig,
-    requests: Arc<Mutex<Vec<RequestRecord>>>,
-    ready: std::sync::mpsc::Sender<io::Result<SocketAddr>>,
-    stop: tokio::sync::oneshot::Receiver<()>,
-) {
-    let started = std::time::Instant::now();
-    let mut store = build_store(&config);
-    let (tasks_tx, tasks_rx) = tokio::sync::mpsc::unbounded_channel();
-    store.tasks = Some(tasks_tx);
-    let churn = (config.churn_per_sec > 0.0).then(|| {
-        let cluster = workload::Cluster::new(&config.name, config.seed, Utc::now());
-        churn::Churn::new(&store, cluster, config.seed, config.pods)
-    });
-    let objects: usize = (0..store.catalog().len()).map(|i| store.count(i)).sum();
-    let shared = Arc::new(Shared {
-        catalog: store.catalog().clone(),
-        store: RwLock::new(store),
-        requests,
-        config: config.clone(),
-        shutdown: CancellationToken::new(),
-    });
+/// One run of the HTTP server: bound, running, stoppable.
+struct Running {
+    handle: actix_web::dev::ServerHandle,
+    task: tokio::task::JoinHandle<io::Result<()>>,
+}
+
+/// Binds and runs the HTTP server on `listen`.
+fn run_server(shared: &Arc<Shared>, listen: SocketAddr) -> io::Result<(SocketAddr, Running)> {
     let data = web::Data::new(shared.clone());
     let server = HttpServer::new(move || App::new().app_data(data.clone()).default_service(web::to(server::dispatch)))
         .workers(2)
         .disable_signals()
         .shutdown_timeout(2)
-        .bind(config.listen);
-    let server = match server {
-        Ok(server) => server,
+        .bind(listen)?;
+    let addr = server.addrs().first().copied().unwrap_or(listen);
+    let server = server.run();
+    let handle = server.handle();
+    let task = actix_web::rt::spawn(server);
+    Ok((addr, Running { handle, task }))
+}
+
+async fn serve(
+    config: SimConfig,
+    ready: std::sync::mpsc::Sender<io::Result<(SocketAddr, Arc<Shared>)>>,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) {
+    let started = std::time::Instant::now();
+    let mut store = build_store(&config);
+    let (tasks_tx, tasks_rx) = tokio::sync::mpsc::unbounded_channel();
+    store.tasks = Some(tasks_tx);
+    let objects: usize = (0..store.catalog().len()).map(|i| store.count(i)).sum();
+    let shared = Arc::new(Shared {
+        catalog: store.catalog().clone(),
+        store: RwLock::new(store),
+        requests: Arc::new(Mutex::new(Vec::new())),
+        config: config.clone(),
+        shutdown: CancellationToken::new(),
+        faults: FaultState::new(config.faults.clone()),
+        churn_rate: tokio::sync::watch::channel(config.churn_per_sec.max(0.0)).0,
+        started,
+    });
+    let (addr, running) = match run_server(&shared, config.listen) {
+        Ok(bound) => bound,
         Err(error) => {
             let _ = ready.send(Err(error));
             return;
         }
     };
-    let addr = server.addrs().first().copied().unwrap_or(config.listen);
-    let server = server.run();
-    let handle = server.handle();
-    let server_task = actix_web::rt::spawn(server);
     actix_web::rt::spawn(controllers::run(shared.clone(), tasks_rx));
-    if let Some(churn) = churn {
-        actix_web::rt::spawn(churn::run(shared.clone(), churn, config.churn_per_sec));
-    }
+    actix_web::rt::spawn(churn::run(shared.clone()));
     let rv = shared.read().map(|s| s.rv()).unwrap_or_default();
     tracing::info!(
         cluster = %config.name, %addr, objects, rv,
         startup_ms = started.elapsed().as_millis() as u64,
         "Simulated cluster listening."
     );
-    let _ = ready.send(Ok(addr));
-    let _ = stop.await;
+    let _ = ready.send(Ok((addr, shared.clone())));
+    let running = stay_up(&shared, addr, running, &mut stop).await;
     shared.shutdown.cancel();
-    handle.stop(true).await;
-    let _ = server_task.await;
+    if let Some(running) = running {
+        running.handle.stop(true).await;
+        let _ = running.task.await;
+    }
     tracing::info!(cluster = %config.name, "Simulated cluster stopped.");
+}
+
+/// Serves until `stop`, taking the server down and up again as the
+/// `offline` fault says: `refuse` stops it (nothing listens on the port),
+/// `hang` pauses accepting. Returns the server still running, if any.
+async fn stay_up(
+    shared: &Arc<Shared>,
+    addr: SocketAddr,
+    running: Running,
+    stop: &mut tokio::sync::oneshot::Receiver<()>,
+) -> Option<Running> {
+    let name = &shared.config.name;
+    let mut running = Some(running);
+    let mut paused = false;
+    let mut changes = shared.faults.subscribe();
+    loop {
+        let offline = changes.borrow_and_update().faults.offline.map(|o| o.mode);
+        let mut retry = None;
+        match offline {
+            Some(faults::OfflineMode::Refuse) => {
+                if let Some(down) = running.take() {
+                    down.handle.stop(false).await;
+                    let _ = down.task.await;
+                    paused = false;
+                    tracing::info!(cluster = %name, "Simulated cluster offline: connections refused.");
+                }
+            }
+            mode => {
+                if running.is_none() {
+                    match run_server(shared, addr) {
+                        Ok((_, up)) => {
+                            running = Some(up);
+                            tracing::info!(cluster = %name, %addr, "Simulated cluster back online.");
+                        }
+                        Err(error) => {
+                            tracing::warn!(cluster = %name, %addr, %error, "Simulated cluster could not listen again; retrying.");
+                            retry = Some(tokio::time::Instant::now() + Duration::from_millis(200));
+                        }
+                    }
+                }
+                let hang = mode == Some(faults::OfflineMode::Hang);
+                if let Some(up) = &running {
+                    if hang && !paused {
+                        up.handle.pause().await;
+                        tracing::info!(cluster = %name, "Simulated cluster offline: connections hang.");
+                    } else if !hang && paused {
+                        up.handle.resume().await;
+                        tracing::info!(cluster = %name, "Simulated cluster answering again.");
+                    }
+                    paused = hang;
+                }
+            }
+        }
+        let wake = match (retry, shared.faults.offline_until()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let alarm = async {
+            match wake {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = &mut *stop => return running,
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return running;
+                }
+            }
+            _ = alarm => {
+                if shared.faults.offline_until().is_some_and(|at| at <= tokio::time::Instant::now()) {
+                    shared.faults.end_offline();
+                }
+            }
+        }
+    }
 }
 
 /// Runs `kubefold sim` in the foreground until Ctrl-C or SIGTERM.

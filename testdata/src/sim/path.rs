@@ -32,6 +32,14 @@ pub enum Route {
     Health,
     /// `/sim/requests`: the request log.
     RequestLog,
+    /// `/sim/faults`: the faults in force.
+    Faults,
+    /// `/sim/churn`: the churn rate.
+    Churn,
+    /// `/sim/restore`: a restore of etcd from a backup.
+    Restore,
+    /// `/sim/burst`: many pods at once.
+    Burst,
     /// Anything else (including `/openapi/v2` and `/openapi/v3`).
     NotFound,
 }
@@ -73,6 +81,10 @@ pub fn parse(path: &str) -> Route {
         ["apis", group, version, rest @ ..] => resource(group, version, rest),
         ["healthz" | "livez" | "readyz", ..] => Route::Health,
         ["sim", "requests"] => Route::RequestLog,
+        ["sim", "faults"] => Route::Faults,
+        ["sim", "churn"] => Route::Churn,
+        ["sim", "restore"] => Route::Restore,
+        ["sim", "burst"] => Route::Burst,
         _ => Route::NotFound,
     }
 }
@@ -129,6 +141,7 @@ mod tests {
         assert_eq!(parse("/apis/apps/v1"), Route::ResourceList { group: "apps".into(), version: "v1".into() });
         assert_eq!(parse("/openapi/v2"), Route::NotFound);
         assert_eq!(parse("/sim/requests"), Route::RequestLog);
+        assert_eq!(parse("/sim/faults"), Route::Faults);
     }
 
     #[test]

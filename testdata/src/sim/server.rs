@@ -1,7 +1,8 @@
 //! The HTTP layer: every request is recorded in the request log, parsed
 //! into a [`Route`] and translated to a discovery document, a read of the
 //! store (get, list, watch, logs) or a write verb of [`ops`]; errors become
-//! `Status` responses. No Kubernetes rule lives here.
+//! `Status` responses. No Kubernetes rule lives here. The [`faults`] in force
+//! are applied here: before a request, to list bodies and to watch bodies.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +15,7 @@ use futures::StreamExt;
 use serde_json::Value;
 
 use super::discovery;
+use super::faults::{self, Faults};
 use super::list::{self, parse_bool, parse_rv, query_value, ListOptions, RvMatch};
 use super::logs;
 use super::ops::{self, DeleteOptions, Subresource, WriteOptions, Written};
@@ -49,14 +51,21 @@ pub async fn dispatch(req: HttpRequest, payload: web::Payload, shared: web::Data
         path: req.path().to_string(),
         query: query_string,
         watch,
+        elapsed_ms: shared.started.elapsed().as_millis() as u64,
     };
     tracing::trace!(method = %record.method, path = %record.path, query = %record.query, "Request.");
-    if record.path != "/sim/requests" {
+    let own = record.path.starts_with("/sim/");
+    if !own {
         if let Ok(mut log) = shared.requests.lock() {
             if log.len() >= REQUEST_LOG_LIMIT {
                 log.drain(..REQUEST_LOG_LIMIT / 10);
             }
             log.push(record);
+        }
+        if shared.faults.active() {
+            if let Some(answer) = faults::before_request(&shared.faults).await {
+                return answer;
+            }
         }
     }
     match handle(&req, payload, shared).await {
@@ -135,13 +144,18 @@ fn decode_object(req: &HttpRequest, body: &[u8]) -> Result<Value> {
 /// Write options from the query, the default manager from the User-Agent
 /// (its product name, as kube-apiserver's `prefixFromUserAgent`).
 fn write_options(req: &HttpRequest, query: &[(String, String)]) -> Result<WriteOptions> {
-    let mut opts = WriteOptions::from_query(query, Utc::now())?;
+    let mut opts = WriteOptions::from_query(query, shared_now(req))?;
     let agent = req.headers().get("user-agent").and_then(|v| v.to_str().ok()).unwrap_or_default();
     let product = agent.split('/').next().unwrap_or_default().trim();
     if !product.is_empty() {
         opts.default_manager = product.chars().take(128).collect();
     }
     Ok(opts)
+}
+
+/// The member's clock (the clock skew fault moves it).
+fn shared_now(req: &HttpRequest) -> chrono::DateTime<Utc> {
+    req.app_data::<web::Data<Arc<Shared>>>().map_or_else(Utc::now, |shared| shared.now())
 }
 
 /// Waits until the store reaches `rv`, or 504 after 3 seconds (the watch
@@ -182,6 +196,10 @@ async fn handle(req: &HttpRequest, payload: web::Payload, shared: Arc<Shared>) -
         }),
         Route::Health => get_only(&method, || Ok(HttpResponse::Ok().content_type("text/plain; charset=utf-8").body("ok"))),
         Route::RequestLog => request_log(&method, &shared),
+        Route::Faults => faults_endpoint(&method, payload, &shared).await,
+        Route::Churn => churn_endpoint(&method, payload, &shared).await,
+        Route::Restore => restore_endpoint(&method, payload, &shared).await,
+        Route::Burst => burst_endpoint(&method, payload, shared).await,
         Route::NotFound => Err(ApiError::PathNotFound),
         Route::Resource(path) => resource(req, payload, shared, path, query).await,
     }
@@ -197,6 +215,99 @@ fn request_log(method: &Method, shared: &Shared) -> Result<HttpResponse> {
         }
         _ => Err(ApiError::MethodNotAllowed),
     }
+}
+
+/// A JSON body of a `/sim/*` endpoint (empty: `{}`).
+async fn admin_body<T: serde::de::DeserializeOwned>(payload: web::Payload) -> Result<T> {
+    let body = read_body(payload).await?;
+    let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) { b"{}" } else { &body };
+    serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("invalid body: {e}")))
+}
+
+/// `GET`/`PUT /sim/faults`.
+async fn faults_endpoint(method: &Method, payload: web::Payload, shared: &Shared) -> Result<HttpResponse> {
+    match *method {
+        Method::GET => Ok(json_value(&serde_json::to_value(shared.faults.faults()).unwrap_or_default())),
+        Method::PUT => {
+            let faults: Faults = admin_body(payload).await?;
+            faults.validate().map_err(ApiError::BadRequest)?;
+            tracing::info!(cluster = %shared.config.name, faults = %serde_json::to_string(&faults).unwrap_or_default(), "Faults set.");
+            shared.faults.replace(faults.clone());
+            Ok(json_value(&serde_json::to_value(faults).unwrap_or_default()))
+        }
+        _ => Err(ApiError::MethodNotAllowed),
+    }
+}
+
+/// The body of `PUT /sim/churn`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ChurnRate {
+    per_second: f64,
+}
+
+/// `GET`/`PUT /sim/churn`.
+async fn churn_endpoint(method: &Method, payload: web::Payload, shared: &Shared) -> Result<HttpResponse> {
+    match *method {
+        Method::GET => Ok(json_value(&serde_json::json!({"perSecond": *shared.churn_rate.borrow()}))),
+        Method::PUT => {
+            let rate: ChurnRate = admin_body(payload).await?;
+            if !rate.per_second.is_finite() || rate.per_second < 0.0 {
+                return Err(ApiError::BadRequest(format!("perSecond must be 0 or more, not {}", rate.per_second)));
+            }
+            shared.churn_rate.send_replace(rate.per_second);
+            Ok(json_value(&serde_json::json!({"perSecond": rate.per_second})))
+        }
+        _ => Err(ApiError::MethodNotAllowed),
+    }
+}
+
+/// The body of `POST /sim/restore`.
+#[derive(serde::Deserialize, Default)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+struct Restore {
+    /// The first resource version of the restored objects.
+    resource_version: Option<u64>,
+}
+
+/// `POST /sim/restore`.
+async fn restore_endpoint(method: &Method, payload: web::Payload, shared: &Shared) -> Result<HttpResponse> {
+    if *method != Method::POST {
+        return Err(ApiError::MethodNotAllowed);
+    }
+    let restore: Restore = admin_body(payload).await?;
+    let (before, after) = super::restore(shared, restore.resource_version);
+    Ok(json_value(&serde_json::json!({"before": before.to_string(), "after": after.to_string()})))
+}
+
+/// The body of `POST /sim/burst`.
+#[derive(serde::Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+#[derive(Default)]
+struct Burst {
+    /// Pods to create.
+    pods: usize,
+    /// Small ConfigMaps to create.
+    config_maps: usize,
+}
+
+/// `POST /sim/burst`.
+async fn burst_endpoint(method: &Method, payload: web::Payload, shared: Arc<Shared>) -> Result<HttpResponse> {
+    if *method != Method::POST {
+        return Err(ApiError::MethodNotAllowed);
+    }
+    let burst: Burst = admin_body(payload).await?;
+    let rv = web::block(move || {
+        let rv = super::churn::burst(&shared, burst.pods);
+        if burst.config_maps > 0 {
+            super::churn::burst_config_maps(&shared, burst.config_maps)
+        } else {
+            rv
+        }
+    })
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(json_value(&serde_json::json!({"resourceVersion": rv.to_string()})))
 }
 
 async fn resource(
@@ -349,7 +460,8 @@ async fn list_objects(
         let table = format.table(&objects, metadata, true, Utc::now());
         return Ok(HttpResponse::Ok().content_type(table::CONTENT_TYPE).body(table.to_string()));
     }
-    Ok(HttpResponse::Ok().content_type("application/json").streaming(list::list_body(&rt, page)))
+    let body = faults::list_body(&shared.faults, faults::infallible(list::list_body(&rt, page)));
+    Ok(HttpResponse::Ok().content_type("application/json").streaming(body))
 }
 
 async fn start_watch(
@@ -372,6 +484,15 @@ async fn start_watch(
             wait_for_rv(&shared, parse_rv(rv)?).await?;
         }
     }
+    if let Some(refused) = faults::refused_watch(&shared.faults, &options, shared.read()?.rv()) {
+        return Ok(refused);
+    }
+    if shared.faults.active() && shared.faults.faults().ignore_send_initial_events {
+        // kube-apiserver before 1.27: the parameters are unknown, the watch starts now with the state.
+        options.send_initial_events = None;
+        options.resource_version_match = None;
+    }
+    let streaming_list = options.send_initial_events == Some(true);
     let filter = WatchFilter { resource: index, prefix: store::prefix(namespace), options };
     let (start, receiver) = {
         let store = shared.read()?;
@@ -380,6 +501,8 @@ async fn start_watch(
     let interval = shared.config.bookmark_interval.max(Duration::from_millis(10));
     let format = table_format(req, &rt, query)?;
     let body = watch::stream(shared.clone(), &rt, filter, start, receiver, interval, format);
+    let body = faults::watch_body(&shared.faults, body);
+    let body = if streaming_list { faults::list_body(&shared.faults, body).left_stream() } else { body.right_stream() };
     Ok(HttpResponse::Ok()
         .content_type("application/json")
         .insert_header(("Cache-Control", "no-cache, private"))

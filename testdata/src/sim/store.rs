@@ -468,6 +468,35 @@ impl Store {
         Ok(out)
     }
 
+    /// A restore of etcd from a backup, as kube-apiserver then shows it:
+    /// every object keeps existing but is renumbered with consecutive
+    /// versions from `first` (in the order of their current versions), the
+    /// head moves to the last of them (below where it was, unless `first` is
+    /// high), and the history is gone. Returns the new head.
+    pub fn restore_versions(&mut self, first: u64) -> u64 {
+        let mut objects: Vec<(u64, usize, String)> = self
+            .tables
+            .iter()
+            .enumerate()
+            .flat_map(|(resource, table)| table.iter().map(move |(key, o)| (o.rv, resource, key.clone())))
+            .collect();
+        objects.sort_unstable();
+        let mut rv = first.saturating_sub(1);
+        for (_, resource, key) in objects {
+            let Some(object) = self.tables[resource].get(&key) else { continue };
+            rv += 1;
+            let mut value = object.value();
+            value["metadata"]["resourceVersion"] = Value::String(rv.to_string());
+            let renumbered = Object::encode(&self.catalog[resource], &value, rv);
+            self.tables[resource].insert(key, Arc::new(renumbered));
+        }
+        self.rv = rv;
+        self.history.clear();
+        self.compacted = rv;
+        self.head.send_replace(rv);
+        rv
+    }
+
     /// Queues work for the background controllers (dropped when none run).
     pub fn schedule(&self, task: Task) {
         if let Some(tasks) = &self.tasks {
@@ -597,5 +626,27 @@ mod tests {
         let after: Vec<u64> = s.changes_after(501).unwrap().map(|c| c.rv).collect();
         assert_eq!(after, [502, 503, 504]);
         assert_eq!(s.snapshot(pods, "", "", 500).unwrap_err(), Compacted { compacted: 501 });
+    }
+
+    #[test]
+    fn a_restore_renumbers_objects_below_the_old_head_and_forgets_the_history() {
+        let (mut s, pods) = store(100);
+        s.load(pods, pod("a", "1", "x"));
+        s.load(pods, pod("a", "2", "x"));
+        s.finish_load();
+        for i in 0..10 {
+            s.put(pods, "a/1", pod("a", "1", &i.to_string()));
+        }
+        let before = s.rv();
+        let head = s.restore_versions(300);
+        assert_eq!(head, 301);
+        assert!(head < before);
+        assert_eq!(s.get(pods, "a/2").unwrap().rv, 300, "the older object keeps the lower version");
+        let one = s.get(pods, "a/1").unwrap();
+        assert_eq!((one.rv, one.value()["metadata"]["resourceVersion"].clone()), (301, json!("301")));
+        assert_eq!(one.labels[0].1, "9", "objects keep their content");
+        assert_eq!(s.changes_after(301).unwrap().count(), 0);
+        assert!(s.changes_after(299).is_err());
+        assert_eq!(s.put(pods, "a/3", pod("a", "3", "x")).rv, 302);
     }
 }

@@ -231,5 +231,12 @@ fn main() -> Result<()> {
     println!("\nresults: {}  (logs of the children: {})", path.display(), ctx.logs.display());
     let _ = std::fs::remove_dir_all(&scratch);
     runtime.shutdown_timeout(Duration::from_secs(2));
-    outcome
+    outcome?;
+    if report.failures > 0 {
+        // A phase that could not run is a broken suite (CI must see it);
+        // a missed target is a figure, never a failure.
+        eprintln!("kubefold-bench: {} phase(s) failed; see the notes above", report.failures);
+        std::process::exit(1);
+    }
+    Ok(())
 }

@@ -78,6 +78,8 @@ impl Figure {
 
 /// The whole report.
 pub struct Report {
+    /// Phases that failed (the driver then exits non-zero; missed targets never do).
+    pub failures: usize,
     doc: serde_json::Map<String, Value>,
     figures: Vec<Figure>,
     notes: Vec<String>,
@@ -121,10 +123,23 @@ impl Report {
         let mut doc = serde_json::Map::new();
         doc.insert("startedAt".into(), json!(now_utc()));
         doc.insert("command".into(), json!(command));
+        let git = |args: &[&str]| {
+            std::process::Command::new("git")
+                .args(args)
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        };
+        doc.insert("commit".into(), json!(git(&["rev-parse", "--short", "HEAD"])));
+        doc.insert(
+            "uncommittedFiles".into(),
+            json!(git(&["status", "--porcelain", "--untracked-files=no"]).map(|s| s.lines().count())),
+        );
         doc.insert("mode".into(), json!(if ctx.plan.quick { "quick" } else { "full" }));
         doc.insert("machine".into(), machine());
         doc.insert("plan".into(), serde_json::to_value(&ctx.plan).unwrap_or(Value::Null));
-        Report { doc, figures: Vec::new(), notes: Vec::new(), raw: serde_json::Map::new() }
+        Report { failures: 0, doc, figures: Vec::new(), notes: Vec::new(), raw: serde_json::Map::new() }
     }
 
     /// Adds a figure (and prints it as it comes).
@@ -164,6 +179,7 @@ impl Report {
             .collect();
         doc.insert("targets".into(), json!({"met": met, "missed": missed}));
         doc.insert("notes".into(), json!(self.notes));
+        doc.insert("failedPhases".into(), json!(self.failures));
         doc.insert("raw".into(), Value::Object(self.raw.clone()));
         Value::Object(doc)
     }
@@ -197,7 +213,10 @@ impl Report {
 
 /// A number in a short form.
 pub fn fmt(v: f64) -> String {
-    if !v.is_finite() {
+    if v.is_infinite() {
+        return "inf".into();
+    }
+    if v.is_nan() {
         return "-".into();
     }
     let a = v.abs();
