@@ -136,8 +136,12 @@ const INDEX: u8 = b'i';
 const CHECKPOINT: u8 = b'c';
 const META: u8 = b'm';
 
-fn config() -> bincode::config::Configuration {
-    bincode::config::standard()
+/// Largest record the store decodes: no length read from a damaged record
+/// can make decoding allocate more than this.
+const MAX_RECORD_BYTES: usize = 64 * 1024 * 1024;
+
+fn config() -> bincode::config::Configuration<bincode::config::LittleEndian, bincode::config::Varint, bincode::config::Limit<MAX_RECORD_BYTES>> {
+    bincode::config::standard().with_limit::<MAX_RECORD_BYTES>()
 }
 
 fn event_key(rv: u64) -> [u8; 9] {
@@ -192,7 +196,12 @@ fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T>
 /// reads it; a damaged record is [`Error::Corrupt`]. Public for the
 /// `store_envelope` fuzz target (`fuzz/`).
 pub fn decode_event(bytes: &[u8]) -> Result<StoredEvent> {
-    decode(bytes, "event")
+    let event: StoredEvent = decode(bytes, "event")?;
+    let len = event.body.json.len();
+    if event.body.name_end as usize > len || event.body.rv_at as usize > len {
+        return Err(Error::Corrupt { what: format!("event {}: body splice points outside the body", event.rv) });
+    }
+    Ok(event)
 }
 
 fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>> {
@@ -307,7 +316,7 @@ impl Store {
     /// One event of the log.
     pub fn event(&self, rv: u64) -> Result<Option<StoredEvent>> {
         match self.tree.get(event_key(rv))? {
-            Some(v) => Ok(Some(decode(&v, "event")?)),
+            Some(v) => Ok(Some(decode_event(&v)?)),
             None => Ok(None),
         }
     }
@@ -323,7 +332,7 @@ impl Store {
         let end = event_key(u64::MAX);
         self.tree.range(start..=end).map(|item| {
             let (_, v) = item?;
-            decode(&v, "event")
+            decode_event(&v)
         })
     }
 
@@ -350,7 +359,7 @@ impl Store {
         let cutoff = now_ms.saturating_sub(max_age_ms);
         for item in self.tree.range(event_key(floor.saturating_add(1))..=event_key(head)) {
             let (_, v) = item?;
-            let event: StoredEvent = decode(&v, "event")?;
+            let event = decode_event(&v)?;
             if event.time_ms >= cutoff {
                 break;
             }

@@ -62,7 +62,6 @@ fn a_whole_envelope_decodes_and_a_truncated_one_is_corrupt() {
 /// damaged record stops kubefold at recovery instead of reporting
 /// `data dir is corrupt`.
 #[test]
-#[ignore = "open bug: store decode allocates a string length read from the record (no bincode limit)"]
 fn a_huge_string_length_is_corrupt_not_a_panic() {
     // rv 0, Added, then `resource` with the u64 length marker 0xfd and 2^63.
     let bytes = [0x00, 0x00, 0xfd, 0, 0, 0, 0, 0, 0, 0, 0x80];
@@ -99,7 +98,6 @@ fn passes_in_512_mib(name: &str) -> bool {
 /// allocating 4 GB; likewise 2^40, which today aborts the process
 /// ("memory allocation of 1099511627776 bytes failed").
 #[test]
-#[ignore = "open bug: store decode allocates a string length read from the record (no bincode limit)"]
 fn lengths_beyond_the_record_are_corrupt_without_allocating_them() {
     if std::env::var_os("KUBEFOLD_FUZZ_CHILD").is_none() {
         assert!(
@@ -126,7 +124,6 @@ fn lengths_beyond_the_record_are_corrupt_without_allocating_them() {
 /// not checked against the body, so a damaged record decodes and then
 /// panics where it is served (`ServedBody::write` slices out of range).
 #[test]
-#[ignore = "open bug: store decode accepts body holes outside the body"]
 fn body_holes_outside_the_body_are_corrupt() {
     let mut damaged = event();
     damaged.body.rv_at = 4096;
