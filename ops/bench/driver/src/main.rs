@@ -11,7 +11,7 @@
 //! - [`load`]: open- and closed-loop gets, watch clients, marker writes.
 //! - [`phases`]: the benchmark phases (sync, lists, gets, watch, restart, sled).
 //! - [`report`]: figures, the table and the JSON file.
-//! - [`stats`]: percentiles.
+//! - [`stats`]: percentiles of samples.
 
 mod http;
 mod load;

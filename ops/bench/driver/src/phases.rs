@@ -750,7 +750,6 @@ async fn list_rv(addr: SocketAddr, path: &str) -> Result<u64> {
 /// One watch case's clients.
 struct WatchCase {
     name: String,
-    kubefold: bool,
     logs: Vec<WatchLog>,
     /// Member each client watched directly, when not kubefold.
     member_of: Vec<Option<u64>>,
@@ -773,7 +772,6 @@ async fn run_watch_case(
     let group = Arc::new(WatchGroup { base, connected: Default::default(), stop: stop_rx, finders: load::Finders::new() });
     let count = clients.len();
     let member_of = clients.iter().map(|(_, _, k)| match k { LineKind::Member { cluster } => Some(*cluster), LineKind::Kubefold => None }).collect();
-    let is_kubefold = clients.iter().all(|(_, _, k)| matches!(k, LineKind::Kubefold));
     let connect_started = Instant::now();
     let mut tasks = Vec::with_capacity(count);
     for (addr, path, kind) in clients {
@@ -809,7 +807,6 @@ async fn run_watch_case(
     );
     Ok(WatchCase {
         name: name.into(),
-        kubefold: is_kubefold,
         logs,
         member_of,
         window: (t_start, t_end),
@@ -980,7 +977,6 @@ async fn watch_phase(ctx: &Ctx, report: &mut Report) -> Result<()> {
         }));
         summaries.insert(case.name.clone(), (lat, marker, dropped, delivered, expected));
         throughput.insert(case.name.clone(), (lines_per_s, needed_per_s));
-        let _ = case.kubefold;
     }
     let events_rate = raw_cases.first().and_then(|c| c["eventsPerSecond"].as_f64()).unwrap_or(0.0);
     let reference = summaries.get("members directly").cloned();
