@@ -51,9 +51,9 @@ fn assert_served_faithfully(raw: &[u8]) {
 }
 
 /// Found by `object_ingest`: ingest marks the resourceVersion hole with the
-/// text `\u0001kubefold-rv\u0001` and cuts its first occurrence, so the same
-/// text earlier in a member's object (here a key) receives the global RV and
-/// the object is served with `resourceVersion: "\u0001kubefold-rv\u0001"`.
+/// text `\u0001kubefold-rv\u0001` and cut its first occurrence, so the same
+/// text earlier in a member's object (here a key) received the global RV and
+/// the object was served with `resourceVersion: "\u0001kubefold-rv\u0001"`.
 #[test]
 fn rv_sentinel_text_in_a_member_object_is_not_the_rv_hole() {
     assert_served_faithfully(br#"{"\u0001kubefold-rv\u0001":0,"metadata":{"name":"a"}}"#);
@@ -64,8 +64,8 @@ fn rv_sentinel_text_in_a_member_object_is_not_the_rv_hole() {
 }
 
 /// Found by `object_ingest`, the name variant of the bug above: the
-/// `_<cluster>` suffix goes into the member's text and the served name
-/// keeps the sentinel, `a\u0001kubefold-name\u0001`.
+/// `_<cluster>` suffix went into the member's text and the served name
+/// kept the sentinel, `a\u0001kubefold-name\u0001`.
 #[test]
 fn name_sentinel_text_in_a_member_object_is_not_the_name_hole() {
     assert_served_faithfully(br#"{"\u0001kubefold-name\u0001":0,"metadata":{"name":"a"}}"#);
@@ -75,9 +75,9 @@ fn name_sentinel_text_in_a_member_object_is_not_the_name_hole() {
 
 /// Found by `object_ingest`, the worst effect of the bug above: a string
 /// holding a backslash and then the sentinel text serialises as
-/// `\\u0001kubefold-rv\u0001`; the cut leaves the first backslash, the RV
-/// digits follow it, and the served string `"…\1234567"` is an invalid JSON
-/// escape: every list of the type fails to decode, for every client.
+/// `\\u0001kubefold-rv\u0001`; the cut left the first backslash, the RV
+/// digits followed it, and the served string `"…\1234567"` was an invalid
+/// JSON escape: every list of the type failed to decode, for every client.
 #[test]
 fn a_backslash_before_sentinel_text_does_not_make_invalid_json() {
     assert_served_faithfully(
@@ -89,14 +89,49 @@ fn a_backslash_before_sentinel_text_does_not_make_invalid_json() {
 }
 
 /// Derived from the findings above: text that becomes the RV sentinel only
-/// once the name sentinel inside it is cut, placed first in the object, makes
+/// once the name sentinel inside it is cut, placed first in the object, made
 /// `ingest_value` compute `name_end = n - 23` with `n` = 18: an overflow
 /// panic with debug assertions, and in release a `name_end` of 4294967291
-/// that makes `ServedBody::write` panic slicing out of range. A member can
+/// that made `ServedBody::write` panic slicing out of range. A member could
 /// crash the watcher that ingests its objects.
 #[test]
 fn sentinel_text_split_by_the_name_hole_does_not_panic() {
     let raw = br#"{"\u0001kubefold-r\u0001kubefold-name\u0001v\u0001":1,"kind":"Pod","apiVersion":"v1","metadata":{"name":"a"}}"#;
     let outcome = std::panic::catch_unwind(|| assert_served_faithfully(raw));
     assert!(outcome.is_ok(), "ingest or serving panicked");
+}
+
+/// The text of the number the served JSON writes for `key` (its first
+/// occurrence).
+fn served_number<'a>(served: &'a str, key: &str) -> &'a str {
+    let start = served.find(&format!("\"{key}\":")).expect("key is served") + key.len() + 3;
+    let rest = &served[start..];
+    &rest[..rest.find([',', '}']).unwrap_or(rest.len())]
+}
+
+/// Found by `object_ingest`: serde_json without its `float_roundtrip`
+/// feature parses some numbers to a double that is not the nearest one, so a
+/// member's `300…0` (3e47) is served as `2.9999999999999997e+47` and
+/// `2.2250738585072011e-308` as `2.2250738585072014e-308`, where
+/// kube-apiserver (Go's correctly rounded `strconv`) serves the nearest
+/// double. A client that writes the object back changes the member's value.
+#[test]
+#[ignore = "open bug: member numbers are parsed with serde_json's best-effort float precision"]
+fn numbers_are_served_as_the_nearest_double() {
+    for member in [
+        "300000000000000000000000000000000000000000000000",
+        "2.2250738585072011e-308",
+    ] {
+        let raw = format!(r#"{{"metadata":{{"name":"a"}},"spec":{{"x":{member}}}}}"#);
+        let ingested = ingest(&pods(), "member1", raw.as_bytes()).unwrap();
+        let served = String::from_utf8(ingested.body.to_bytes(None, 1)).unwrap();
+        let served_text = served_number(&served, "x");
+        let nearest: f64 = member.parse().unwrap();
+        let served_value: f64 = served_text.parse().unwrap();
+        assert_eq!(
+            served_value.to_bits(),
+            nearest.to_bits(),
+            "member {member} served as {served_text}, nearest double {nearest:e}"
+        );
+    }
 }
