@@ -1,8 +1,12 @@
 //! Inputs the `store_envelope` fuzz target (`fuzz/`) found, minimized: a
 //! damaged event record is refused as corrupt, never a panic, an abort or an
-//! allocation sized by the damage. A test marked `#[ignore]` names a bug that
-//! is still open: run them with `cargo test -p kubefold-store --test
-//! fuzz_regressions -- --include-ignored`, and remove the mark with the fix.
+//! allocation sized by the damage. A test of a bug not fixed yet is marked
+//! `#[ignore = "open bug: …"]` (run them with `-- --include-ignored`); the
+//! mark goes with the fix.
+//!
+//! Fixed: decoding allocated string lengths read from the record (bincode's
+//! `standard()` has no limit; now `MAX_RECORD_BYTES`), and accepted body
+//! splice points outside the body (now checked by `decode_event`).
 
 use kubefold_engine::event::{EventType, ObjectKey, StoredEvent};
 use kubefold_engine::object::ServedBody;
@@ -55,12 +59,11 @@ fn a_whole_envelope_decodes_and_a_truncated_one_is_corrupt() {
 
 /// Found by `store_envelope` (minimized from a libFuzzer out-of-memory,
 /// `malloc(4076927744)`): the length prefix of the first string (`resource`)
-/// is read from the record and bincode allocates that many bytes before it
-/// reads them (`Vec<u8>::decode`, no limit in `config::standard()`). Here
-/// the length is 2^63: `capacity overflow` panic; lengths between the free
-/// memory and isize::MAX abort the process (allocation failure), so a
-/// damaged record stops kubefold at recovery instead of reporting
-/// `data dir is corrupt`.
+/// is read from the record, and bincode allocated that many bytes before
+/// reading them (`Vec<u8>::decode`; `config::standard()` has no limit). With
+/// a length of 2^63 that was a `capacity overflow` panic; lengths between
+/// the free memory and isize::MAX aborted the process, so a damaged record
+/// stopped kubefold at recovery instead of reporting `data dir is corrupt`.
 #[test]
 fn a_huge_string_length_is_corrupt_not_a_panic() {
     // rv 0, Added, then `resource` with the u64 length marker 0xfd and 2^63.
@@ -93,10 +96,10 @@ fn passes_in_512_mib(name: &str) -> bool {
 }
 
 /// Found by `store_envelope` (the input libFuzzer reported as
-/// `out-of-memory (malloc(4076927744))`, 9 bytes): the record's own length
-/// bounds every length in it, so a 4 GB string length is refused without
-/// allocating 4 GB; likewise 2^40, which today aborts the process
-/// ("memory allocation of 1099511627776 bytes failed").
+/// `out-of-memory (malloc(4076927744))`, 9 bytes): a string length over the
+/// decoding limit is refused without allocating it, here 4 GB and 2^40 (which
+/// aborted the process before the fix: "memory allocation of 1099511627776
+/// bytes failed").
 #[test]
 fn lengths_beyond_the_record_are_corrupt_without_allocating_them() {
     if std::env::var_os("KUBEFOLD_FUZZ_CHILD").is_none() {
@@ -120,9 +123,9 @@ fn lengths_beyond_the_record_are_corrupt_without_allocating_them() {
     ));
 }
 
-/// Found by `store_envelope`: the body's holes (`name_end`, `rv_at`) are
-/// not checked against the body, so a damaged record decodes and then
-/// panics where it is served (`ServedBody::write` slices out of range).
+/// Found by `store_envelope`: the body's holes (`name_end`, `rv_at`) were
+/// not checked against the body, so a damaged record decoded and then
+/// panicked where it was served (`ServedBody::write` slices out of range).
 #[test]
 fn body_holes_outside_the_body_are_corrupt() {
     let mut damaged = event();
