@@ -116,7 +116,6 @@ fn served_number<'a>(served: &'a str, key: &str) -> &'a str {
 /// kube-apiserver (Go's correctly rounded `strconv`) serves the nearest
 /// double. A client that writes the object back changes the member's value.
 #[test]
-#[ignore = "open bug: member numbers are parsed with serde_json's best-effort float precision"]
 fn numbers_are_served_as_the_nearest_double() {
     for member in [
         "300000000000000000000000000000000000000000000000",
