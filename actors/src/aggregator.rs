@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler};
 use kubefold_engine::event::{Change, EventType};
-use kubefold_engine::index::{plan_change, plan_relist, Index};
+use kubefold_engine::index::{plan_change, plan_relist, plan_watch_change, Index};
 use kubefold_store::{Commit, Store};
 use tracing::{debug, error, info};
 
@@ -97,7 +97,7 @@ impl Aggregator {
         match batch {
             WatchBatch::Changes(changes) => {
                 for change in changes {
-                    if let Some(event) = plan_change(&working, &resource, &cluster, change, working.head_rv() + 1) {
+                    if let Some(event) = plan_watch_change(&working, &resource, &cluster, change, working.head_rv() + 1) {
                         working.apply(&event);
                         events.push(event);
                     }

@@ -177,6 +177,12 @@ impl ClusterSpec {
                 })
             }
         };
+        // kube retries 429, 503 and 504 itself, up to minutes, hiding a
+        // failing member behind a request that seems to hang; the watcher
+        // retries with its own backoff (and the member's Retry-After) and
+        // shows each failure in the member's status.
+        let mut config = config;
+        config.default_retry = false;
         kube::Client::try_from(config).map_err(|source| Error::ClientFailed { cluster: self.name.clone(), source })
     }
 }

@@ -69,6 +69,9 @@ pub struct Fleet {
     compacted_rv: AtomicU64,
     status: RwLock<BTreeMap<String, BTreeMap<String, WatcherStatus>>>,
     members: RwLock<BTreeMap<String, ClusterSpec>>,
+    /// Per member, how many times one of its watchers found it restored from
+    /// a backup (its RVs went back): every watcher of that member relists.
+    restores: std::sync::Mutex<BTreeMap<String, tokio::sync::watch::Sender<u64>>>,
 }
 
 impl Fleet {
@@ -84,6 +87,7 @@ impl Fleet {
             compacted_rv: AtomicU64::new(compacted_rv),
             status: RwLock::new(BTreeMap::new()),
             members: RwLock::new(BTreeMap::new()),
+            restores: std::sync::Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -171,5 +175,22 @@ impl Fleet {
     /// Status of every watcher, by cluster and resource type.
     pub fn status(&self) -> BTreeMap<String, BTreeMap<String, WatcherStatus>> {
         self.status.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The signal of `cluster`'s restores (see [`Fleet::member_restored`]).
+    pub fn restores(&self, cluster: &str) -> tokio::sync::watch::Receiver<u64> {
+        let mut restores = self.restores.lock().unwrap_or_else(|e| e.into_inner());
+        restores.entry(cluster.to_string()).or_insert_with(|| tokio::sync::watch::channel(0).0).subscribe()
+    }
+
+    /// One watcher found `cluster` restored from a backup. Its other types
+    /// may not show it (a type whose last change predates the backup, or a
+    /// quiet one), but after an etcd restore every client must relist
+    /// (Kubernetes, "Restoring an etcd cluster":
+    /// <https://kubernetes.io/docs/tasks/administer-cluster/configure-upgrade-etcd/#restoring-an-etcd-cluster>).
+    pub fn member_restored(&self, cluster: &str) {
+        let mut restores = self.restores.lock().unwrap_or_else(|e| e.into_inner());
+        let sender = restores.entry(cluster.to_string()).or_insert_with(|| tokio::sync::watch::channel(0).0);
+        sender.send_modify(|n| *n += 1);
     }
 }

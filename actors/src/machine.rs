@@ -82,6 +82,10 @@ pub enum Request {
 pub struct Machine {
     state: State,
     failures: u32,
+    /// Relists since a watch last delivered anything: a member that expires
+    /// every watch at once (a 410 storm) would otherwise be relisted in a
+    /// hot loop, each list costing it a full read.
+    fruitless_relists: u32,
     rng: u64,
     /// Smallest backoff.
     pub base_delay: Duration,
@@ -95,6 +99,7 @@ impl Machine {
         Machine {
             state: State::Listing,
             failures: 0,
+            fruitless_relists: 0,
             rng: seed | 1,
             base_delay: Duration::from_millis(500),
             max_delay: Duration::from_secs(30),
@@ -128,6 +133,7 @@ impl Machine {
             }
             Input::Progress { rv } => {
                 self.failures = 0;
+                self.fruitless_relists = 0;
                 if let State::Watching { rv: current } = &mut self.state {
                     *current = rv;
                 }
@@ -136,7 +142,14 @@ impl Machine {
             Input::WatchEnded => self.now(),
             Input::Expired | Input::RvWentBack => {
                 self.state = State::Listing;
-                self.now()
+                self.fruitless_relists = self.fruitless_relists.saturating_add(1);
+                // The first relist is immediate; one that follows a relist
+                // whose watch saw nothing backs off like a failure.
+                let delay = match self.fruitless_relists {
+                    0 | 1 => Duration::ZERO,
+                    n => self.jittered(n - 1),
+                };
+                Action { delay, request: Request::List }
             }
             Input::Failed { retry_after } => {
                 self.failures = self.failures.saturating_add(1);
@@ -159,7 +172,13 @@ impl Machine {
 
     /// Exponential backoff with full jitter in [d/2, d].
     fn backoff(&mut self) -> Duration {
-        let exp = self.failures.saturating_sub(1).min(16);
+        self.jittered(self.failures)
+    }
+
+    /// The `n`th (from 1) delay of the backoff: base doubling up to the cap,
+    /// jittered in [d/2, d].
+    fn jittered(&mut self, n: u32) -> Duration {
+        let exp = n.saturating_sub(1).min(16);
         let full = self.base_delay.saturating_mul(1u32 << exp).min(self.max_delay);
         // xorshift64
         self.rng ^= self.rng << 13;
@@ -230,6 +249,27 @@ mod tests {
         assert_eq!(a.delay, Duration::from_secs(3), "Retry-After from the member wins");
         m.step(Input::Progress { rv: "6".into() });
         assert_eq!(m.failures(), 0);
+    }
+
+    #[test]
+    fn a_410_storm_backs_off_until_a_watch_delivers() {
+        let mut m = Machine::new(5);
+        m.step(Input::Start { checkpoint: Some("10".into()) });
+        assert_eq!(m.step(Input::Expired).delay, Duration::ZERO, "the first relist is immediate");
+        let mut delays = Vec::new();
+        for _ in 0..6 {
+            m.step(Input::Listed { rv: "20".into() });
+            let a = m.step(Input::Expired);
+            assert_eq!(a.request, Request::List);
+            delays.push(a.delay);
+        }
+        for (i, delay) in delays.iter().enumerate() {
+            let full = Duration::from_millis(500) * (1 << i);
+            assert!(*delay >= full / 2 && *delay <= full, "relist {}: {delay:?} not in [{:?}, {full:?}]", i + 2, full / 2);
+        }
+        m.step(Input::Listed { rv: "30".into() });
+        m.step(Input::Progress { rv: "31".into() });
+        assert_eq!(m.step(Input::Expired).delay, Duration::ZERO, "a watch that delivered resets the backoff");
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use actix::{Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Recipient, WrapFuture};
-use futures::{AsyncBufReadExt, FutureExt, StreamExt};
+use futures::{AsyncBufRead, AsyncBufReadExt, FutureExt};
 use kube::api::{ListParams, WatchParams};
 use kube::core::Request as KubeRequest;
 use kubefold_engine::event::Change;
@@ -28,6 +28,15 @@ const LIST_PAGE: u32 = 500;
 const WATCH_TIMEOUT_SECS: u32 = 290;
 /// Most watch lines gathered into one commit.
 const MAX_BATCH: usize = 1000;
+/// Longest watch line read; a longer one ends the stream as broken (etcd's
+/// default request limit is 1.5 MiB, so no real object comes near it).
+const MAX_LINE: usize = 64 << 20;
+/// How long a streaming list may stay silent before its
+/// `k8s.io/initial-events-end` bookmark: kube-apiserver sends the initial
+/// events from its watch cache at once and the bookmark right after them,
+/// so a member that stays silent this long did not take the request as a
+/// streaming list (a server before 1.27 ignores `sendInitialEvents`).
+const INITIAL_EVENTS_SILENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The watcher actor.
 pub struct ClusterWatcher {
@@ -139,6 +148,9 @@ struct StatusBody {
     message: String,
 }
 
+/// A member's restore signal ([`Fleet::member_restored`]).
+type Restores = tokio::sync::watch::Receiver<u64>;
+
 /// The watcher's running loop (the I/O half of the machine).
 struct Run {
     spec: ClusterSpec,
@@ -165,12 +177,18 @@ impl Run {
                 }
             }
         };
+        let mut restores = self.fleet.restores(&self.spec.name);
         loop {
             if !action.delay.is_zero() {
                 tokio::time::sleep(action.delay).await;
             }
+            if action.request == Request::List {
+                // A list from now on sees the member as restored.
+                restores.borrow_and_update();
+            }
             let input = match action.request {
-                Request::List if streaming.get() => match self.watch_list(&client, &mut machine).await {
+                Request::Watch { .. } if restores.has_changed().unwrap_or(false) => Input::RvWentBack,
+                Request::List if streaming.get() => match self.watch_list(&client, &mut machine, restores.clone()).await {
                     Some(input) => input,
                     None => {
                         streaming.set(false);
@@ -178,7 +196,7 @@ impl Run {
                     }
                 },
                 Request::List => self.list(&client).await,
-                Request::Watch { rv } => self.watch(&client, &rv, &mut machine).await,
+                Request::Watch { rv } => self.watch(&client, &rv, &mut machine, restores.clone()).await,
                 Request::None => Input::WatchEnded,
             };
             action = machine.step(input);
@@ -199,6 +217,14 @@ impl Run {
     fn classify(&self, error: kube::Error) -> Input {
         match &error {
             kube::Error::Api(status) if status.code == 410 => Input::Expired,
+            kube::Error::Api(status) => {
+                self.fail(&error.to_string());
+                // kube-apiserver states its Retry-After (429, and 5xx while
+                // starting) in the Status too, as details.retryAfterSeconds.
+                let secs = status.details.as_ref().map_or(0, |d| d.retry_after_seconds);
+                let retry_after = (secs > 0).then(|| std::time::Duration::from_secs(u64::from(secs.min(600))));
+                Input::Failed { retry_after }
+            }
             _ => {
                 self.fail(&error.to_string());
                 Input::Failed { retry_after: None }
@@ -206,12 +232,16 @@ impl Run {
         }
     }
 
+    fn bad_object(&self, reason: &str) {
+        warn!(cluster = %self.spec.name, resource = %self.key, error = reason, "Member object skipped.");
+        metrics::counter!("kubefold_member_bad_objects_total", "cluster" => self.spec.name.clone()).increment(1);
+    }
+
     fn ingest_raw(&self, raw: &RawValue) -> Option<Ingested> {
         match ingest(&self.resource, &self.spec.name, raw.get().as_bytes()) {
             Ok(i) => Some(i),
             Err(e) => {
-                warn!(cluster = %self.spec.name, resource = %self.key, error = %e, "Member object skipped.");
-                metrics::counter!("kubefold_member_bad_objects_total", "cluster" => self.spec.name.clone()).increment(1);
+                self.bad_object(&e.to_string());
                 None
             }
         }
@@ -282,7 +312,10 @@ impl Run {
         }
     }
 
-    async fn watch(&self, client: &kube::Client, rv: &str, machine: &mut Machine) -> Input {
+    async fn watch(&self, client: &kube::Client, rv: &str, machine: &mut Machine, restores: Restores) -> Input {
+        if let Some(input) = self.member_went_back(client, rv).await {
+            return input;
+        }
         let path = self.resource.collection_path(None);
         let params = WatchParams::default().timeout(WATCH_TIMEOUT_SECS);
         let request = match KubeRequest::new(&path).watch(&params, rv) {
@@ -302,7 +335,40 @@ impl Run {
             s.last_error = None;
         });
         debug!(cluster = %self.spec.name, resource = %self.key, rv, "Watch started.");
-        self.follow(reader.lines(), rv, machine).await
+        self.follow(Frames::new(reader), rv, machine, restores).await
+    }
+
+    /// Before resuming a watch from `rv`: is the member's current RV below
+    /// it? A member restored from an etcd backup numbers its changes again
+    /// from an older revision, and a watch from an RV it has not reached yet
+    /// stays silent (kube-apiserver filters out events at or below the
+    /// requested RV), so kubefold would miss every change until the member
+    /// passed `rv`. Kubernetes asks clients to relist after such a restore
+    /// ("Restoring an etcd cluster",
+    /// <https://kubernetes.io/docs/tasks/administer-cluster/configure-upgrade-etcd/#restoring-an-etcd-cluster>);
+    /// a list of one object (`limit=1`, read from the member's storage) tells.
+    /// RVs are compared as integers, as kube-apiserver's are (etcd revisions).
+    async fn member_went_back(&self, client: &kube::Client, rv: &str) -> Option<Input> {
+        let ours: u64 = rv.parse().ok()?;
+        let path = self.resource.collection_path(None);
+        let request = match KubeRequest::new(&path).list(&ListParams::default().limit(1)) {
+            Ok(r) => r,
+            Err(e) => {
+                self.fail(&e.to_string());
+                return Some(Input::Failed { retry_after: None });
+            }
+        };
+        let text = match client.request_text(request).await {
+            Ok(t) => t,
+            Err(e) => return Some(self.classify(e)),
+        };
+        let current = serde_json::from_str::<ListPage>(&text).ok()?.metadata.resource_version.parse::<u64>().ok()?;
+        if current < ours {
+            warn!(cluster = %self.spec.name, resource = %self.key, checkpoint = ours, member = current, "Member resourceVersion went back (restored from a backup?); relisting.");
+            self.fleet.member_restored(&self.spec.name);
+            return Some(Input::RvWentBack);
+        }
+        None
     }
 
     /// A streaming list ("Streaming lists", Kubernetes API Concepts): one
@@ -311,7 +377,7 @@ impl Run {
     /// between list and watch, so a busy member cannot expire the list's RV
     /// before the watch starts. `None` when the member does not support it.
     /// <https://kubernetes.io/docs/reference/using-api/api-concepts/#streaming-lists>
-    async fn watch_list(&self, client: &kube::Client, machine: &mut Machine) -> Option<Input> {
+    async fn watch_list(&self, client: &kube::Client, machine: &mut Machine, restores: Restores) -> Option<Input> {
         let path = self.resource.collection_path(None);
         let params = WatchParams::streaming_lists().timeout(WATCH_TIMEOUT_SECS);
         let request = KubeRequest::new(&path).watch(&params, "").ok()?;
@@ -323,40 +389,51 @@ impl Run {
             }
             Err(e) => return Some(self.classify(e)),
         };
-        let mut lines = reader.lines();
+        let mut lines = Frames::new(reader);
         let mut objects: std::collections::HashMap<(String, String), Ingested> = std::collections::HashMap::new();
+        // A member that ignores `sendInitialEvents` (before 1.27) answers as
+        // for a watch without resourceVersion: ADDED for the state, then live
+        // events and plain bookmarks, never the initial-events-end bookmark.
+        let not_streaming = |why: &str| {
+            info!(cluster = %self.spec.name, resource = %self.key, why, "Member ignored sendInitialEvents; using paged lists.");
+            None
+        };
         let end_rv = loop {
-            let line = match lines.next().await {
-                Some(Ok(line)) => line,
-                Some(Err(e)) => {
+            let line = match tokio::time::timeout(INITIAL_EVENTS_SILENCE, lines.next()).await {
+                Err(_) => return not_streaming("silent without the initial-events-end bookmark"),
+                Ok(Some(Ok(line))) => line,
+                Ok(Some(Err(e))) => {
                     self.fail(&format!("streaming list broke: {e}"));
                     return Some(Input::Failed { retry_after: None });
                 }
-                None => {
+                Ok(None) => {
                     self.fail("streaming list ended before its initial-events-end bookmark");
                     return Some(Input::Failed { retry_after: None });
                 }
             };
-            if line.trim().is_empty() {
+            if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            let Ok(event) = serde_json::from_str::<WatchLine<'_>>(&line) else { continue };
+            let event = match serde_json::from_slice::<WatchLine<'_>>(&line) {
+                Ok(event) => event,
+                Err(e) => {
+                    self.bad_object(&format!("unreadable watch event: {e}"));
+                    continue;
+                }
+            };
             match event.event_type {
-                "ADDED" | "MODIFIED" => {
+                "ADDED" => {
                     if let Some(i) = self.ingest_raw(event.object) {
                         objects.insert((i.namespace.clone(), i.name.clone()), i);
                     }
                 }
-                "DELETED" => {
-                    if let Some(i) = self.ingest_raw(event.object) {
-                        objects.remove(&(i.namespace, i.name));
-                    }
-                }
+                "MODIFIED" | "DELETED" => return not_streaming("a change before the initial-events-end bookmark"),
                 "BOOKMARK" => {
                     let Ok(b) = serde_json::from_str::<Bookmark<'_>>(event.object.get()) else { continue };
                     if b.metadata.annotations.get("k8s.io/initial-events-end").map(String::as_str) == Some("true") {
                         break b.metadata.resource_version.to_string();
                     }
+                    return not_streaming("a bookmark before the initial-events-end bookmark");
                 }
                 _ => {
                     let status: StatusBody = serde_json::from_str(event.object.get()).unwrap_or(StatusBody { code: 0, message: String::new() });
@@ -388,15 +465,22 @@ impl Run {
         }
         // The machine now watches from the list's RV; the same stream goes on.
         machine.step(Input::Listed { rv: end_rv.clone() });
-        Some(self.follow(lines, &end_rv, machine).await)
+        Some(self.follow(lines, &end_rv, machine, restores).await)
     }
 
     /// Follows an open watch stream from member RV `rv`.
-    async fn follow<R: futures::AsyncBufRead + Unpin>(&self, mut lines: futures::io::Lines<R>, rv: &str, machine: &mut Machine) -> Input {
+    async fn follow<R: AsyncBufRead + Unpin>(&self, mut lines: Frames<R>, rv: &str, machine: &mut Machine, mut restores: Restores) -> Input {
         let start_rv: Option<u64> = rv.parse().ok();
         let mut current = rv.to_string();
         loop {
-            let first = match lines.next().await {
+            let next = tokio::select! {
+                next = lines.next() => next,
+                Ok(()) = restores.changed() => {
+                    info!(cluster = %self.spec.name, resource = %self.key, "Member restored from a backup; relisting.");
+                    return Input::RvWentBack;
+                }
+            };
+            let first = match next {
                 Some(Ok(line)) => line,
                 Some(Err(e)) => {
                     self.fail(&format!("watch stream broke: {e}"));
@@ -413,13 +497,17 @@ impl Run {
             }
             let mut changes = Vec::with_capacity(batch.len());
             for line in &batch {
-                if line.trim().is_empty() {
+                if line.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
-                let event: WatchLine<'_> = match serde_json::from_str(line) {
+                // One unreadable event (not JSON, not UTF-8) is skipped and
+                // counted; the stream goes on with the next one. Treating it
+                // as a broken stream would resume from before it and meet it
+                // again, forever.
+                let event: WatchLine<'_> = match serde_json::from_slice(line) {
                     Ok(e) => e,
                     Err(e) => {
-                        warn!(cluster = %self.spec.name, resource = %self.key, error = %e, "Unreadable watch line skipped.");
+                        self.bad_object(&format!("unreadable watch event: {e}"));
                         continue;
                     }
                 };
@@ -441,6 +529,7 @@ impl Run {
                         if let (Some(start), Ok(n)) = (start_rv, event_rv.parse::<u64>()) {
                             if n < start && event.event_type != "BOOKMARK" {
                                 warn!(cluster = %self.spec.name, resource = %self.key, start, got = n, "Member resourceVersion went back; relisting.");
+                                self.fleet.member_restored(&self.spec.name);
                                 return Input::RvWentBack;
                             }
                         }
@@ -465,5 +554,62 @@ impl Run {
             });
             machine.step(Input::Progress { rv: current.clone() });
         }
+    }
+}
+
+/// The newline-delimited frames of a watch stream, as bytes: a line that is
+/// not UTF-8 is one bad event, not a broken stream (as a `String` reader
+/// would make it). Cancel-safe: a partly read line stays in `buf` for the
+/// next call, so `next().now_or_never()` loses nothing.
+struct Frames<R> {
+    reader: R,
+    buf: Vec<u8>,
+}
+
+impl<R: AsyncBufRead + Unpin> Frames<R> {
+    fn new(reader: R) -> Frames<R> {
+        Frames { reader, buf: Vec::new() }
+    }
+
+    async fn next(&mut self) -> Option<std::io::Result<Vec<u8>>> {
+        loop {
+            let available = match self.reader.fill_buf().await {
+                Ok(available) => available,
+                Err(e) => return Some(Err(e)),
+            };
+            if available.is_empty() {
+                return (!self.buf.is_empty()).then(|| Ok(std::mem::take(&mut self.buf)));
+            }
+            // No await from here on: what is consumed is in `buf`.
+            let (taken, line_end) = match available.iter().position(|b| *b == b'\n') {
+                Some(i) => (i + 1, Some(i)),
+                None => (available.len(), None),
+            };
+            self.buf.extend_from_slice(&available[..line_end.unwrap_or(taken)]);
+            self.reader.consume_unpin(taken);
+            if line_end.is_some() {
+                return Some(Ok(std::mem::take(&mut self.buf)));
+            }
+            if self.buf.len() > MAX_LINE {
+                self.buf = Vec::new();
+                return Some(Err(std::io::Error::other(format!("a watch line over {MAX_LINE} bytes"))));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn frames_keep_invalid_utf8_lines_and_partial_reads() {
+        let data: &[u8] = b"{\"a\":1}\n\xff\xfe\n\n{\"b\":2}";
+        let mut frames = Frames::new(futures::io::BufReader::with_capacity(3, data));
+        let mut got = Vec::new();
+        while let Some(line) = frames.next().await {
+            got.push(line.unwrap());
+        }
+        assert_eq!(got, vec![b"{\"a\":1}".to_vec(), vec![0xff, 0xfe], Vec::new(), b"{\"b\":2}".to_vec()]);
     }
 }

@@ -59,8 +59,17 @@ impl Drop for Registered {
     }
 }
 
-/// Chunks buffered towards one watch client before it counts as slow.
+/// Events buffered towards one watch client before it counts as slow.
 const CLIENT_BUFFER: usize = 1024;
+/// Bytes buffered towards one watch client before it counts as slow (one
+/// event may pass it alone).
+const CLIENT_BUFFER_BYTES: usize = 4 << 20;
+/// How long a watch client may stay slow (its buffer full) before it is
+/// closed with a 410 Expired ERROR event and counted in
+/// `kubefold_watch_slow_closed_total`: kube-apiserver, too, closes a
+/// watcher whose buffer stays full ("Forcing watcher close due to
+/// unresponsiveness"), so that one client never holds the others back.
+const SLOW_CLIENT_GRACE: Duration = Duration::from_secs(5);
 
 /// Where a watch starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +93,10 @@ struct Watch {
     headers_sent: bool,
     bookmarks: bool,
     tx: mpsc::Sender<Bytes>,
+    /// Bytes sent into `tx` and not yet taken by the response body.
+    queued: Arc<std::sync::atomic::AtomicUsize>,
+    /// The RV of the last event or bookmark handed to the client.
+    sent_rv: u64,
 }
 
 /// Starts a watch and returns its streaming response.
@@ -123,12 +136,14 @@ pub fn watch(
     } else {
         None
     };
-    let (tx, mut rx) = mpsc::channel::<Bytes>(CLIENT_BUFFER);
+    // One slot more than the budget: the closing ERROR event of a slow client.
+    let (tx, mut rx) = mpsc::channel::<Bytes>(CLIENT_BUFFER + 1);
+    let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     // Subscribe before reading the snapshot so that no event falls between them.
     let events = state.fleet.subscribe();
     let snapshot = state.fleet.snapshot();
     let compacted = state.fleet.compacted_rv();
-    let watch = Watch { state, scope, filter, table, headers_sent: false, bookmarks, tx };
+    let watch = Watch { state, scope, filter, table, headers_sent: false, bookmarks, tx, queued: queued.clone(), sent_rv: 0 };
     let registered = Registered::new(user_agent);
     actix_web::rt::spawn(async move {
         let _registered = registered;
@@ -140,7 +155,14 @@ pub fn watch(
             _ = &mut end => {}
         }
     });
-    let body = futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|o| o.map(Ok::<_, actix_web::Error>)));
+    let body = futures::stream::poll_fn(move |cx| {
+        rx.poll_recv(cx).map(|chunk| {
+            chunk.map(|bytes| {
+                queued.fetch_sub(bytes.len(), std::sync::atomic::Ordering::Relaxed);
+                Ok::<_, actix_web::Error>(bytes)
+            })
+        })
+    });
     Ok(HttpResponse::Ok().content_type("application/json").streaming(body))
 }
 
@@ -156,15 +178,16 @@ impl Watch {
         match start {
             Start::Now => {}
             Start::State { end_bookmark } => {
+                // Read lazily from the snapshot (immutable, shared): a client
+                // that reads slowly holds no copy of the state.
                 let key = self.scope.resource.key();
+                let namespace = self.scope.namespace.clone();
                 let store = self.state.fleet.store().clone();
-                let initial: Vec<_> = snapshot
-                    .range(&key, self.scope.namespace.as_deref(), None)
-                    .filter(|(k, e)| self.filter.matches(&self.scope, k, e))
-                    .map(|(k, e)| (k.clone(), e.rv))
-                    .collect();
-                for (_, rv) in initial {
-                    let Ok(Some(event)) = store.event(rv) else { continue };
+                for (k, e) in snapshot.range(&key, namespace.as_deref(), None) {
+                    if !self.filter.matches(&self.scope, k, e) {
+                        continue;
+                    }
+                    let Ok(Some(event)) = store.event(e.rv) else { continue };
                     if !self.send_event(EventType::Added, &event).await {
                         return;
                     }
@@ -179,13 +202,14 @@ impl Watch {
                 return;
             }
             Start::After(from) => {
+                // Replayed lazily from the log: a client that reads slowly
+                // costs its buffer, not a copy of the backlog.
                 let store = self.state.fleet.store().clone();
-                let replay: Vec<StoredEvent> = store
-                    .events_after(from)
-                    .take_while(|e| e.as_ref().map_or(true, |e| e.rv <= last))
-                    .filter_map(Result::ok)
-                    .collect();
-                for event in replay {
+                for event in store.events_after(from) {
+                    let Ok(event) = event else { continue };
+                    if event.rv > last {
+                        break;
+                    }
                     if !self.forward(&event).await {
                         return;
                     }
@@ -274,7 +298,46 @@ impl Watch {
             }
         }
         line.extend_from_slice(b"}\n");
-        self.tx.send(Bytes::from(line)).await.is_ok()
+        let sent = self.push(Bytes::from(line)).await;
+        if sent {
+            self.sent_rv = event.rv;
+        }
+        sent
+    }
+
+    /// Hands one line to the client within its buffer budget; a client
+    /// whose buffer stays full for [`SLOW_CLIENT_GRACE`] is closed with a
+    /// 410 ERROR event (it resumes from the last RV it received, or
+    /// relists) and `false` is returned, as when the client went away.
+    async fn push(&mut self, line: Bytes) -> bool {
+        use std::sync::atomic::Ordering;
+        let mut slow_since: Option<tokio::time::Instant> = None;
+        loop {
+            let queued = self.queued.load(Ordering::Relaxed);
+            let room = queued == 0 || queued + line.len() <= CLIENT_BUFFER_BYTES;
+            if room && self.tx.capacity() > 1 {
+                break;
+            }
+            if self.tx.is_closed() {
+                return false;
+            }
+            let since = *slow_since.get_or_insert_with(tokio::time::Instant::now);
+            if since.elapsed() >= SLOW_CLIENT_GRACE {
+                metrics::counter!("kubefold_watch_slow_closed_total").increment(1);
+                let unread = CLIENT_BUFFER + 1 - self.tx.capacity();
+                tracing::info!(unread_events = unread, unread_bytes = queued, last = self.sent_rv, "Slow watch client closed.");
+                let status = Status::expired(format!(
+                    "watch client too slow: {unread} events ({queued} bytes) unread for {}s; closed. Resume with resourceVersion={}",
+                    SLOW_CLIENT_GRACE.as_secs(),
+                    self.sent_rv
+                ));
+                self.send_error(&status).await;
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.queued.fetch_add(line.len(), Ordering::Relaxed);
+        self.tx.send(line).await.is_ok()
     }
 
     async fn send_bookmark(&mut self, rv: u64, initial_events_end: bool) -> bool {
@@ -287,11 +350,20 @@ impl Watch {
             object["metadata"]["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
         let line = format!("{}\n", json!({"type": "BOOKMARK", "object": object}));
-        self.tx.send(Bytes::from(line)).await.is_ok()
+        let sent = self.push(Bytes::from(line)).await;
+        if sent {
+            self.sent_rv = self.sent_rv.max(rv);
+        }
+        sent
     }
 
     async fn send_error(&mut self, status: &Status) {
         let line = format!("{}\n", json!({"type": "ERROR", "object": status.to_json()}));
-        let _ = self.tx.send(Bytes::from(line)).await;
+        // Never waits: the channel keeps one slot beyond the budget for it.
+        let len = line.len();
+        self.queued.fetch_add(len, std::sync::atomic::Ordering::Relaxed);
+        if self.tx.try_send(Bytes::from(line)).is_err() {
+            self.queued.fetch_sub(len, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 }

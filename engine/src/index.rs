@@ -191,6 +191,26 @@ pub fn plan_change(index: &Index, resource: &str, cluster: &str, change: Change,
     }
 }
 
+/// [`plan_change`] for a change read from a watch stream, which skips a
+/// change older than what the index holds for that object (by member RV,
+/// compared as integers when both are): a member's watch delivers each
+/// object's changes in order, so an older one arriving late is a
+/// misbehaving member's, and applying it would take the object back to an
+/// old version that every later read would serve.
+pub fn plan_watch_change(index: &Index, resource: &str, cluster: &str, change: Change, rv: u64) -> Option<StoredEvent> {
+    let ingested = match &change {
+        Change::Upsert(i) | Change::Delete(i) => i,
+    };
+    if let Some(entry) = index.get(resource, &key_of(ingested, cluster)) {
+        if let (Ok(held), Ok(incoming)) = (entry.member_rv.parse::<u64>(), ingested.member_rv.parse::<u64>()) {
+            if incoming < held {
+                return None;
+            }
+        }
+    }
+    plan_change(index, resource, cluster, change, rv)
+}
+
 /// Plans the events that turn what the index holds for (`resource`,
 /// `cluster`) into exactly `objects` (a fresh list of the member): ADDED for
 /// new objects, MODIFIED for changed ones (by member RV), DELETED for objects
@@ -397,5 +417,18 @@ mod tests {
         assert_eq!(snapshot.len("v1/pods"), 1);
         assert_eq!(snapshot.head_rv(), 1);
         assert_eq!(index.len("v1/pods"), 0);
+    }
+
+    #[test]
+    fn a_late_older_change_of_an_object_is_not_applied() {
+        let mut index = Index::default();
+        let added = plan_watch_change(&index, "v1/pods", "m", Change::Upsert(pod("a", "p", "8")), 1).unwrap();
+        index.apply(&added);
+        assert!(plan_watch_change(&index, "v1/pods", "m", Change::Upsert(pod("a", "p", "7")), 2).is_none(), "older upsert");
+        assert!(plan_watch_change(&index, "v1/pods", "m", Change::Delete(pod("a", "p", "7")), 2).is_none(), "older delete");
+        let newer = plan_watch_change(&index, "v1/pods", "m", Change::Upsert(pod("a", "p", "9")), 2).unwrap();
+        assert_eq!(newer.member_rv, "9");
+        // A relist, by contrast, takes the member's word (a restored member's RVs go back).
+        assert!(plan_change(&index, "v1/pods", "m", Change::Upsert(pod("a", "p", "3")), 2).is_some());
     }
 }

@@ -470,6 +470,8 @@ impl WatchFaults {
                 Some(End::Close) => return None,
                 Some(End::Reset) => {
                     self.end = Some(End::Close);
+                    // Let the events before the reset reach the client first.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                     return Some(Err(reset()));
                 }
                 None => {}

@@ -1,0 +1,720 @@
+//! Load, CI-sized (about a minute in all): 1,000 concurrent watches plus
+//! list and get load over churning members, with no watch stalled and
+//! kubefold's memory bounded; a slow watch client (reads nothing) closed
+//! with a clear error once its buffer fills, counted, the other clients
+//! unaffected; an ingest burst (tens of thousands of pods created at once
+//! in one member) absorbed with bounded memory.
+//!
+//! `chaos_soak` (ignored) is the long version: every fault kubefold handles,
+//! in turn, over churning members under watch, list and get load, for
+//! `CHAOS_MINUTES` (default 10); run it with `ops/chaos/run`.
+//!
+//! File descriptors: a watch is one connection, so the test process and
+//! kubefold each need one descriptor per watch. The soft limit
+//! (`ulimit -n`, inherited by kubefold) is checked first; with less than
+//! the watches plus 256, the watch count is lowered to fit and the test
+//! says so.
+
+mod chaos;
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chaos::*;
+use common::*;
+use futures::StreamExt;
+use kubefold_testdata::sim::faults::{Corruption, CorruptionKind, Faults, Offline, OfflineMode};
+
+/// What one lightweight watch saw (the load test runs a thousand of them).
+#[derive(Default)]
+struct WatchStats {
+    events: AtomicU64,
+    bookmarks: AtomicU64,
+    errors: AtomicU64,
+    violations: AtomicU64,
+    /// Milliseconds since the test's start when it last heard from kubefold.
+    last_heard_ms: AtomicU64,
+    last_rv: AtomicU64,
+    /// Watch requests refused with 429 (kubefold's per-client limit of requests starting).
+    throttled: AtomicU64,
+    /// The first errors, for the failure message.
+    first_errors: Mutex<Vec<String>>,
+}
+
+impl WatchStats {
+    fn error(&self, what: String) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        let mut first = self.first_errors.lock().unwrap();
+        if first.len() < 3 {
+            first.push(what);
+        }
+    }
+}
+
+/// The RV of an event line without decoding it: the first
+/// `"resourceVersion":"N"` is the object's (metadata comes first).
+fn line_rv(line: &[u8]) -> Option<u64> {
+    let key = b"\"resourceVersion\":\"";
+    let at = line.windows(key.len()).position(|w| w == key)? + key.len();
+    let digits = line[at..].iter().take_while(|b| b.is_ascii_digit()).count();
+    std::str::from_utf8(&line[at..at + digits]).ok()?.parse().ok()
+}
+
+/// A watch of `path` from `rv`, resumed from the last RV when it ends,
+/// until `stop`; every line is checked (RVs strictly increase) and counted.
+async fn light_watch(http: reqwest::Client, url: String, path: String, mut rv: u64, stats: Arc<WatchStats>, epoch: Instant, stop: Arc<AtomicBool>) {
+    let heard = |stats: &WatchStats| stats.last_heard_ms.store(epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+    while !stop.load(Ordering::Relaxed) {
+        let request = http.get(format!("{url}{path}?watch=1&allowWatchBookmarks=true&resourceVersion={rv}&timeoutSeconds=60"));
+        let response = match request.send().await {
+            Ok(r) if r.status() == 200 => r,
+            Ok(r) if r.status() == 429 => {
+                stats.throttled.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+            Ok(r) => {
+                stats.error(format!("watch answered {}", r.status()));
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+            Err(e) => {
+                stats.error(format!("watch request: {e}"));
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        heard(&stats);
+        let mut body = response.bytes_stream();
+        let mut buffer: Vec<u8> = Vec::new();
+        loop {
+            let chunk = tokio::select! {
+                chunk = body.next() => chunk,
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {
+                    if stop.load(Ordering::Relaxed) { return }
+                    continue;
+                }
+            };
+            let chunk = match chunk {
+                Some(Ok(c)) => c,
+                Some(Err(e)) => {
+                    stats.error(format!("watch body at RV {rv}: {e}"));
+                    break;
+                }
+                None => break,
+            };
+            heard(&stats);
+            buffer.extend_from_slice(&chunk);
+            while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buffer.drain(..=end).collect();
+                if line.starts_with(b"{\"type\":\"ERROR\"") {
+                    stats.error(format!("at RV {rv}: {}", String::from_utf8_lossy(&line).trim()));
+                    // As an informer relists: go on from the current state, not from the old RV.
+                    if let Some(now) = current_rv(&http, &url).await {
+                        rv = now;
+                    }
+                    continue;
+                }
+                let Some(event_rv) = line_rv(&line) else { continue };
+                if line.starts_with(b"{\"type\":\"BOOKMARK\"") {
+                    stats.bookmarks.fetch_add(1, Ordering::Relaxed);
+                    if event_rv < rv {
+                        stats.violations.fetch_add(1, Ordering::Relaxed);
+                    }
+                } else {
+                    stats.events.fetch_add(1, Ordering::Relaxed);
+                    if event_rv <= rv {
+                        stats.violations.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                rv = rv.max(event_rv);
+                stats.last_rv.store(rv, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// kubefold's current RV (a one-item list).
+async fn current_rv(http: &reqwest::Client, url: &str) -> Option<u64> {
+    let page: serde_json::Value = http.get(format!("{url}/api/v1/pods?limit=1")).send().await.ok()?.json().await.ok()?;
+    page["metadata"]["resourceVersion"].as_str()?.parse().ok()
+}
+
+/// List and get requests in a loop until `stop`: (requests, failures, slowest).
+async fn read_load(http: reqwest::Client, url: String, clusters: usize, stop: Arc<AtomicBool>) -> (u64, Vec<String>, Duration) {
+    let paths: Vec<String> = [
+        "/api/v1/pods?limit=500".to_string(),
+        "/api/v1/namespaces/default/pods".to_string(),
+        "/api/v1/namespaces/default/pods?limit=20".to_string(),
+        "/api/v1/pods?labelSelector=app%3Dweb".to_string(),
+        "/apis/apps/v1/deployments".to_string(),
+    ]
+    .into_iter()
+    .chain((1..=clusters).map(|i| format!("/api/v1/namespaces/default/pods/web-0_member{i}")))
+    .collect();
+    let (mut requests, mut failures, mut slowest) = (0u64, Vec::new(), Duration::ZERO);
+    let mut i = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let path = &paths[i % paths.len()];
+        i += 1;
+        let started = Instant::now();
+        let result = http.get(format!("{url}{path}")).timeout(Duration::from_secs(10)).send().await;
+        let result = match result {
+            Ok(r) if r.status() == 200 => r.bytes().await.map(|_| ()).map_err(|e| e.to_string()),
+            Ok(r) => Err(format!("{path}: {}", r.status())),
+            Err(e) => Err(format!("{path}: {e}")),
+        };
+        requests += 1;
+        slowest = slowest.max(started.elapsed());
+        if let Err(e) = result {
+            failures.push(e);
+        }
+    }
+    (requests, failures, slowest)
+}
+
+/// Samples a process's RSS every 250 ms until `stop`; returns the peak
+/// (KiB). Kills it past 3 GiB, far above every bound these tests assert.
+fn rss_sampler(pid: u32, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+    guarded_rss_sampler(pid, stop, 3 * 1024 * 1024, Arc::new(AtomicBool::new(false)))
+}
+
+/// [`rss_sampler`] that kills the process (the kubefold this test started)
+/// with SIGKILL when its RSS passes `limit_kib`, setting `killed`: a
+/// runaway kubefold must not take the machine's memory (and other work on
+/// it) down with it.
+fn guarded_rss_sampler(pid: u32, stop: Arc<AtomicBool>, limit_kib: u64, killed: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut peak = 0;
+        while !stop.load(Ordering::Relaxed) {
+            let rss = rss_kib(pid).0;
+            peak = peak.max(rss);
+            if rss > limit_kib && !killed.swap(true, Ordering::Relaxed) {
+                eprintln!("kubefold's RSS reached {} MiB, over the {} MiB limit: killing it", rss / 1024, limit_kib / 1024);
+                let _ = std::process::Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        peak
+    })
+}
+
+/// The watch count that fits the open-files limit.
+fn watches_that_fit(wanted: usize) -> usize {
+    let limit = open_files_limit() as usize;
+    if limit >= wanted + 256 {
+        wanted
+    } else {
+        let fit = limit.saturating_sub(256).max(10);
+        eprintln!("ulimit -n is {limit}: running {fit} watches instead of {wanted}");
+        fit
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+/// 1,000 concurrent watches (all pods, and pods of `default`) plus list
+/// and get load for 20 s over three churning members: every watch gets
+/// events and none is silent for more than 5 s (bookmarks come every
+/// second), RVs strictly increase in each, every read answers 200 within
+/// its 10 s timeout, and kubefold's RSS stays under baseline + 200 MiB.
+///
+/// The bound: the index and store of three demo members are the baseline
+/// (measured after ready, before load); each watch costs a task, a
+/// subscription and a client buffer that stays near empty while the client
+/// reads (a few KiB; 1,000 of them well under 50 MiB); the read load has
+/// at most 8 requests in flight, each building a list of under 1 MiB.
+/// 200 MiB leaves room for allocator slack and sled's page cache while
+/// still catching a per-watch leak of 200 KiB or a buffer growing without
+/// bound. Watches are opened 50 at a time: kubefold refuses more than 100
+/// requests in flight per client (429) until their responses start.
+#[test]
+fn a_thousand_watches_with_list_and_get_load_stay_live_and_bounded() {
+    let fleet = Fleet::start(3, 3.0, |_| {});
+    let kf = &fleet.kf;
+    let pid = fleet.pid();
+    let baseline = rss_kib(pid).0;
+    let watches = watches_that_fit(1000);
+    let (list_rv, _) = kubefold_pods(kf);
+    let rt = runtime();
+    let epoch = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stats: Vec<Arc<WatchStats>> = (0..watches).map(|_| Arc::new(WatchStats::default())).collect();
+    let rss_stop = Arc::new(AtomicBool::new(false));
+    let sampler = rss_sampler(pid, rss_stop.clone());
+    let http = reqwest::Client::builder().http1_only().pool_max_idle_per_host(watches + 16).build().unwrap();
+    let load = rt.block_on(async {
+        let gate = Arc::new(tokio::sync::Semaphore::new(50));
+        for (i, s) in stats.iter().enumerate() {
+            let path = if i % 2 == 0 { "/api/v1/pods" } else { "/api/v1/namespaces/default/pods" };
+            let (http, url, s, stop, gate) = (http.clone(), kf.url.clone(), s.clone(), stop.clone(), gate.clone());
+            tokio::spawn(async move {
+                let permit = gate.acquire_owned().await;
+                let opened = s.clone();
+                let watch = tokio::spawn(light_watch(http, url, path.to_string(), list_rv, s, epoch, stop));
+                // Hold the permit until the watch answered (or 5 s).
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while opened.last_heard_ms.load(Ordering::Relaxed) == 0 && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                drop(permit);
+                let _ = watch.await;
+            });
+        }
+        let opened = tokio::time::timeout(Duration::from_secs(60), async {
+            while stats.iter().any(|s| s.last_heard_ms.load(Ordering::Relaxed) == 0) {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await;
+        assert!(opened.is_ok(), "all {watches} watches opened within 60 s");
+        eprintln!("{watches} watches open after {:?}", epoch.elapsed());
+        let readers: Vec<_> = (0..8).map(|_| tokio::spawn(read_load(http.clone(), kf.url.clone(), 3, stop.clone()))).collect();
+        let mut open_watches = 0.0f64;
+        let mut longest = vec![0u64; stats.len()];
+        for _ in 0..20 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let now = epoch.elapsed().as_millis() as u64;
+            for (i, s) in stats.iter().enumerate() {
+                let silence = now.saturating_sub(s.last_heard_ms.load(Ordering::Relaxed));
+                longest[i] = longest[i].max(silence);
+            }
+            let text = reqwest::get(format!("{}/metrics", kf.url)).await.unwrap().text().await.unwrap();
+            open_watches = open_watches.max(metric_in(&text, "kubefold_watches", &[]));
+        }
+        stop.store(true, Ordering::Relaxed);
+        let mut reads = (0u64, Vec::new(), Duration::ZERO);
+        for r in readers {
+            let (n, failures, slowest) = r.await.unwrap();
+            reads.0 += n;
+            reads.1.extend(failures);
+            reads.2 = reads.2.max(slowest);
+        }
+        (reads, open_watches, longest)
+    });
+    let ((reads, failures, slowest), open_watches, longest) = load;
+    rss_stop.store(true, Ordering::Relaxed);
+    let peak = sampler.join().unwrap();
+    let events: u64 = stats.iter().map(|s| s.events.load(Ordering::Relaxed)).sum();
+    let quiet = stats.iter().filter(|s| s.events.load(Ordering::Relaxed) == 0).count();
+    let violations: u64 = stats.iter().map(|s| s.violations.load(Ordering::Relaxed)).sum();
+    let errors: u64 = stats.iter().map(|s| s.errors.load(Ordering::Relaxed)).sum();
+    let throttled: u64 = stats.iter().map(|s| s.throttled.load(Ordering::Relaxed)).sum();
+    eprintln!(
+        "{watches} watches: {events} events, {errors} errors, {throttled} opens refused 429 and retried; {reads} reads, slowest {slowest:?}; \
+         kubefold_watches peak {open_watches}; RSS baseline {} MiB, peak {} MiB",
+        baseline / 1024,
+        peak / 1024
+    );
+    let mut silences: Vec<(u64, usize)> = longest.iter().copied().zip(0..).collect();
+    silences.sort_unstable_by(|a, b| b.cmp(a));
+    let newest = stats.iter().map(|s| s.last_rv.load(Ordering::Relaxed)).max().unwrap_or(0);
+    let behind = stats.iter().filter(|s| s.last_rv.load(Ordering::Relaxed) + 50 < newest).count();
+    eprintln!("longest silences (ms, watch): {:?}; {behind} watches more than 50 RVs behind at the end", &silences[..5]);
+    assert_eq!(quiet, 0, "{quiet} watches got no event");
+    assert_eq!(violations, 0, "RVs not strictly increasing");
+    let first_errors: Vec<String> = stats.iter().flat_map(|s| s.first_errors.lock().unwrap().clone()).take(5).collect();
+    assert_eq!(errors, 0, "watch errors: {first_errors:?}");
+    assert!(failures.is_empty(), "{} of {reads} reads failed: {:?}", failures.len(), &failures[..failures.len().min(5)]);
+    assert!(open_watches >= watches as f64, "kubefold_watches counted {open_watches} of {watches}");
+    assert!(peak < baseline + 200 * 1024, "RSS peak {} MiB over baseline {} MiB + 200 MiB", peak / 1024, baseline / 1024);
+    drop(rt);
+    wait_for(Duration::from_secs(20), "kubefold_watches back to 0 after the clients left", || {
+        metric(kf, "kubefold_watches", &[]) < 1.0
+    });
+}
+
+/// A watch client that opens a watch and reads nothing. kubefold buffers
+/// at most its fan-out capacity (16,384 events) plus the client's buffer
+/// (1,024 chunks) for it; once the client is that far behind, kubefold
+/// must close its watch with a clear error (an ERROR event, 410 Expired,
+/// saying it fell behind) and count it in
+/// `kubefold_watch_slow_closed_total`, while three clients reading at the
+/// same time see every event.
+///
+/// First 50 changes of a pod carrying a 240 KB annotation (the member's
+/// limit is 256 KiB) fill the slow client's buffers and sockets (12 MB), then 20,000 small ConfigMaps
+/// created at once push it more than 16,384 events behind (cheap events:
+/// a debug kubefold ingests them in seconds).
+#[test]
+fn a_slow_watch_client_is_closed_and_counted_and_the_others_are_unaffected() {
+    use std::io::{Read, Write};
+    // A history that holds the whole burst: kubefold follows it with its watch, no relist.
+    let fleet = Fleet::start(1, 0.0, |c| c.history = 50_000);
+    let kf = &fleet.kf;
+    let sim = fleet.sim("member1");
+    let (from, _) = kubefold_pods(kf);
+    let mut slow = std::net::TcpStream::connect(kf.url.trim_start_matches("http://")).unwrap();
+    write!(slow, "GET /api/v1/pods?watch=1&resourceVersion={from} HTTP/1.1\r\nHost: kubefold\r\nUser-Agent: slow-client/1.0\r\n\r\n").unwrap();
+    let clients: Vec<WatchClient> = (0..3).map(|_| WatchClient::start(&kf.url)).collect();
+    let slow_closed = || metric(kf, "kubefold_watch_slow_closed_total", &[]);
+    let closed_before = slow_closed();
+    let started = Instant::now();
+    let filler = "f".repeat(240_000);
+    let mut last = 0;
+    for i in 0..50 {
+        let patch = serde_json::json!({"metadata": {"annotations": {"filler": format!("{i}{filler}")}}});
+        let pod = member_request(reqwest::Method::PATCH, &format!("{}/api/v1/namespaces/default/pods/web-0", sim.url()), "application/merge-patch+json", patch);
+        last = pod["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+    }
+    wait_for(Duration::from_secs(60), "kubefold ingesting the big changes", || {
+        kubefold_objects(kf, "member1", "/api/v1/pods").get("default/web-0") == Some(&last)
+    });
+    let head = sim.burst_config_maps(20_000);
+    wait_for(Duration::from_secs(90), "kubefold ingesting 20,000 ConfigMaps", || {
+        status(kf, "member1")["resources"]["v1/configmaps"]["checkpoint"].as_str().and_then(|c| c.parse::<u64>().ok()) == Some(head)
+    });
+    let (after, _) = kubefold_pods(kf);
+    eprintln!("{} events in {:?}", after - from, started.elapsed());
+    let closed = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        slow_closed() > closed_before
+    });
+    let closed_unread = slow_closed() - closed_before;
+    // What the slow client gets when it finally reads: its buffered events, then the error, then the end.
+    slow.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut received = Vec::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let ended = loop {
+        match slow.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(n) => received.extend_from_slice(&buf[..n]),
+            Err(_) => break false,
+        }
+    };
+    let tail = String::from_utf8_lossy(&received[received.len().saturating_sub(600)..]).into_owned();
+    for (i, client) in clients.iter().enumerate() {
+        assert_watch_client_agrees(kf, client, &format!("reading client {i}"));
+        let seen = client.seen();
+        assert!(seen.errors.iter().all(|e| !e.starts_with("ERROR")), "reading client {i} was not dropped: {:?}", seen.errors);
+    }
+    assert!(
+        closed,
+        "kubefold closed and counted the slow client while it read nothing (kubefold_watch_slow_closed_total grew by {closed_unread} in 10 s after {} events); \
+         once it read, {} bytes came, the stream {} and ended: ...{}",
+        after - from,
+        received.len(),
+        if ended { "ended" } else { "did not end" },
+        tail.chars().rev().take(300).collect::<String>().chars().rev().collect::<String>()
+    );
+    assert!(ended, "kubefold closed the slow client's connection ({} bytes buffered for it)", received.len());
+    assert!(tail.contains("\"type\":\"ERROR\"") && tail.contains("410"), "the slow client's stream ends with a 410 ERROR event: ...{tail}");
+}
+
+/// An ingest burst: 5,000 pods created at once in one member (the CI
+/// size, 18 MB of JSON, for a debug build; `chaos_soak` makes 50,000).
+/// kubefold takes them through its watch of the member (or a relist when
+/// that watch falls too far behind) with backpressure: its RSS must stay
+/// under baseline + sled's page cache (256 MiB, the store's default
+/// `cache_capacity`, which fills with the new events) + twice the burst's
+/// JSON (a relist holds the decoded objects once, plus the batch being
+/// committed); it converges to the member's pods; watch clients keep a
+/// consistent view (relisting if kubefold dropped them).
+#[test]
+fn an_ingest_burst_is_absorbed_with_bounded_memory() {
+    let burst = 5_000usize;
+    let fleet = Fleet::start(2, 0.0, |_| {});
+    let kf = &fleet.kf;
+    let sim = fleet.sim("member1");
+    let pid = fleet.pid();
+    let baseline = rss_kib(pid).0;
+    let clients: Vec<WatchClient> = (0..3).map(|_| WatchClient::start(&kf.url)).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = rss_sampler(pid, stop.clone());
+    let started = Instant::now();
+    sim.burst(burst);
+    let created = started.elapsed();
+    let (_, member) = member_objects(sim, "/api/v1/pods");
+    let burst_bytes = {
+        let (_, body) = http_get(&format!("{}/api/v1/pods?labelSelector=app%3Dload", sim.url()));
+        body.len() as u64
+    };
+    wait_for(Duration::from_secs(120), "kubefold holding the burst", || {
+        status(kf, "member1")["resources"]["v1/pods"]["objects"].as_u64() == Some(member.len() as u64)
+    });
+    let absorbed = started.elapsed();
+    assert_same_objects(kf, "member1", sim, "/api/v1/pods", Duration::from_secs(30));
+    for (i, client) in clients.iter().enumerate() {
+        assert_watch_client_agrees(kf, client, &format!("watch client {i}"));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let peak = sampler.join().unwrap();
+    let dropped: usize = clients.iter().map(|c| c.seen().errors.iter().filter(|e| e.contains("410") || e.contains("Expired")).count()).sum();
+    eprintln!(
+        "burst of {burst} pods ({} MB of JSON) created in {created:?}, absorbed in {absorbed:?}; RSS baseline {} MiB, peak {} MiB; \
+         watch clients dropped with 410: {dropped}; relists of member1: {}",
+        burst_bytes / 1_000_000,
+        baseline / 1024,
+        peak / 1024,
+        status_count(kf, "member1", "relists")
+    );
+    let bound = baseline * 1024 + 256 * 1024 * 1024 + 2 * burst_bytes;
+    assert!(peak * 1024 < bound, "RSS peak {} MiB over baseline {} MiB + 256 MiB + 2 x {} MB", peak / 1024, baseline / 1024, burst_bytes / 1_000_000);
+}
+
+/// Watches resuming from an old RV replay the backlog from the store. A
+/// client that does not read must cost kubefold only its buffers, not a
+/// copy of the backlog: 20 such watches of ConfigMaps from before 20,000
+/// ConfigMaps were created keep kubefold's RSS under its level after the
+/// ingest + 100 MiB. The bound: each watch's client buffer holds at most
+/// 1,024 chunks (one ~450-byte event each: 0.5 MB; 20 watches: 10 MB), the
+/// events come from sled's cache, already warm from the ingest; a watch
+/// holding the replayed backlog in memory instead costs about 20 MB more
+/// each (the 20,000 stored events), 400 MB for the 20.
+#[test]
+fn watches_replaying_a_long_backlog_hold_only_their_buffers() {
+    use std::io::Write;
+    let fleet = Fleet::start(1, 0.0, |c| c.history = 50_000);
+    let kf = &fleet.kf;
+    let sim = fleet.sim("member1");
+    let pid = fleet.pid();
+    let (from, _) = kubefold_pods(kf);
+    let head = sim.burst_config_maps(20_000);
+    wait_for(Duration::from_secs(90), "kubefold ingesting 20,000 ConfigMaps", || {
+        status(kf, "member1")["resources"]["v1/configmaps"]["checkpoint"].as_str().and_then(|c| c.parse::<u64>().ok()) == Some(head)
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let after_ingest = rss_kib(pid).0;
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = rss_sampler(pid, stop.clone());
+    let slow: Vec<std::net::TcpStream> = (0..20)
+        .map(|_| {
+            let mut c = std::net::TcpStream::connect(kf.url.trim_start_matches("http://")).unwrap();
+            write!(c, "GET /api/v1/configmaps?watch=1&resourceVersion={from} HTTP/1.1\r\nHost: kubefold\r\n\r\n").unwrap();
+            c
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(8));
+    stop.store(true, Ordering::Relaxed);
+    let peak = sampler.join().unwrap();
+    eprintln!("20 replaying watches that read nothing: RSS {} MiB after the ingest, peak {} MiB", after_ingest / 1024, peak / 1024);
+    drop(slow);
+    assert!(
+        peak < after_ingest + 100 * 1024,
+        "20 non-reading watches replaying 20,000 events took kubefold from {} MiB to {} MiB: each holds the backlog",
+        after_ingest / 1024,
+        peak / 1024
+    );
+}
+
+/// The soak: `CHAOS_MINUTES` (default 10) of rotating member faults over
+/// three churning members with 2,000 load pods each, under 20 checking
+/// watch clients, 500 light watches and list/get load, with a 50,000-pod
+/// burst half way and a slow client throughout. After each fault: reads
+/// were served during it, and kubefold converges once it is cleared. At
+/// the end: exact convergence, every watch client consistent. Prints a
+/// summary.
+#[test]
+#[ignore = "long: run with ops/chaos/run"]
+fn chaos_soak() {
+    let minutes: f64 = std::env::var("CHAOS_MINUTES").ok().and_then(|m| m.parse().ok()).unwrap_or(10.0);
+    let soak_started = Instant::now();
+    let deadline = soak_started + Duration::from_secs_f64(minutes * 60.0);
+    let fleet = Fleet::start(3, 20.0, |c| {
+        c.pods = 2000;
+        c.bookmark_interval = Duration::from_secs(5);
+    });
+    let kf = &fleet.kf;
+    let pid = fleet.pid();
+    let baseline = rss_kib(pid).0;
+    let clients: Vec<WatchClient> = (0..20).map(|_| WatchClient::start(&kf.url)).collect();
+    // A slow client for the whole soak.
+    let (from, _) = kubefold_pods(kf);
+    let mut slow = std::net::TcpStream::connect(kf.url.trim_start_matches("http://")).unwrap();
+    std::io::Write::write_all(&mut slow, format!("GET /api/v1/pods?watch=1&resourceVersion={from} HTTP/1.1\r\nHost: kubefold\r\n\r\n").as_bytes()).unwrap();
+    let rt = runtime();
+    let stop = Arc::new(AtomicBool::new(false));
+    let light: Vec<Arc<WatchStats>> = (0..watches_that_fit(500)).map(|_| Arc::new(WatchStats::default())).collect();
+    let epoch = Instant::now();
+    let http = reqwest::Client::builder().http1_only().build().unwrap();
+    let readers = rt.block_on(async {
+        for (i, s) in light.iter().enumerate() {
+            let path = if i % 2 == 0 { "/api/v1/pods" } else { "/api/v1/namespaces/default/pods" };
+            tokio::spawn(light_watch(http.clone(), kf.url.clone(), path.to_string(), from, s.clone(), epoch, stop.clone()));
+            if i % 50 == 49 {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        (0..4).map(|_| tokio::spawn(read_load(http.clone(), kf.url.clone(), 3, stop.clone()))).collect::<Vec<_>>()
+    });
+    let rss_stop = Arc::new(AtomicBool::new(false));
+    let max_rss_mib: u64 = std::env::var("CHAOS_MAX_RSS_MIB").ok().and_then(|m| m.parse().ok()).unwrap_or(4096);
+    let killed = Arc::new(AtomicBool::new(false));
+    let sampler = guarded_rss_sampler(pid, rss_stop.clone(), max_rss_mib * 1024, killed.clone());
+
+    let rotation: Vec<(&str, Faults, Duration)> = vec![
+        ("latency 300 ms + jitter 700 ms", Faults { latency_ms: 300, latency_jitter_ms: 700, watch_close_after_ms: Some(5000), ..Faults::default() }, Duration::from_secs(20)),
+        ("30% 500", Faults { error_rate: 0.3, watch_close_after_ms: Some(2000), ..Faults::default() }, Duration::from_secs(20)),
+        ("30% 503", Faults { error_rate: 0.3, error_code: 503, watch_close_after_ms: Some(2000), ..Faults::default() }, Duration::from_secs(20)),
+        ("30% 429 Retry-After 1", Faults { throttle_rate: 0.3, retry_after_secs: 1, watch_close_after_ms: Some(2000), ..Faults::default() }, Duration::from_secs(20)),
+        ("watch resets after 20 events", Faults { watch_reset_after_events: Some(20), ..Faults::default() }, Duration::from_secs(20)),
+        ("watch closes after 2 s", Faults { watch_close_after_ms: Some(2000), ..Faults::default() }, Duration::from_secs(20)),
+        ("410 storm, streaming lists reset half the time", Faults { expire_watches: true, list_reset_rate: 0.5, ..Faults::default() }, Duration::from_secs(20)),
+        ("no bookmarks", Faults { no_bookmarks: true, watch_close_after_ms: Some(3000), ..Faults::default() }, Duration::from_secs(30)),
+        ("offline (refused) for 2 minutes", Faults { offline: Some(Offline { mode: OfflineMode::Refuse, for_ms: None }), ..Faults::default() }, Duration::from_secs(120)),
+        ("offline (hang) for 30 s", Faults { offline: Some(Offline { mode: OfflineMode::Hang, for_ms: None }), ..Faults::default() }, Duration::from_secs(30)),
+        ("clock 50 years ahead", Faults { clock_skew_secs: 50 * 365 * 86_400, ..Faults::default() }, Duration::from_secs(20)),
+        ("objects without names (every 7th event)", Faults { corrupt_events: Some(Corruption { kind: CorruptionKind::NoName, every: 7 }), ..Faults::default() }, Duration::from_secs(20)),
+        ("objects over 1.5 MB (every 50th event)", Faults { corrupt_events: Some(Corruption { kind: CorruptionKind::Huge, every: 50 }), ..Faults::default() }, Duration::from_secs(20)),
+        ("duplicate events", Faults { corrupt_events: Some(Corruption { kind: CorruptionKind::Duplicate, every: 1 }), ..Faults::default() }, Duration::from_secs(20)),
+        ("every request 503", Faults { error_rate: 1.0, error_code: 503, watch_close_after_ms: Some(1000), ..Faults::default() }, Duration::from_secs(20)),
+        ("invalid UTF-8 (every 13th event)", Faults { corrupt_events: Some(Corruption { kind: CorruptionKind::InvalidUtf8, every: 13 }), ..Faults::default() }, Duration::from_secs(20)),
+        ("out-of-order events", Faults { corrupt_events: Some(Corruption { kind: CorruptionKind::OutOfOrder, every: 1 }), ..Faults::default() }, Duration::from_secs(20)),
+    ];
+    #[derive(Default)]
+    struct Outcome {
+        runs: u32,
+        failures: Vec<String>,
+        slowest_convergence: Duration,
+    }
+    let outcomes: Mutex<std::collections::BTreeMap<String, Outcome>> = Default::default();
+    let mut round = 0usize;
+    let mut burst_done = false;
+    let half = soak_started + (deadline - soak_started) / 2;
+    while Instant::now() + Duration::from_secs(60) < deadline && !killed.load(Ordering::Relaxed) {
+        let (name, fault, dwell) = rotation[round % rotation.len()].clone();
+        let member = format!("member{}", round % 3 + 1);
+        round += 1;
+        let sim = fleet.sim(&member);
+        let mut failures = Vec::new();
+        sim.set_faults(fault);
+        let fault_started = Instant::now();
+        while fault_started.elapsed() < dwell.min(deadline.saturating_duration_since(Instant::now())) {
+            std::thread::sleep(Duration::from_secs(2));
+            if let Err(e) = probe_reads(kf, &member) {
+                failures.push(format!("reads during the fault: {e}"));
+            }
+        }
+        sim.set_faults(Faults::default());
+        let cleared = Instant::now();
+        let converged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| assert_converged(kf, &fleet.members, "/api/v1/pods", "v1/pods")));
+        if let Err(panic) = converged {
+            let message = panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
+            failures.push(format!("convergence: {message}"));
+        }
+        let took = cleared.elapsed();
+        let now = epoch.elapsed().as_millis() as u64;
+        let silent = light.iter().filter(|s| now.saturating_sub(s.last_heard_ms.load(Ordering::Relaxed)) > 15_000).count();
+        if silent > 0 {
+            failures.push(format!("{silent} light watches silent for 15 s"));
+        }
+        eprintln!(
+            "[{:>5.1} min] {name} on {member}: {} (converged {took:?} after clearing), RSS {} MiB",
+            soak_started.elapsed().as_secs_f64() / 60.0,
+            if failures.is_empty() { "ok".to_string() } else { failures.join("; ") },
+            rss_kib(pid).0 / 1024
+        );
+        {
+            let mut outcomes = outcomes.lock().unwrap();
+            let o = outcomes.entry(name.to_string()).or_default();
+            o.runs += 1;
+            o.slowest_convergence = o.slowest_convergence.max(took);
+            o.failures.extend(failures);
+        }
+        if !burst_done && Instant::now() > half {
+            burst_done = true;
+            let started = Instant::now();
+            fleet.sim("member2").burst(50_000);
+            let member = member_objects(fleet.sim("member2"), "/api/v1/pods").1.len();
+            let absorbed = (0..1200).any(|_| {
+                std::thread::sleep(Duration::from_millis(250));
+                let (code, body) = kf.get("/admin/v1/clusters/member2");
+                let held = serde_json::from_str::<serde_json::Value>(&body).ok().and_then(|s| s["status"]["resources"]["v1/pods"]["objects"].as_u64());
+                killed.load(Ordering::Relaxed) || (code == 200 && held.unwrap_or(0) >= member as u64)
+            });
+            eprintln!(
+                "[{:>5.1} min] burst of 50,000 pods in member2: {} in {:?}, RSS {} MiB",
+                soak_started.elapsed().as_secs_f64() / 60.0,
+                if absorbed { "absorbed" } else { "NOT absorbed" },
+                started.elapsed(),
+                rss_kib(pid).0 / 1024
+            );
+        }
+    }
+
+    // The end: quiet members, exact state, consistent clients.
+    for (_, sim) in &fleet.members {
+        sim.set_churn(0.0);
+    }
+    let mut end_failures = Vec::new();
+    if killed.load(Ordering::Relaxed) || !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        rss_stop.store(true, Ordering::Relaxed);
+        stop.store(true, Ordering::Relaxed);
+        let peak = sampler.join().unwrap();
+        let logs = kf.logs();
+        let tail: Vec<&str> = logs.lines().rev().take(20).collect();
+        panic!(
+            "chaos soak: kubefold died after {:.1} minutes (RSS peak {} MiB, limit {max_rss_mib} MiB); its last log lines:\n{}",
+            soak_started.elapsed().as_secs_f64() / 60.0,
+            peak / 1024,
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
+    }
+    for (name, sim) in &fleet.members {
+        wait_member_quiet(sim, Duration::from_secs(1));
+        let exact = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| assert_same_objects(kf, name, sim, "/api/v1/pods", Duration::from_secs(120))));
+        if exact.is_err() {
+            end_failures.push(format!("{name}: pods differ from the member"));
+        }
+    }
+    let mut client_summary = (0u64, 0u64, 0usize, Duration::ZERO);
+    for (i, client) in clients.iter().enumerate() {
+        let agreed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| assert_watch_client_agrees(kf, client, &format!("watch client {i}"))));
+        if agreed.is_err() {
+            end_failures.push(format!("watch client {i} disagrees with kubefold's list"));
+        }
+        let seen = client.seen();
+        client_summary.0 += seen.events;
+        client_summary.1 += seen.lists;
+        client_summary.2 += seen.violations.len();
+        client_summary.3 = client_summary.3.max(seen.longest_silence);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut reads = (0u64, 0usize, Duration::ZERO);
+    rt.block_on(async {
+        for r in readers {
+            let (n, failures, slowest) = r.await.unwrap();
+            reads.0 += n;
+            reads.1 += failures.len();
+            reads.2 = reads.2.max(slowest);
+        }
+    });
+    rss_stop.store(true, Ordering::Relaxed);
+    let peak = sampler.join().unwrap();
+    let light_events: u64 = light.iter().map(|s| s.events.load(Ordering::Relaxed)).sum();
+    let light_violations: u64 = light.iter().map(|s| s.violations.load(Ordering::Relaxed)).sum();
+    let metrics = kf.get("/metrics").1;
+    let slow_closed = metric_in(&metrics, "kubefold_watch_slow_closed_total", &[]);
+    let stats = kf.get_json("/admin/v1/stats");
+
+    println!("\n=== chaos soak summary ({:.1} minutes, {round} fault rounds) ===", soak_started.elapsed().as_secs_f64() / 60.0);
+    for (name, o) in outcomes.lock().unwrap().iter() {
+        let verdict = if o.failures.is_empty() { "ok".to_string() } else { format!("FAILED: {}", o.failures.join("; ")) };
+        println!("  {name:<48} x{:<3} slowest convergence {:>8.1?}  {verdict}", o.runs, o.slowest_convergence);
+    }
+    println!("  head RV {}, objects {}, events retained {}", stats["headResourceVersion"], stats["objects"], stats["events"]);
+    println!("  kubefold RSS: baseline {} MiB, peak {} MiB, end {} MiB", baseline / 1024, peak / 1024, rss_kib(pid).0 / 1024);
+    println!(
+        "  20 checking watch clients: {} events, {} lists, {} RV violations, longest silence {:?}",
+        client_summary.0, client_summary.1, client_summary.2, client_summary.3
+    );
+    println!("  {} light watches: {light_events} events, {light_violations} RV violations", light.len());
+    println!("  list/get: {} requests, {} failed, slowest {:?}", reads.0, reads.1, reads.2);
+    println!("  slow client (reads nothing): kubefold_watch_slow_closed_total = {slow_closed}");
+    println!("  end state: {}", if end_failures.is_empty() { "converged exactly, every client consistent".to_string() } else { end_failures.join("; ") });
+    let failed: Vec<String> = outcomes.lock().unwrap().iter().filter(|(_, o)| !o.failures.is_empty()).map(|(n, _)| n.clone()).collect();
+    if !failed.is_empty() || !end_failures.is_empty() {
+        let logs = kf.logs();
+        let tail: Vec<&str> = logs.lines().rev().filter(|l| l.contains("WARN") || l.contains("ERROR")).take(30).collect();
+        println!("  kubefold's last warnings and errors:");
+        for line in tail.into_iter().rev() {
+            println!("    {line}");
+        }
+    }
+    drop(slow);
+    assert!(failed.is_empty() && end_failures.is_empty() && client_summary.2 == 0 && light_violations == 0 && reads.1 == 0, "chaos soak failed: {failed:?} {end_failures:?}");
+}
