@@ -100,10 +100,14 @@ fn bad_input_gets_the_status_kube_apiserver_returns_and_changes_nothing() {
         .body(r#"[{"op":"test","path":"/metadata/labels/app","value":"not-this"}]"#)
         .send()
         .unwrap();
+    // kube-apiserver answers a JSON patch that fails to apply 422 Invalid
+    // (apiserver/pkg/endpoints/handlers/patch.go: NewGenericServerResponse
+    // with StatusUnprocessableEntity).
     let code = resp.status().as_u16();
     let status: Value = resp.json().unwrap();
-    assert!((400..500).contains(&code), "{status}");
+    assert_eq!(code, 422, "{status}");
     assert_eq!(status["kind"], "Status");
+    assert_eq!(status["reason"], "Invalid", "{status}");
     // Nothing changed.
     let after = kf.get_json("/api/v1/pods");
     assert_eq!(after["metadata"]["resourceVersion"], head, "no event was produced");
