@@ -71,6 +71,50 @@ const CLIENT_BUFFER_BYTES: usize = 4 << 20;
 /// unresponsiveness"), so that one client never holds the others back.
 const SLOW_CLIENT_GRACE: Duration = Duration::from_secs(5);
 
+/// The entry a filter without label or field selectors is matched against
+/// (it reads neither).
+static NO_CONTENT: kubefold_engine::event::IndexEntry = kubefold_engine::event::IndexEntry {
+    rv: 0,
+    member_rv: String::new(),
+    uid: String::new(),
+    labels: Vec::new(),
+    fields: Vec::new(),
+};
+
+/// Lines encoded lately on this worker thread, newest last.
+const LINE_CACHE: usize = 8;
+
+thread_local! {
+    /// Every JSON watch of an event sends the same line (per event type and
+    /// name suffix), and watches run on a few worker threads: a thousand
+    /// watches of one event cost one encoding per thread, not a thousand.
+    static LINES: std::cell::RefCell<std::collections::VecDeque<(u64, EventType, Option<String>, Bytes)>> =
+        const { std::cell::RefCell::new(std::collections::VecDeque::new()) };
+}
+
+/// The JSON watch line of `event` as `event_type`, with `suffix` spliced
+/// into its name.
+fn encoded_line(event_type: EventType, event: &StoredEvent, suffix: Option<String>) -> Bytes {
+    LINES.with(|lines| {
+        let mut lines = lines.borrow_mut();
+        if let Some((.., line)) = lines.iter().rev().find(|(rv, t, s, _)| *rv == event.rv && *t == event_type && *s == suffix) {
+            return line.clone();
+        }
+        let mut line = Vec::with_capacity(event.body.json.len() + 64);
+        line.extend_from_slice(b"{\"type\":\"");
+        line.extend_from_slice(event_type.as_str().as_bytes());
+        line.extend_from_slice(b"\",\"object\":");
+        event.body.write(&mut line, suffix.as_deref(), event.rv);
+        line.extend_from_slice(b"}\n");
+        let line = Bytes::from(line);
+        if lines.len() == LINE_CACHE {
+            lines.pop_front();
+        }
+        lines.push_back((event.rv, event_type, suffix, line.clone()));
+        line
+    })
+}
+
 /// Where a watch starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Start {
@@ -263,8 +307,13 @@ impl Watch {
                 return true;
             }
         }
-        let entry = event.index_entry();
-        let now = self.filter.matches(&self.scope, &event.key, &entry);
+        // Labels and fields are only read (and copied out of the event) when
+        // a selector needs them; most watches select by type and namespace.
+        let now = if self.filter.depends_on_content() {
+            self.filter.matches(&self.scope, &event.key, &event.index_entry())
+        } else {
+            self.filter.matches(&self.scope, &event.key, &NO_CONTENT)
+        };
         let event_type = match event.event_type {
             EventType::Modified if event.prev_rv != 0 && self.filter.depends_on_content() => {
                 let before = match self.state.fleet.store().event(event.prev_rv) {
@@ -286,19 +335,20 @@ impl Watch {
 
     async fn send_event(&mut self, event_type: EventType, event: &StoredEvent) -> bool {
         let suffix = self.scope.name_suffix(&event.key.cluster);
-        let mut line = Vec::with_capacity(event.body.json.len() + 64);
-        line.extend_from_slice(format!("{{\"type\":\"{}\",\"object\":", event_type.as_str()).as_bytes());
-        match &self.table {
-            None => event.body.write(&mut line, suffix.as_deref(), event.rv),
+        let line = match &self.table {
+            None => encoded_line(event_type, event, suffix),
             Some(printer) => {
+                let mut line = Vec::with_capacity(event.body.json.len() + 64);
+                line.extend_from_slice(format!("{{\"type\":\"{}\",\"object\":", event_type.as_str()).as_bytes());
                 let row = printer.row(&event.body.to_bytes(suffix.as_deref(), event.rv), &event.key.cluster);
                 let table = printer.table(vec![row], event.rv, None, self.headers_sent);
                 self.headers_sent = true;
                 line.extend_from_slice(table.to_string().as_bytes());
+                line.extend_from_slice(b"}\n");
+                Bytes::from(line)
             }
-        }
-        line.extend_from_slice(b"}\n");
-        let sent = self.push(Bytes::from(line)).await;
+        };
+        let sent = self.push(line).await;
         if sent {
             self.sent_rv = event.rv;
         }
