@@ -27,6 +27,75 @@ pub struct ResourceType {
     pub categories: Vec<String>,
     /// Subresources the type has (`status`, `scale`, `log`).
     pub subresources: Vec<String>,
+    /// Verbs the member serves, as its discovery says; empty for the
+    /// built-in types (every verb kubefold serves).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verbs: Vec<String>,
+    /// The CRD's `additionalPrinterColumns` for this version, when the type
+    /// is a custom resource whose definition the member shows.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub printer_columns: Vec<PrinterColumn>,
+}
+
+/// One `additionalPrinterColumns` entry of a CustomResourceDefinition
+/// version (`apiextensions.k8s.io/v1` `CustomResourceColumnDefinition`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PrinterColumn {
+    /// Column header, e.g. `Color`.
+    pub name: String,
+    /// OpenAPI type of the cells: `string`, `integer`, `number`, `boolean`, `date`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// OpenAPI format, e.g. `int32`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub format: String,
+    /// What the column shows.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    /// 0 for default output; higher for `-o wide` only.
+    #[serde(default)]
+    pub priority: i32,
+    /// A simple JSONPath into the object, e.g. `.spec.replicas`.
+    pub json_path: String,
+}
+
+/// A resource type as a selection names it: `apiVersion` and `kind`
+/// (`v1` `Pod`, `example.com/v1` `Widget`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TypeRef {
+    /// `v1`, `apps/v1`, `example.com/v1`.
+    pub api_version: String,
+    /// `Pod`, `Widget`.
+    pub kind: String,
+}
+
+impl TypeRef {
+    /// A reference to `kind` of `api_version`.
+    pub fn new(api_version: &str, kind: &str) -> TypeRef {
+        TypeRef { api_version: api_version.to_string(), kind: kind.to_string() }
+    }
+
+    /// Group and version: `("", "v1")`, `("apps", "v1")`.
+    pub fn group_version(&self) -> (&str, &str) {
+        match self.api_version.split_once('/') {
+            Some((group, version)) => (group, version),
+            None => ("", self.api_version.as_str()),
+        }
+    }
+
+    /// Whether `resource` is the type this names.
+    pub fn names(&self, resource: &ResourceType) -> bool {
+        let (group, version) = self.group_version();
+        resource.group == group && resource.version == version && resource.kind == self.kind
+    }
+}
+
+impl std::fmt::Display for TypeRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.api_version, self.kind)
+    }
 }
 
 impl ResourceType {
@@ -68,6 +137,16 @@ impl ResourceType {
     pub fn list_kind(&self) -> String {
         format!("{}List", self.kind)
     }
+
+    /// The `apiVersion`/`kind` reference to this type.
+    pub fn type_ref(&self) -> TypeRef {
+        TypeRef { api_version: self.api_version(), kind: self.kind.clone() }
+    }
+
+    /// Whether the type is one of [`builtin`] (with its built-in printer).
+    pub fn is_builtin(&self) -> bool {
+        builtin().iter().any(|b| b.key() == self.key() && b.kind == self.kind)
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -93,6 +172,8 @@ fn entry(
         short_names: strings(short_names),
         categories: strings(categories),
         subresources: strings(subresources),
+        verbs: Vec::new(),
+        printer_columns: Vec::new(),
     }
 }
 
