@@ -163,7 +163,7 @@ impl Aggregator {
     /// type is not selected there, or their namespace is not) into DELETED
     /// events, and forgets the checkpoints of types no longer watched.
     /// Objects of types kubefold cannot name (unknown keys) are kept.
-    pub fn prune(&mut self, clusters: &[String]) -> Result<usize, kubefold_store::Error> {
+    pub fn prune(&mut self, clusters: &[String], forget: &[(String, String)]) -> Result<usize, kubefold_store::Error> {
         let fleet = self.fleet.clone();
         let mut unwatched: std::collections::BTreeSet<(String, String)> = std::collections::BTreeSet::new();
         let mut types: std::collections::HashMap<String, Option<kubefold_engine::resources::TypeRef>> = Default::default();
@@ -181,7 +181,7 @@ impl Aggregator {
                 }
             }
         })?;
-        for (cluster, resource) in &unwatched {
+        for (cluster, resource) in unwatched.iter().chain(forget) {
             self.store.remove_checkpoint(cluster, resource)?;
         }
         if count > 0 {
@@ -348,7 +348,7 @@ impl Handler<Prune> for Aggregator {
     type Result = Result<usize, String>;
 
     fn handle(&mut self, msg: Prune, _ctx: &mut Self::Context) -> Self::Result {
-        self.prune(&msg.clusters).map_err(|e| {
+        self.prune(&msg.clusters, &msg.forget).map_err(|e| {
             error!(error = %e, "Pruning deselected objects failed.");
             e.to_string()
         })

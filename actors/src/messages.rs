@@ -54,6 +54,9 @@ pub struct ScopeTicket {
 pub struct Prune {
     /// The clusters to check.
     pub clusters: Vec<String>,
+    /// Checkpoints (cluster, resource key) of watchers that stopped for good,
+    /// removed after any batch of theirs still being committed.
+    pub forget: Vec<(String, String)>,
 }
 
 /// A cluster was removed: its objects become DELETED events.

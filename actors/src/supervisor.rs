@@ -153,11 +153,12 @@ impl Supervisor {
         info!(cluster = %spec.name, watchers = self.watchers.get(&spec.name).map_or(0, |w| w.len()), "Cluster added.");
         // Objects of types (or namespaces) no longer selected here, e.g.
         // after a restart with another selection, become DELETED events.
-        self.aggregator.do_send(Prune { clusters: vec![spec.name.clone()] });
+        self.aggregator.do_send(Prune { clusters: vec![spec.name.clone()], forget: Vec::new() });
     }
 
-    /// Puts `selection` in force; returns the clusters to prune.
-    pub fn set_selection(&mut self, selection: ResourceSelection) -> Vec<String> {
+    /// Puts `selection` in force; returns what to prune.
+    pub fn set_selection(&mut self, selection: ResourceSelection) -> Prune {
+        let mut forget = Vec::new();
         self.fleet.set_selection(selection.clone());
         for spec in self.clusters.values().cloned().collect::<Vec<_>>() {
             let running: BTreeMap<TypeRef, NamespaceFilter> = self
@@ -172,6 +173,11 @@ impl Supervisor {
                 if let Some((key, rv)) = checkpoint {
                     self.checkpoints.insert((spec.name.clone(), key), rv);
                 }
+                if !plan.contains_key(type_ref) {
+                    if let Some(resource) = self.fleet.known_type(type_ref) {
+                        forget.push((spec.name.clone(), resource.key()));
+                    }
+                }
             }
             for (type_ref, namespaces, resume) in start {
                 self.start_watcher(&spec, type_ref, namespaces, resume);
@@ -184,7 +190,7 @@ impl Supervisor {
                 info!(cluster = %spec.name, stopped = stop.len(), watchers = plan.len(), "Resource selection applied.");
             }
         }
-        self.clusters.keys().cloned().collect()
+        Prune { clusters: self.clusters.keys().cloned().collect(), forget }
     }
 
     /// Starts the watcher of `type_ref` in `spec` for `namespaces`; resumes
@@ -295,9 +301,9 @@ impl Handler<SetSelection> for Supervisor {
     type Result = ResponseFuture<Result<usize, String>>;
 
     fn handle(&mut self, msg: SetSelection, _ctx: &mut Self::Context) -> Self::Result {
-        let clusters = self.set_selection(msg.0);
+        let prune = self.set_selection(msg.0);
         let aggregator = self.aggregator.clone();
-        Box::pin(async move { aggregator.send(Prune { clusters }).await.map_err(|e| e.to_string())? })
+        Box::pin(async move { aggregator.send(prune).await.map_err(|e| e.to_string())? })
     }
 }
 
