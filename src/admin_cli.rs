@@ -3,6 +3,8 @@
 //!
 //! - `clusters list | get NAME | add NAME ... | remove NAME`: member clusters;
 //! - `resources`, `stats`, `estimators`: tables of what kubefold serves;
+//! - `resources get | set -f FILE`: the resource selection (which types are
+//!   aggregated from which clusters and namespaces), shown or replaced;
 //! - `compact`: compacts the event log now;
 //! - `backup --out FILE`: streams a consistent backup to a file, with a
 //!   progress line on stderr.
@@ -67,8 +69,12 @@ enum AdminCommand {
         #[command(subcommand)]
         command: ClustersCommand,
     },
-    /// Table of the aggregated resource types and their objects per member.
-    Resources,
+    /// Table of the aggregated resource types and their objects per member;
+    /// `get` and `set -f FILE` show and replace the resource selection.
+    Resources {
+        #[command(subcommand)]
+        command: Option<ResourcesCommand>,
+    },
     /// Table of resource versions, counts, store size and open watches.
     Stats,
     /// Compact the event log now, as far as retention allows.
@@ -81,6 +87,21 @@ enum AdminCommand {
     },
     /// Table of the members' scheduler-estimator endpoints and their last probe.
     Estimators,
+}
+
+/// `kubefold admin resources ...`.
+#[derive(Subcommand)]
+enum ResourcesCommand {
+    /// The resource selection in force and where it comes from, as YAML.
+    Get,
+    /// Replace the resource selection (persists across restarts): watchers
+    /// start and stop at once, objects no longer selected are deleted.
+    Set {
+        /// YAML or JSON file (`-` for stdin): `{rules: [...]}`, or the list
+        /// of rules alone as in the configuration's `resources` key.
+        #[arg(short = 'f', long = "filename")]
+        file: PathBuf,
+    },
 }
 
 /// `kubefold admin clusters ...`.
@@ -131,6 +152,15 @@ struct AddArgs {
     /// Do not verify the member's serving certificate (with --url; testing only).
     #[arg(long, requires = "url")]
     insecure_skip_tls_verify: bool,
+    /// A label of the cluster, KEY=VALUE (repeatable), for the label
+    /// selectors of the resource selection.
+    #[arg(long = "label", value_parser = parse_label)]
+    labels: Vec<(String, String)>,
+}
+
+fn parse_label(text: &str) -> Result<(String, String), String> {
+    let (key, value) = text.split_once('=').ok_or_else(|| format!("{text:?}: expected KEY=VALUE"))?;
+    Ok((key.to_string(), value.to_string()))
 }
 
 /// Runs one `kubefold admin` command, printing its result on stdout.
@@ -159,9 +189,26 @@ pub fn run(args: AdminArgs) -> anyhow::Result<()> {
                 writeln!(stdout, "cluster \"{}\" removed: {} objects deleted", removal.name, removal.deleted_objects)?;
             }
         },
-        AdminCommand::Resources => {
+        AdminCommand::Resources { command: None } => {
             let list: ResourceList = api.get(&["resources"])?;
             write!(stdout, "{}", resources_table(&list))?;
+        }
+        AdminCommand::Resources { command: Some(ResourcesCommand::Get) } => {
+            let list: serde_yaml::Value = api.get(&["resources"])?;
+            let shown = serde_yaml::to_string(&serde_json::json!({"source": list["source"], "selection": list["selection"], "pending": list["pending"]}))?;
+            write!(stdout, "{shown}")?;
+        }
+        AdminCommand::Resources { command: Some(ResourcesCommand::Set { file }) } => {
+            let selection = read_selection(&file)?;
+            let request = api.request(Method::PUT, &["resources"], Some(REQUEST_TIMEOUT)).json(&selection);
+            let list: ResourceList = read_json(api.send(request)?)?;
+            writeln!(
+                stdout,
+                "resource selection set: {} types served, {} waiting for discovery, {} objects deleted",
+                list.items.len(),
+                list.pending.len(),
+                list.deleted_objects.unwrap_or(0)
+            )?;
         }
         AdminCommand::Stats => {
             let stats: Stats = api.get(&["stats"])?;
@@ -202,8 +249,26 @@ impl AddArgs {
             token,
             ca_file: self.ca_file.as_deref().map(absolute).transpose()?,
             insecure_skip_tls_verify: self.insecure_skip_tls_verify,
+            labels: self.labels.iter().cloned().collect(),
         })
     }
+}
+
+/// Reads a selection file (YAML or JSON, `-` for stdin) into the body of
+/// `PUT /admin/v1/resources`; the server validates it.
+fn read_selection(file: &Path) -> anyhow::Result<serde_json::Value> {
+    let text = if file == Path::new("-") {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text)?;
+        text
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?
+    };
+    let value: serde_json::Value = serde_yaml::from_str(&text).with_context(|| format!("{}: not YAML or JSON", file.display()))?;
+    Ok(match value {
+        rules @ serde_json::Value::Array(_) => serde_json::json!({"rules": rules}),
+        other => other,
+    })
 }
 
 fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
@@ -382,10 +447,15 @@ struct ClusterRemoval {
     deleted_objects: u64,
 }
 
-/// `GET /admin/v1/resources`.
+/// `GET /admin/v1/resources` (and the answer to `PUT`).
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct ResourceList {
     items: Vec<AggregatedResource>,
+    #[serde(default)]
+    pending: Vec<serde_json::Value>,
+    #[serde(default)]
+    deleted_objects: Option<u64>,
 }
 
 /// One aggregated resource type.

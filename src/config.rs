@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use kubefold_actors::cluster::ClusterSpec;
 use kubefold_engine::names::NameStyle;
+use kubefold_engine::selection::{ResourceSelection, SelectionRule};
 use kubefold_store::Durability;
 use serde::Deserialize;
 
@@ -25,6 +26,14 @@ pub struct Config {
     /// Member clusters to aggregate.
     #[serde(default)]
     pub clusters: Vec<ClusterSpec>,
+    /// Which resource types are aggregated, from which clusters and
+    /// namespaces: rules of `targetCluster` (`clusterNames`, `labelSelector`
+    /// on the clusters' `labels`) and `resourceSelectors` (`apiVersion`,
+    /// `kind`, optional `namespace`), as Karmada's ResourceRegistry. Unset:
+    /// every built-in type from every cluster. A selection set with
+    /// `PUT /admin/v1/resources` is kept in the data dir and wins over this.
+    #[serde(default)]
+    pub resources: Option<Vec<SelectionRule>>,
     /// When a committed event is durable: `sync` (flushed before it is
     /// published to any client) or `periodic` (within `flushEveryMs`).
     #[serde(default = "default_durability")]
@@ -119,9 +128,18 @@ impl Config {
         Ok(config)
     }
 
+    /// The resource selection of the file (the default when unset).
+    pub fn resource_selection(&self) -> ResourceSelection {
+        match &self.resources {
+            Some(rules) => ResourceSelection { rules: rules.clone() },
+            None => ResourceSelection::default(),
+        }
+    }
+
     /// Checks what serde cannot.
     pub fn validate(&self) -> anyhow::Result<()> {
         self.estimator.validate()?;
+        self.resource_selection().validate().map_err(|e| anyhow::anyhow!("resources: {e}"))?;
         if self.tls.is_none() && !self.listen.ip().is_loopback() && !self.allow_plain_http {
             anyhow::bail!(
                 "refusing to serve plain HTTP on {}: configure tls (--tls-cert-file, --tls-private-key-file) or set allowPlainHttp (--allow-plain-http)",
@@ -162,6 +180,23 @@ mod tests {
         assert_eq!(defaults.durability, Durability::Sync);
         assert_eq!(defaults.name_style, NameStyle::Qualified);
         assert_eq!(config.bookmark_interval_seconds, defaults.bookmark_interval_seconds);
+        assert_eq!(defaults.resource_selection(), ResourceSelection::default());
+        let selection = config.resource_selection();
+        assert_eq!(selection.rules.len(), 2, "the example shows a rule for every cluster and one by label");
+        let builtin: Vec<_> = kubefold_engine::resources::builtin().iter().map(|r| r.type_ref()).collect();
+        let member1 = selection.plan("member1", &config.clusters[0].labels);
+        assert!(builtin.iter().all(|t| member1.contains_key(t)), "the example keeps every built-in type");
+        assert_eq!(config.clusters[1].labels.get("env").map(String::as_str), Some("prod"));
+        let member2 = selection.plan("member2", &config.clusters[1].labels);
+        assert_eq!(member2.len(), builtin.len() + 1, "member2 (env: prod) adds the widgets");
+    }
+
+    #[test]
+    fn invalid_resource_selections_are_refused() {
+        let c: Config = serde_yaml::from_str("resources: [{resourceSelectors: [{apiVersion: v1, kind: Pod, namespace: Bad_NS}]}]").unwrap();
+        let error = c.validate().unwrap_err().to_string();
+        assert!(error.contains("rules[0].resourceSelectors[0].namespace"), "{error}");
+        assert!(serde_yaml::from_str::<Config>("resources: [{resourceSelector: []}]").is_err());
     }
 
     #[test]

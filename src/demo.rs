@@ -42,6 +42,9 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
             pods: args.pods,
             churn_per_sec: args.churn_per_sec,
             seed: i as u64,
+            // The members also serve the custom resource widgets.example.com
+            // (not aggregated until selected: `kubefold admin resources set`).
+            crds: true,
             ..SimConfig::default()
         })?;
         println!("member cluster {name}: {}", sim.url());

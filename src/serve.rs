@@ -77,8 +77,21 @@ pub fn run(config: Config, shutdown: impl Future<Output = ()> + 'static, on_list
             "Store opened."
         );
         let secret = store.meta_or_init("token-secret", || rand::random::<[u8; 32]>().to_vec())?;
-        let catalog = kubefold_engine::resources::builtin();
-        let fleet = Fleet::new(catalog, config.name_style, store.clone(), recovered.index, recovered.compacted_rv);
+        // The types known: built in, and those discovered from members before
+        // (their objects are served from the store before any member answers).
+        let mut known = kubefold_engine::resources::builtin();
+        known.extend(kubefold_actors::fleet::discovered_types(&store));
+        let fleet = Fleet::new(known, config.name_style, store.clone(), recovered.index, recovered.compacted_rv);
+        let selection = match kubefold_api::admin::read_selection(&store).map_err(|s| anyhow::anyhow!(s.message))? {
+            Some(selection) => {
+                if config.resources.is_some() {
+                    warn!("The resource selection set through the admin API wins over the configuration's `resources`.");
+                }
+                selection
+            }
+            None => config.resource_selection(),
+        };
+        fleet.set_selection(selection);
         let aggregator_arbiter = Arbiter::new();
         let fleet2 = fleet.clone();
         let retention = config.retention;
@@ -95,7 +108,8 @@ pub fn run(config: Config, shutdown: impl Future<Output = ()> + 'static, on_list
         // readyz lists every member (Connecting) before any is contacted.
         for cluster in &clusters {
             fleet.set_member(cluster.clone());
-            for resource in fleet.catalog() {
+            for type_ref in fleet.selection().plan(&cluster.name, &cluster.labels).keys() {
+                let Some(resource) = fleet.known_type(type_ref).filter(|r| r.is_builtin()) else { continue };
                 let checkpoint = recovered.checkpoints.get(&(cluster.name.clone(), resource.key())).cloned();
                 fleet.update_status(&cluster.name, &resource.key(), |s| s.checkpoint = checkpoint);
             }

@@ -257,6 +257,7 @@ fn the_contract_is_well_formed_and_its_validator_can_fail() {
         ("/admin/v1/clusters/{name}", "put"),
         ("/admin/v1/clusters/{name}", "delete"),
         ("/admin/v1/resources", "get"),
+        ("/admin/v1/resources", "put"),
         ("/admin/v1/stats", "get"),
         ("/admin/v1/compact", "post"),
         ("/admin/v1/backup", "post"),
@@ -631,6 +632,24 @@ fn every_admin_operation_answers_as_the_contract_says() {
     assert!(stats["dataDirBytes"].as_u64().unwrap() > 0);
     assert_eq!(stats["watches"], 0);
 
+    // The resource selection: invalid ones are refused and change nothing;
+    // a valid one is put in force (here the default again: nothing deleted).
+    assert_eq!(resources["source"], "default");
+    let default_selection = resources["selection"].clone();
+    for (body, code, reason) in [
+        ("{\"rules\": 3}".to_string(), 400, "BadRequest"),
+        (json!({"rules": [{"resourceSelectors": [{"apiVersion": "v1", "kind": "Node", "namespace": "default"}]}]}).to_string(), 422, "Invalid"),
+        (json!({"rules": [{"targetCluster": {"clusterNames": ["Bad_Name"]}, "resourceSelectors": []}]}).to_string(), 422, "Invalid"),
+    ] {
+        let (got, status) = admin.call("PUT", "/admin/v1/resources", "/admin/v1/resources", Some(&body));
+        assert_eq!((got, status["reason"].as_str()), (code, Some(reason)), "PUT {body}: {status}");
+    }
+    assert_eq!(admin.get_ok("/admin/v1/resources", "/admin/v1/resources"), resources, "refused selections change nothing");
+    let (code, set) = admin.send_json("PUT", "/admin/v1/resources", "/admin/v1/resources", &default_selection);
+    assert_eq!(code, 200, "{set}");
+    assert_eq!((set["source"].as_str(), set["deletedObjects"].as_u64()), (Some("api"), Some(0)));
+    assert_eq!(set["items"].as_array().unwrap().len(), 10);
+
     // An open watch shows in the stats, by user agent.
     let watch = reqwest::blocking::Client::new()
         .get(format!("{}/api/v1/pods?watch=1&timeoutSeconds=30", kf.url))
@@ -844,6 +863,11 @@ fn kubefold_admin(global: &[&str], args: &[&str]) -> (bool, String, String) {
     (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
+/// The rules of the default resource selection.
+fn kubefold_default_rules() -> Value {
+    serde_json::to_value(kubefold_engine::selection::ResourceSelection::default()).unwrap()["rules"].clone()
+}
+
 /// A table as rows of cells (split on runs of 2+ spaces, as kubectl's
 /// columns are three spaces apart and no cell here holds two spaces).
 fn parse_table(text: &str) -> Vec<Vec<String>> {
@@ -908,7 +932,7 @@ fn kubefold_admin_wraps_every_operation_over_tls() {
     // clusters add / get / remove, and what the server refuses.
     let extra = demo_members(1, 0.0);
     let url = extra[0].1.url();
-    let stdout = admin(&["clusters", "add", "extra", "--url", &url, "--token", MEMBER_SECRET]);
+    let stdout = admin(&["clusters", "add", "extra", "--url", &url, "--token", MEMBER_SECRET, "--label", "env=test"]);
     assert_eq!(stdout, "cluster \"extra\" registered (phase Connecting)\n");
     let stderr = admin_fails(&["clusters", "add", "extra", "--url", &url]);
     assert!(stderr.contains("POST /admin/v1/clusters: 409 AlreadyExists: cluster \"extra\" already exists"), "{stderr}");
@@ -928,6 +952,7 @@ fn kubefold_admin_wraps_every_operation_over_tls() {
     assert_eq!(yaml["spec"]["name"].as_str(), Some("extra"));
     assert_eq!(yaml["spec"]["url"].as_str(), Some(url.as_str()));
     assert_eq!(yaml["spec"]["token"].as_str(), Some("<redacted>"));
+    assert_eq!(yaml["spec"]["labels"]["env"].as_str(), Some("test"));
     assert_eq!(yaml["source"].as_str(), Some("api"));
     assert_eq!(yaml["status"]["phase"].as_str(), Some("Synced"));
     let pods = api("/admin/v1/clusters/extra")["status"]["resources"]["v1/pods"]["objects"].as_u64().unwrap();
@@ -944,6 +969,45 @@ fn kubefold_admin_wraps_every_operation_over_tls() {
     assert_eq!(row, &["v1", "Pod", "pods", "true", &served["objects"].to_string(), &clusters.join(",")]);
     assert_eq!(table.iter().find(|r| r[2] == "deployments").unwrap()[..4], ["apps/v1", "Deployment", "deployments", "true"]);
     assert_eq!(table.len(), 11);
+
+    // resources get / set: the selection, replaced from a file (here only
+    // pods, of the clusters labelled env=test, plus nodes everywhere).
+    let shown: serde_yaml::Value = serde_yaml::from_str(&admin(&["resources", "get"])).unwrap();
+    assert_eq!(shown["source"].as_str(), Some("default"));
+    assert_eq!(shown["selection"]["rules"][0]["resourceSelectors"].as_sequence().map(Vec::len), Some(10));
+    let selection_file = tmp.path().join("selection.yaml");
+    std::fs::write(
+        &selection_file,
+        "- targetCluster: {labelSelector: {matchLabels: {env: test}}}\n  resourceSelectors: [{apiVersion: v1, kind: Pod}]\n- resourceSelectors: [{apiVersion: v1, kind: Node}]\n",
+    )
+    .unwrap();
+    let member_pods: u64 = ["member1", "member2"]
+        .iter()
+        .map(|c| api(&format!("/admin/v1/clusters/{c}"))["status"]["resources"]["v1/pods"]["objects"].as_u64().unwrap())
+        .sum();
+    let others: u64 = api("/admin/v1/resources")["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["resource"] != "pods" && r["resource"] != "nodes")
+        .map(|r| r["objects"].as_u64().unwrap())
+        .sum();
+    let stdout = admin(&["resources", "set", "-f", selection_file.to_str().unwrap()]);
+    assert_eq!(stdout, format!("resource selection set: 2 types served, 0 waiting for discovery, {} objects deleted\n", member_pods + others));
+    let table = parse_table(&admin(&["resources"]));
+    assert_eq!(table.iter().skip(1).map(|r| r[2].as_str()).collect::<Vec<_>>(), ["pods", "nodes"]);
+    let shown: serde_yaml::Value = serde_yaml::from_str(&admin(&["resources", "get"])).unwrap();
+    assert_eq!(shown["source"].as_str(), Some("api"));
+    std::fs::write(&selection_file, "rules: [{resourceSelectors: [{apiVersion: v1, kind: Pod, namespace: Bad_NS}]}]\n").unwrap();
+    let stderr = admin_fails(&["resources", "set", "-f", selection_file.to_str().unwrap()]);
+    assert!(stderr.contains("PUT /admin/v1/resources: 422 Invalid: resource selection is invalid: rules[0].resourceSelectors[0].namespace"), "{stderr}");
+    let defaults = serde_yaml::to_string(&serde_json::json!({"rules": kubefold_default_rules()})).unwrap();
+    std::fs::write(&selection_file, defaults).unwrap();
+    admin(&["resources", "set", "-f", selection_file.to_str().unwrap()]);
+    wait_for(Duration::from_secs(60), "the default selection synced again", || {
+        let status = api("/admin/v1/clusters/member1")["status"].clone();
+        status["phase"] == "Synced" && status["resources"].as_object().unwrap().len() == 10
+    });
 
     let table = parse_table(&admin(&["stats"]));
     let stats = api("/admin/v1/stats");

@@ -13,7 +13,7 @@ use kubefold_store::{Commit, Store};
 use tracing::{debug, error, info};
 
 use crate::fleet::Fleet;
-use crate::messages::{Ingest, RemoveCluster, WatchBatch};
+use crate::messages::{Ingest, Prune, RemoveCluster, WatchBatch};
 
 /// Retention of the event log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -91,7 +91,24 @@ impl Aggregator {
     /// Plans, commits and publishes one batch; returns the number of events.
     pub fn ingest(&mut self, msg: Ingest) -> Result<usize, kubefold_store::Error> {
         let started = Instant::now();
-        let Ingest { cluster, resource, batch, checkpoint } = msg;
+        let Ingest { cluster, resource, mut batch, checkpoint, scope } = msg;
+        if let Some(ticket) = scope {
+            // A watcher the selection no longer runs (stopped, or replaced
+            // by one with other namespaces) sends nothing more.
+            let current = self.fleet.scope(&cluster, &ticket.type_ref);
+            let Some(current) = current.filter(|s| s.generation == ticket.generation) else {
+                debug!(cluster = %cluster, resource = %resource, "Batch of a stopped watcher dropped.");
+                return Ok(0);
+            };
+            let keep = |i: &kubefold_engine::object::Ingested| current.namespaces.allows(&i.namespace);
+            match &mut batch {
+                WatchBatch::Changes(changes) => changes.retain(|c| match c {
+                    Change::Upsert(i) | Change::Delete(i) => keep(i),
+                }),
+                WatchBatch::Relist(objects) => objects.retain(keep),
+                WatchBatch::Bookmark => {}
+            }
+        }
         let mut working = self.index.clone();
         let mut events = Vec::new();
         match batch {
@@ -135,12 +152,53 @@ impl Aggregator {
 
     /// Turns every object of `cluster` into a DELETED event.
     pub fn remove_cluster(&mut self, cluster: &str) -> Result<usize, kubefold_store::Error> {
+        let count = self.delete_where(|_, key| key.cluster == cluster)?;
+        self.store.remove_checkpoints(cluster)?;
+        self.fleet.remove_status(cluster);
+        info!(cluster = %cluster, deleted = count, "Cluster removed.");
+        Ok(count)
+    }
+
+    /// Turns the objects of `clusters` that no running watcher keeps (their
+    /// type is not selected there, or their namespace is not) into DELETED
+    /// events, and forgets the checkpoints of types no longer watched.
+    /// Objects of types kubefold cannot name (unknown keys) are kept.
+    pub fn prune(&mut self, clusters: &[String], forget: &[(String, String)]) -> Result<usize, kubefold_store::Error> {
+        let fleet = self.fleet.clone();
+        let mut unwatched: std::collections::BTreeSet<(String, String)> = std::collections::BTreeSet::new();
+        let mut types: std::collections::HashMap<String, Option<kubefold_engine::resources::TypeRef>> = Default::default();
+        let count = self.delete_where(|resource, key| {
+            if !clusters.contains(&key.cluster) {
+                return false;
+            }
+            let type_ref = types.entry(resource.to_string()).or_insert_with(|| fleet.known_type_by_key(resource).map(|r| r.type_ref()));
+            let Some(type_ref) = type_ref else { return false };
+            match fleet.scope(&key.cluster, type_ref) {
+                Some(scope) => !scope.namespaces.allows(&key.namespace),
+                None => {
+                    unwatched.insert((key.cluster.clone(), resource.to_string()));
+                    true
+                }
+            }
+        })?;
+        for (cluster, resource) in unwatched.iter().chain(forget) {
+            self.store.remove_checkpoint(cluster, resource)?;
+        }
+        if count > 0 {
+            info!(clusters = ?clusters, deleted = count, "Objects no longer selected removed.");
+        }
+        Ok(count)
+    }
+
+    /// Turns every object for which `doomed(resource, key)` holds into a
+    /// DELETED event, committed and published as one batch.
+    fn delete_where(&mut self, mut doomed: impl FnMut(&str, &kubefold_engine::event::ObjectKey) -> bool) -> Result<usize, kubefold_store::Error> {
         let mut working = self.index.clone();
         let mut events = Vec::new();
         for resource in working.resource_keys() {
             let doomed: Vec<_> = working
                 .range(&resource, None, None)
-                .filter(|(k, _)| k.cluster == cluster)
+                .filter(|(k, _)| doomed(&resource, k))
                 .map(|(k, e)| (k.clone(), e.clone()))
                 .collect();
             for (key, entry) in doomed {
@@ -155,22 +213,22 @@ impl Aggregator {
                     body: last.body,
                 };
                 let rv = working.head_rv() + 1;
-                if let Some(event) = plan_change(&working, &resource, cluster, Change::Delete(ingested), rv) {
+                if let Some(event) = plan_change(&working, &resource, &key.cluster, Change::Delete(ingested), rv) {
                     debug_assert_eq!(event.event_type, EventType::Deleted);
                     working.apply(&event);
                     events.push(event);
                 }
             }
         }
+        if events.is_empty() {
+            return Ok(0);
+        }
         stamp(&mut events);
         let commit = Commit { events, checkpoints: Vec::new() };
         self.store.commit(&commit)?;
-        self.store.remove_checkpoints(cluster)?;
         let count = commit.events.len();
         self.index = working.clone();
         self.fleet.publish(working, commit.events);
-        self.fleet.remove_status(cluster);
-        info!(cluster = %cluster, deleted = count, "Cluster removed.");
         Ok(count)
     }
 
@@ -283,6 +341,17 @@ impl Handler<Backup> for Aggregator {
         let records = self.store.backup(&mut writer).map_err(|e| e.to_string())?;
         info!(records, head_rv = self.index.head_rv(), "Backup written.");
         Ok(path)
+    }
+}
+
+impl Handler<Prune> for Aggregator {
+    type Result = Result<usize, String>;
+
+    fn handle(&mut self, msg: Prune, _ctx: &mut Self::Context) -> Self::Result {
+        self.prune(&msg.clusters, &msg.forget).map_err(|e| {
+            error!(error = %e, "Pruning deselected objects failed.");
+            e.to_string()
+        })
     }
 }
 

@@ -1,5 +1,6 @@
 //! Member cluster connection settings, and kube clients built from them.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -67,6 +68,10 @@ pub struct ClusterSpec {
     /// Skip verification of the member's serving certificate (for `url`; testing only).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub insecure_skip_tls_verify: bool,
+    /// Labels of the cluster, matched by the `targetCluster.labelSelector`
+    /// of resource selection rules (e.g. `env: prod`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 /// Shows whether a secret is set, never its value.
@@ -88,6 +93,7 @@ impl std::fmt::Debug for ClusterSpec {
             .field("token", &Redacted(&self.token))
             .field("ca_file", &self.ca_file)
             .field("insecure_skip_tls_verify", &self.insecure_skip_tls_verify)
+            .field("labels", &self.labels)
             .finish()
     }
 }
@@ -103,6 +109,7 @@ impl ClusterSpec {
             token: None,
             ca_file: None,
             insecure_skip_tls_verify: false,
+            labels: BTreeMap::new(),
         }
     }
 

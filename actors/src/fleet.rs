@@ -1,10 +1,13 @@
 //! The fleet's shared read view: the latest index snapshot, the live event
-//! fan-out, the store (object bodies, event log) and per-cluster status.
+//! fan-out, the store (object bodies, event log), per-cluster status, and
+//! what is aggregated: the resource selection, the types known (built in or
+//! discovered from members), the catalog served from them, and the scope
+//! (namespaces, generation) of every running watcher.
 //!
 //! The aggregator is the only writer; HTTP workers read it concurrently
 //! without ever waiting in the aggregator's mailbox.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -12,7 +15,8 @@ use arc_swap::ArcSwap;
 use kubefold_engine::event::StoredEvent;
 use kubefold_engine::index::Index;
 use kubefold_engine::names::NameStyle;
-use kubefold_engine::resources::ResourceType;
+use kubefold_engine::resources::{ResourceType, TypeRef};
+use kubefold_engine::selection::{NamespaceFilter, ResourceSelection};
 use kubefold_store::Store;
 use serde::Serialize;
 use tokio::sync::broadcast;
@@ -59,9 +63,43 @@ impl Default for WatcherStatus {
     }
 }
 
+/// The store meta key of the types discovered from members (JSON list of
+/// [`ResourceType`]): a restart serves them before any member is contacted.
+pub const DISCOVERED_TYPES_KEY: &str = "discovered-types";
+
+/// The types discovered from members before, as the store keeps them; none
+/// when unreadable (they are discovered again).
+pub fn discovered_types(store: &Store) -> Vec<ResourceType> {
+    let bytes = match store.meta(DISCOVERED_TYPES_KEY) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Vec::new(),
+        Err(e) => {
+            tracing::warn!(error = %e, "Discovered resource types unreadable; they are discovered again.");
+            return Vec::new();
+        }
+    };
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "Discovered resource types unreadable; they are discovered again.");
+        Vec::new()
+    })
+}
+
+/// What one watcher (cluster × selected type) keeps: its namespaces, and the
+/// generation that tells its batches from those of a watcher it replaced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchScope {
+    /// Distinct for every watcher the supervisor starts.
+    pub generation: u64,
+    /// The namespaces whose objects are kept.
+    pub namespaces: NamespaceFilter,
+}
+
 /// The shared read view. Cheap to clone behind an `Arc`.
 pub struct Fleet {
-    catalog: Vec<ResourceType>,
+    catalog: ArcSwap<Vec<ResourceType>>,
+    known: RwLock<Vec<ResourceType>>,
+    selection: ArcSwap<ResourceSelection>,
+    scopes: RwLock<HashMap<(String, TypeRef), WatchScope>>,
     name_style: NameStyle,
     store: Store,
     snapshot: ArcSwap<Index>,
@@ -75,11 +113,17 @@ pub struct Fleet {
 }
 
 impl Fleet {
-    /// A view over `store`, starting from the recovered `index`.
-    pub fn new(catalog: Vec<ResourceType>, name_style: NameStyle, store: Store, index: Index, compacted_rv: u64) -> Arc<Fleet> {
+    /// A view over `store`, starting from the recovered `index`, with the
+    /// `known` types (the built-in ones and those discovered before) and the
+    /// default selection (every built-in type from every cluster).
+    pub fn new(known: Vec<ResourceType>, name_style: NameStyle, store: Store, index: Index, compacted_rv: u64) -> Arc<Fleet> {
         let (events, _) = broadcast::channel(FANOUT_CAPACITY);
+        let selection = ResourceSelection::default();
         Arc::new(Fleet {
-            catalog,
+            catalog: ArcSwap::from_pointee(selection.catalog(&known)),
+            known: RwLock::new(known),
+            selection: ArcSwap::from_pointee(selection),
+            scopes: RwLock::new(HashMap::new()),
             name_style,
             store,
             snapshot: ArcSwap::from_pointee(index),
@@ -91,9 +135,84 @@ impl Fleet {
         })
     }
 
-    /// The aggregated resource types.
-    pub fn catalog(&self) -> &[ResourceType] {
-        &self.catalog
+    /// The aggregated resource types: those selected and known, as
+    /// discovery serves them now.
+    pub fn catalog(&self) -> Arc<Vec<ResourceType>> {
+        self.catalog.load_full()
+    }
+
+    /// The resource selection in force.
+    pub fn selection(&self) -> Arc<ResourceSelection> {
+        self.selection.load_full()
+    }
+
+    /// Puts `selection` in force for discovery at once (the supervisor
+    /// starts and stops the watchers).
+    pub fn set_selection(&self, selection: ResourceSelection) {
+        let known = self.known.read().unwrap_or_else(|e| e.into_inner());
+        self.catalog.store(Arc::new(selection.catalog(&known)));
+        self.selection.store(Arc::new(selection));
+    }
+
+    /// The type `type_ref` names: a built-in one, or one discovered from a member.
+    pub fn known_type(&self, type_ref: &TypeRef) -> Option<ResourceType> {
+        if let Some(r) = kubefold_engine::resources::builtin().into_iter().find(|r| type_ref.names(r)) {
+            return Some(r);
+        }
+        self.known.read().unwrap_or_else(|e| e.into_inner()).iter().find(|r| type_ref.names(r)).cloned()
+    }
+
+    /// The known type with the store key `key` (`example.com/v1/widgets`).
+    pub fn known_type_by_key(&self, key: &str) -> Option<ResourceType> {
+        if let Some(r) = kubefold_engine::resources::find_by_key(&kubefold_engine::resources::builtin(), key) {
+            return Some(r.clone());
+        }
+        kubefold_engine::resources::find_by_key(&self.known.read().unwrap_or_else(|e| e.into_inner()), key).cloned()
+    }
+
+    /// Records a type discovered from a member (new, or with changed
+    /// details such as printer columns): persisted, and served at once
+    /// when selected.
+    pub fn learn_type(&self, resource: ResourceType) {
+        if resource.is_builtin() {
+            return;
+        }
+        let mut known = self.known.write().unwrap_or_else(|e| e.into_inner());
+        match known.iter_mut().find(|r| r.key() == resource.key()) {
+            Some(existing) if *existing == resource => return,
+            Some(existing) => *existing = resource,
+            None => known.push(resource),
+        }
+        let discovered: Vec<&ResourceType> = known.iter().filter(|r| !r.is_builtin()).collect();
+        match serde_json::to_vec(&discovered) {
+            Ok(bytes) => {
+                if let Err(e) = self.store.put_meta(DISCOVERED_TYPES_KEY, &bytes) {
+                    tracing::error!(error = %e, "Cannot persist the discovered resource types.");
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "Cannot encode the discovered resource types."),
+        }
+        self.catalog.store(Arc::new(self.selection().catalog(&known)));
+    }
+
+    /// The scope of the watcher of `type_ref` in `cluster`, if one runs.
+    pub fn scope(&self, cluster: &str, type_ref: &TypeRef) -> Option<WatchScope> {
+        self.scopes.read().unwrap_or_else(|e| e.into_inner()).get(&(cluster.to_string(), type_ref.clone())).cloned()
+    }
+
+    /// Records the scope of a (new) watcher.
+    pub fn set_scope(&self, cluster: &str, type_ref: &TypeRef, scope: WatchScope) {
+        self.scopes.write().unwrap_or_else(|e| e.into_inner()).insert((cluster.to_string(), type_ref.clone()), scope);
+    }
+
+    /// Forgets the scope of a stopped watcher: its batches are dropped from now on.
+    pub fn remove_scope(&self, cluster: &str, type_ref: &TypeRef) {
+        self.scopes.write().unwrap_or_else(|e| e.into_inner()).remove(&(cluster.to_string(), type_ref.clone()));
+    }
+
+    /// Forgets every scope of a cluster.
+    pub fn remove_scopes(&self, cluster: &str) {
+        self.scopes.write().unwrap_or_else(|e| e.into_inner()).retain(|(c, _), _| c != cluster);
     }
 
     /// How names are served.
@@ -150,6 +269,13 @@ impl Fleet {
     /// Forgets a cluster's status (it was removed).
     pub fn remove_status(&self, cluster: &str) {
         self.status.write().unwrap_or_else(|e| e.into_inner()).remove(cluster);
+    }
+
+    /// Forgets the status of one watcher (its type was deselected).
+    pub fn remove_watcher_status(&self, cluster: &str, resource: &str) {
+        if let Some(watchers) = self.status.write().unwrap_or_else(|e| e.into_inner()).get_mut(cluster) {
+            watchers.remove(resource);
+        }
     }
 
     /// Records a member's connection settings (edits are forwarded with them).

@@ -3,6 +3,7 @@
 use actix::Message;
 use kubefold_engine::event::Change;
 use kubefold_engine::object::Ingested;
+use kubefold_engine::resources::TypeRef;
 
 /// What a watcher hands the aggregator for one (cluster, resource type).
 #[derive(Debug)]
@@ -28,6 +29,34 @@ pub struct Ingest {
     pub batch: WatchBatch,
     /// The member RV reached with this batch, persisted as the checkpoint.
     pub checkpoint: String,
+    /// Which selected watcher sent it, for watchers the supervisor starts:
+    /// the aggregator drops the batch when that watcher no longer runs and
+    /// keeps only the objects of the namespaces it selects. `None` for
+    /// watchers outside the selection (the resolver's).
+    pub scope: Option<ScopeTicket>,
+}
+
+/// The identity of a selected watcher: the type it watches for the
+/// selection and its generation ([`crate::fleet::WatchScope`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScopeTicket {
+    /// The selected type.
+    pub type_ref: TypeRef,
+    /// The watcher's generation.
+    pub generation: u64,
+}
+
+/// The selection changed (or a cluster was added): objects of the
+/// `clusters` that no running watcher's scope keeps become DELETED events,
+/// and their checkpoints go.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<usize, String>")]
+pub struct Prune {
+    /// The clusters to check.
+    pub clusters: Vec<String>,
+    /// Checkpoints (cluster, resource key) of watchers that stopped for good,
+    /// removed after any batch of theirs still being committed.
+    pub forget: Vec<(String, String)>,
 }
 
 /// A cluster was removed: its objects become DELETED events.

@@ -963,7 +963,7 @@ mod tests {
     }
 
     fn batch(resource: &str, batch: WatchBatch) -> Ingest {
-        Ingest { cluster: "karmada".into(), resource: resource.into(), batch, checkpoint: "1".into() }
+        Ingest { cluster: "karmada".into(), resource: resource.into(), batch, checkpoint: "1".into(), scope: None }
     }
 
     fn config_with_control_plane() -> EstimatorConfig {

@@ -1,19 +1,30 @@
-//! The `Supervisor` actor owns the set of member clusters and their watcher
-//! actors: it starts one `ClusterWatcher` per (cluster, resource type) on a
-//! pool of arbiters (threads), so that decoding a large list never stalls the
-//! aggregator or the HTTP workers, and stops them when a cluster goes.
+//! The `Supervisor` actor owns the set of member clusters, the resource
+//! selection, and the watcher actors: it starts one `ClusterWatcher` per
+//! (cluster, selected resource type) on a pool of arbiters (threads), so
+//! that decoding a large list never stalls the aggregator or the HTTP
+//! workers, and stops them when a cluster goes or the selection drops the
+//! type there. Watchers the selection keeps are never restarted by a change
+//! of other types.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use actix::{Actor, Addr, Arbiter, ArbiterHandle, Context, Handler, Message, ResponseFuture};
+use kubefold_engine::resources::TypeRef;
+use kubefold_engine::selection::{NamespaceFilter, ResourceSelection};
 use tracing::info;
 
 use crate::aggregator::Aggregator;
 use crate::cluster::ClusterSpec;
-use crate::fleet::Fleet;
-use crate::messages::{RemoveCluster, Stop};
-use crate::watcher::ClusterWatcher;
+use crate::fleet::{Fleet, WatchScope};
+use crate::messages::{Prune, RemoveCluster, ScopeTicket, Stop};
+use crate::watcher::{ClusterWatcher, WatchTarget};
+
+/// One running watcher.
+struct Running {
+    addr: Addr<ClusterWatcher>,
+    namespaces: NamespaceFilter,
+}
 
 /// The supervisor's state.
 pub struct Supervisor {
@@ -21,8 +32,9 @@ pub struct Supervisor {
     aggregator: Addr<Aggregator>,
     arbiters: Vec<Arbiter>,
     next_arbiter: usize,
+    next_generation: u64,
     clusters: BTreeMap<String, ClusterSpec>,
-    watchers: HashMap<String, Vec<Addr<ClusterWatcher>>>,
+    watchers: HashMap<String, BTreeMap<TypeRef, Running>>,
     checkpoints: BTreeMap<(String, String), String>,
 }
 
@@ -41,6 +53,43 @@ pub struct DropCluster(pub String);
 #[rtype(result = "Vec<ClusterSpec>")]
 pub struct ListClusters;
 
+/// Puts a (validated) resource selection in force: discovery follows at
+/// once, watchers start and stop, and objects no longer selected become
+/// DELETED events. Replies with their number.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<usize, String>")]
+pub struct SetSelection(pub ResourceSelection);
+
+/// What to change for one cluster to follow the selection.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// Types to stop watching.
+    pub stop: Vec<TypeRef>,
+    /// Types to (re)start, with their namespaces and whether the new
+    /// watcher may resume from the old one's checkpoint (the namespaces did
+    /// not widen; a wider scope needs a fresh list).
+    pub start: Vec<(TypeRef, NamespaceFilter, bool)>,
+}
+
+/// The changes that take the watchers of a cluster from `running` to `plan`.
+pub fn changes(running: &BTreeMap<TypeRef, NamespaceFilter>, plan: &BTreeMap<TypeRef, NamespaceFilter>) -> Changes {
+    let mut out = Changes::default();
+    for (type_ref, old) in running {
+        match plan.get(type_ref) {
+            None => out.stop.push(type_ref.clone()),
+            Some(new) if new != old => {
+                out.stop.push(type_ref.clone());
+                out.start.push((type_ref.clone(), new.clone(), new.is_within(old)));
+            }
+            Some(_) => {}
+        }
+    }
+    for (type_ref, new) in plan.iter().filter(|(t, _)| !running.contains_key(*t)) {
+        out.start.push((type_ref.clone(), new.clone(), true));
+    }
+    out
+}
+
 impl Supervisor {
     /// A supervisor over `fleet`, with `threads` watcher threads; `checkpoints`
     /// are the persisted member RVs to resume from.
@@ -56,6 +105,7 @@ impl Supervisor {
             aggregator,
             arbiters,
             next_arbiter: 0,
+            next_generation: 1,
             clusters: BTreeMap::new(),
             watchers: HashMap::new(),
             checkpoints,
@@ -71,39 +121,134 @@ impl Supervisor {
     /// Starts watching `spec` (replacing the watchers of a cluster of that name).
     pub fn add_cluster(&mut self, spec: ClusterSpec) {
         self.stop_watchers(&spec.name);
-        if self.clusters.get(&spec.name).is_some_and(|old| *old != spec) {
+        let another_member = self.clusters.get(&spec.name).is_some_and(|old| {
+            // Labels only choose what is watched; they do not make another member.
+            let mut old = old.clone();
+            old.labels = spec.labels.clone();
+            old != spec
+        });
+        if another_member {
             // Another member behind the same name: its resourceVersions mean
             // nothing here. Relist, and let the relist diff settle the objects.
             self.checkpoints.retain(|(c, _), _| c != &spec.name);
             if let Err(e) = self.fleet.store().remove_checkpoints(&spec.name) {
                 tracing::error!(cluster = %spec.name, error = %e, "Cannot forget the old member's checkpoints.");
             }
+        } else {
+            // The same member: resume from where its watchers were.
+            for (resource, status) in self.fleet.status().remove(&spec.name).unwrap_or_default() {
+                if let Some(rv) = status.checkpoint {
+                    self.checkpoints.insert((spec.name.clone(), resource), rv);
+                }
+            }
         }
         // Every watcher starts as Connecting: readiness waits for all of them.
         self.fleet.remove_status(&spec.name);
-        for resource in self.fleet.catalog() {
-            let checkpoint = self.checkpoints.get(&(spec.name.clone(), resource.key())).cloned();
-            self.fleet.update_status(&spec.name, &resource.key(), |s| s.checkpoint = checkpoint);
-        }
-        let mut addrs = Vec::new();
-        for resource in self.fleet.catalog().to_vec() {
-            let checkpoint = self.checkpoints.get(&(spec.name.clone(), resource.key())).cloned();
-            let (spec2, aggregator, fleet) = (spec.clone(), self.aggregator.clone(), self.fleet.clone());
-            let arbiter = self.arbiter();
-            addrs.push(ClusterWatcher::start_in_arbiter(&arbiter, move |_| {
-                ClusterWatcher::new(spec2, resource, aggregator.recipient(), fleet, checkpoint)
-            }));
-        }
         self.fleet.set_member(spec.clone());
-        info!(cluster = %spec.name, watchers = addrs.len(), "Cluster added.");
-        self.watchers.insert(spec.name.clone(), addrs);
-        self.clusters.insert(spec.name.clone(), spec);
+        self.clusters.insert(spec.name.clone(), spec.clone());
+        let plan = self.fleet.selection().plan(&spec.name, &spec.labels);
+        for (type_ref, namespaces) in plan {
+            self.start_watcher(&spec, type_ref, namespaces, true);
+        }
+        info!(cluster = %spec.name, watchers = self.watchers.get(&spec.name).map_or(0, |w| w.len()), "Cluster added.");
+        // Objects of types (or namespaces) no longer selected here, e.g.
+        // after a restart with another selection, become DELETED events.
+        self.aggregator.do_send(Prune { clusters: vec![spec.name.clone()], forget: Vec::new() });
+    }
+
+    /// Puts `selection` in force; returns what to prune.
+    pub fn set_selection(&mut self, selection: ResourceSelection) -> Prune {
+        let mut forget = Vec::new();
+        self.fleet.set_selection(selection.clone());
+        for spec in self.clusters.values().cloned().collect::<Vec<_>>() {
+            let running: BTreeMap<TypeRef, NamespaceFilter> = self
+                .watchers
+                .get(&spec.name)
+                .map(|w| w.iter().map(|(t, r)| (t.clone(), r.namespaces.clone())).collect())
+                .unwrap_or_default();
+            let plan = selection.plan(&spec.name, &spec.labels);
+            let Changes { stop, start } = changes(&running, &plan);
+            for type_ref in &stop {
+                let checkpoint = self.stop_watcher(&spec.name, type_ref);
+                if let Some((key, rv)) = checkpoint {
+                    self.checkpoints.insert((spec.name.clone(), key), rv);
+                }
+                if !plan.contains_key(type_ref) {
+                    if let Some(resource) = self.fleet.known_type(type_ref) {
+                        forget.push((spec.name.clone(), resource.key()));
+                    }
+                }
+            }
+            for (type_ref, namespaces, resume) in start {
+                self.start_watcher(&spec, type_ref, namespaces, resume);
+            }
+            // Checkpoints of types no longer watched are stale the moment
+            // their objects go.
+            let watched: Vec<String> = plan.keys().filter_map(|t| self.fleet.known_type(t)).map(|r| r.key()).collect();
+            self.checkpoints.retain(|(c, key), _| c != &spec.name || watched.contains(key));
+            if !stop.is_empty() || !plan.is_empty() {
+                info!(cluster = %spec.name, stopped = stop.len(), watchers = plan.len(), "Resource selection applied.");
+            }
+        }
+        Prune { clusters: self.clusters.keys().cloned().collect(), forget }
+    }
+
+    /// Starts the watcher of `type_ref` in `spec` for `namespaces`; resumes
+    /// from the last checkpoint when `resume`, lists afresh otherwise.
+    fn start_watcher(&mut self, spec: &ClusterSpec, type_ref: TypeRef, namespaces: NamespaceFilter, resume: bool) {
+        let generation = self.next_generation;
+        self.next_generation += 1;
+        self.fleet.set_scope(&spec.name, &type_ref, WatchScope { generation, namespaces: namespaces.clone() });
+        let known = self.fleet.known_type(&type_ref);
+        let key = known.as_ref().map(|r| r.key());
+        let checkpoint_key = key.clone().map(|k| (spec.name.clone(), k));
+        let checkpoint = match &checkpoint_key {
+            Some(k) if resume => self.checkpoints.get(k).cloned(),
+            Some(k) => {
+                self.checkpoints.remove(k);
+                if let Err(e) = self.fleet.store().remove_checkpoint(&k.0, &k.1) {
+                    tracing::error!(cluster = %spec.name, resource = %k.1, error = %e, "Cannot forget a checkpoint.");
+                }
+                None
+            }
+            None => None,
+        };
+        let target = match known {
+            Some(resource) if resource.is_builtin() => {
+                let rv = checkpoint.clone();
+                self.fleet.update_status(&spec.name, &resource.key(), |s| s.checkpoint = rv);
+                WatchTarget::Known(resource)
+            }
+            _ => WatchTarget::Discover(type_ref.clone()),
+        };
+        let namespace = namespaces.single().map(str::to_string);
+        let ticket = ScopeTicket { type_ref: type_ref.clone(), generation };
+        let checkpoint = key.zip(checkpoint);
+        let (spec2, aggregator, fleet) = (spec.clone(), self.aggregator.clone(), self.fleet.clone());
+        let arbiter = self.arbiter();
+        let addr = ClusterWatcher::start_in_arbiter(&arbiter, move |_| {
+            ClusterWatcher::selected(spec2, target, namespace, ticket, aggregator.recipient(), fleet, checkpoint)
+        });
+        self.watchers.entry(spec.name.clone()).or_default().insert(type_ref, Running { addr, namespaces });
+    }
+
+    /// Stops one watcher; returns its resource key and last checkpoint.
+    fn stop_watcher(&mut self, cluster: &str, type_ref: &TypeRef) -> Option<(String, String)> {
+        if let Some(running) = self.watchers.get_mut(cluster).and_then(|w| w.remove(type_ref)) {
+            running.addr.do_send(Stop);
+        }
+        self.fleet.remove_scope(cluster, type_ref);
+        let key = self.fleet.known_type(type_ref)?.key();
+        let status = self.fleet.status().get(cluster).and_then(|w| w.get(&key).cloned());
+        self.fleet.remove_watcher_status(cluster, &key);
+        Some(key).zip(status.and_then(|s| s.checkpoint))
     }
 
     fn stop_watchers(&mut self, cluster: &str) {
-        for addr in self.watchers.remove(cluster).unwrap_or_default() {
-            addr.do_send(Stop);
+        for (_, running) in self.watchers.remove(cluster).unwrap_or_default() {
+            running.addr.do_send(Stop);
         }
+        self.fleet.remove_scopes(cluster);
     }
 }
 
@@ -149,5 +294,49 @@ impl Handler<ListClusters> for Supervisor {
 
     fn handle(&mut self, _msg: ListClusters, _ctx: &mut Self::Context) -> Self::Result {
         actix::MessageResult(self.clusters.values().cloned().collect())
+    }
+}
+
+impl Handler<SetSelection> for Supervisor {
+    type Result = ResponseFuture<Result<usize, String>>;
+
+    fn handle(&mut self, msg: SetSelection, _ctx: &mut Self::Context) -> Self::Result {
+        let prune = self.set_selection(msg.0);
+        let aggregator = self.aggregator.clone();
+        Box::pin(async move { aggregator.send(prune).await.map_err(|e| e.to_string())? })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn only(namespaces: &[&str]) -> NamespaceFilter {
+        NamespaceFilter::Only(namespaces.iter().map(|s| s.to_string()).collect())
+    }
+
+    #[test]
+    fn only_changed_types_restart_and_widening_relists() {
+        let (pods, nodes, widgets, cms) =
+            (TypeRef::new("v1", "Pod"), TypeRef::new("v1", "Node"), TypeRef::new("example.com/v1", "Widget"), TypeRef::new("v1", "ConfigMap"));
+        let running: BTreeMap<_, _> = [
+            (pods.clone(), NamespaceFilter::All),
+            (nodes.clone(), NamespaceFilter::All),
+            (cms.clone(), only(&["a"])),
+        ]
+        .into();
+        let plan: BTreeMap<_, _> = [
+            (pods.clone(), only(&["default"])),
+            (widgets.clone(), NamespaceFilter::All),
+            (cms.clone(), only(&["a", "b"])),
+        ]
+        .into();
+        let c = changes(&running, &plan);
+        assert_eq!(c.stop, [cms.clone(), nodes, pods.clone()]);
+        assert_eq!(
+            c.start,
+            [(cms, only(&["a", "b"]), false), (pods.clone(), only(&["default"]), true), (widgets, NamespaceFilter::All, true)]
+        );
+        assert_eq!(changes(&plan, &plan), Changes::default(), "an unchanged selection touches nothing");
     }
 }

@@ -3,6 +3,12 @@
 //! the list and watch requests the machine asks for, turns what the member
 //! sends into [`Change`]s, and hands them to the aggregator with backpressure
 //! (`send(..).await`: it reads the member no faster than commits complete).
+//!
+//! A selected type that is not built in (a custom resource, or any other
+//! type the member serves) is first discovered from the member: its
+//! discovery document gives the plural, scope, verbs, short names and
+//! categories, and its CustomResourceDefinition, when the member shows it,
+//! the printer columns.
 
 use std::sync::Arc;
 
@@ -12,7 +18,7 @@ use kube::api::{ListParams, WatchParams};
 use kube::core::Request as KubeRequest;
 use kubefold_engine::event::Change;
 use kubefold_engine::object::{ingest, Ingested};
-use kubefold_engine::resources::ResourceType;
+use kubefold_engine::resources::{ResourceType, TypeRef};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use tracing::{debug, info, warn};
@@ -20,7 +26,7 @@ use tracing::{debug, info, warn};
 use crate::cluster::ClusterSpec;
 use crate::fleet::{Fleet, SyncState};
 use crate::machine::{Input, Machine, Request};
-use crate::messages::{Ingest, Stop, WatchBatch};
+use crate::messages::{Ingest, ScopeTicket, Stop, WatchBatch};
 
 /// Page size of the watcher's lists.
 const LIST_PAGE: u32 = 500;
@@ -37,14 +43,28 @@ const MAX_LINE: usize = 64 << 20;
 /// so a member that stays silent this long did not take the request as a
 /// streaming list (a server before 1.27 ignores `sendInitialEvents`).
 const INITIAL_EVENTS_SILENCE: std::time::Duration = std::time::Duration::from_secs(10);
+/// Longest pause between two attempts to discover a type the member does not serve (yet).
+const MAX_DISCOVERY_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// What a watcher watches.
+#[derive(Debug, Clone)]
+pub enum WatchTarget {
+    /// A type whose details kubefold has (the built-in ones).
+    Known(ResourceType),
+    /// A selected type to discover from the member before watching it.
+    Discover(TypeRef),
+}
 
 /// The watcher actor.
 pub struct ClusterWatcher {
     spec: ClusterSpec,
-    resource: ResourceType,
+    target: WatchTarget,
     sink: Recipient<Ingest>,
     fleet: Arc<Fleet>,
-    checkpoint: Option<String>,
+    /// The resource key and member RV to resume from.
+    checkpoint: Option<(String, String)>,
+    namespace: Option<String>,
+    ticket: Option<ScopeTicket>,
 }
 
 impl ClusterWatcher {
@@ -58,7 +78,24 @@ impl ClusterWatcher {
         fleet: Arc<Fleet>,
         checkpoint: Option<String>,
     ) -> ClusterWatcher {
-        ClusterWatcher { spec, resource, sink, fleet, checkpoint }
+        let checkpoint = checkpoint.map(|rv| (resource.key(), rv));
+        ClusterWatcher { spec, target: WatchTarget::Known(resource), sink, fleet, checkpoint, namespace: None, ticket: None }
+    }
+
+    /// A watcher the resource selection asks for: `target` in the member
+    /// `spec`, in `namespace` only when set, identified by `ticket`,
+    /// resuming from `checkpoint` (resource key and member RV) when the
+    /// type's key is still that one.
+    pub fn selected(
+        spec: ClusterSpec,
+        target: WatchTarget,
+        namespace: Option<String>,
+        ticket: ScopeTicket,
+        sink: Recipient<Ingest>,
+        fleet: Arc<Fleet>,
+        checkpoint: Option<(String, String)>,
+    ) -> ClusterWatcher {
+        ClusterWatcher { spec, target, sink, fleet, checkpoint, namespace, ticket: Some(ticket) }
     }
 }
 
@@ -66,16 +103,86 @@ impl Actor for ClusterWatcher {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        let run = Run {
-            spec: self.spec.clone(),
-            resource: self.resource.clone(),
-            key: self.resource.key(),
-            sink: self.sink.clone(),
-            fleet: self.fleet.clone(),
+        let (spec, target, sink, fleet) = (self.spec.clone(), self.target.clone(), self.sink.clone(), self.fleet.clone());
+        let (namespace, ticket, checkpoint) = (self.namespace.clone(), self.ticket.clone(), self.checkpoint.clone());
+        let watch = async move {
+            let seed = (spec.name.len() as u64) << 32 ^ std::process::id() as u64;
+            let mut machine = Machine::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            let resource = match &target {
+                WatchTarget::Known(resource) => resource.clone(),
+                WatchTarget::Discover(type_ref) => {
+                    let client = connect(&spec, &mut machine, |e| warn!(cluster = %spec.name, resource = %type_ref, error = e, "Member request failed.")).await;
+                    discover(&client, &spec.name, type_ref, &fleet).await
+                }
+            };
+            let checkpoint = checkpoint.filter(|(key, _)| *key == resource.key()).map(|(_, rv)| rv);
+            let run = Run { key: resource.key(), spec, resource, sink, fleet, namespace, ticket };
+            if !matches!(target, WatchTarget::Known(_)) {
+                // Discovered types report from now on (readiness does not
+                // wait for a type a member may never serve).
+                run.update_status(|s| s.checkpoint = checkpoint.clone());
+            }
+            run.run(machine, checkpoint).await
         };
-        let checkpoint = self.checkpoint.clone();
-        ctx.spawn(run.run(checkpoint).into_actor(self).map(|_, _, ctx| ctx.stop()));
+        ctx.spawn(watch.into_actor(self).map(|_, _, ctx| ctx.stop()));
     }
+}
+
+/// Builds the member's client, retrying with the machine's backoff.
+async fn connect(spec: &ClusterSpec, machine: &mut Machine, report: impl Fn(&str)) -> kube::Client {
+    loop {
+        match spec.client().await {
+            Ok(client) => return client,
+            Err(e) => {
+                report(&e.to_string());
+                let retry = machine.step(Input::Failed { retry_after: None });
+                tokio::time::sleep(retry.delay).await;
+            }
+        }
+    }
+}
+
+/// Discovers `type_ref` from the member until it serves it (a CRD may be
+/// installed later), records it in the fleet, and returns it.
+async fn discover(client: &kube::Client, cluster: &str, type_ref: &TypeRef, fleet: &Fleet) -> ResourceType {
+    let mut delay = std::time::Duration::from_secs(1);
+    let mut reported = false;
+    loop {
+        match discover_once(client, type_ref).await {
+            Ok(resource) => {
+                info!(cluster, resource = %resource.key(), kind = %type_ref, printer_columns = resource.printer_columns.len(), "Resource type discovered.");
+                fleet.learn_type(resource.clone());
+                return resource;
+            }
+            Err(error) if !reported => {
+                warn!(cluster, resource = %type_ref, error, "Selected resource type not discovered; retrying.");
+                reported = true;
+            }
+            Err(error) => debug!(cluster, resource = %type_ref, error, "Selected resource type still not discovered."),
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(MAX_DISCOVERY_RETRY);
+    }
+}
+
+/// One discovery of `type_ref`: the member's document of its group version,
+/// then (for a group other than the core one) its CustomResourceDefinition,
+/// which may be absent or forbidden (then the type has no printer columns).
+async fn discover_once(client: &kube::Client, type_ref: &TypeRef) -> Result<ResourceType, String> {
+    let get = |path: String| async move {
+        let request = http::Request::get(path).body(Vec::new()).map_err(|e| e.to_string())?;
+        let text = client.request_text(request).await.map_err(|e| e.to_string())?;
+        serde_json::from_str::<serde_json::Value>(&text).map_err(|e| e.to_string())
+    };
+    let (group, version) = type_ref.group_version();
+    let path = if group.is_empty() { format!("/api/{version}") } else { format!("/apis/{group}/{version}") };
+    let list = get(path.clone()).await.map_err(|e| format!("GET {path}: {e}"))?;
+    let bare = kubefold_engine::resources::from_discovery(type_ref, &list, None)?;
+    if group.is_empty() {
+        return Ok(bare);
+    }
+    let crd = get(format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{}.{group}", bare.plural)).await.ok();
+    kubefold_engine::resources::from_discovery(type_ref, &list, crd.as_ref())
 }
 
 impl Handler<Stop> for ClusterWatcher {
@@ -158,25 +265,16 @@ struct Run {
     key: String,
     sink: Recipient<Ingest>,
     fleet: Arc<Fleet>,
+    namespace: Option<String>,
+    ticket: Option<ScopeTicket>,
 }
 
 impl Run {
-    async fn run(self, checkpoint: Option<String>) {
-        let seed = (self.spec.name.len() as u64) << 32 ^ self.key.len() as u64 ^ std::process::id() as u64;
-        let mut machine = Machine::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    async fn run(self, mut machine: Machine, checkpoint: Option<String>) {
         let mut action = machine.step(Input::Start { checkpoint });
         // Streaming lists until the member shows it does not serve them.
         let streaming = std::cell::Cell::new(true);
-        let client = loop {
-            match self.spec.client().await {
-                Ok(client) => break client,
-                Err(e) => {
-                    self.fail(&e.to_string());
-                    let retry = machine.step(Input::Failed { retry_after: None });
-                    tokio::time::sleep(retry.delay).await;
-                }
-            }
-        };
+        let client = connect(&self.spec, &mut machine, |e| self.fail(e)).await;
         let mut restores = self.fleet.restores(&self.spec.name);
         loop {
             if !action.delay.is_zero() {
@@ -203,10 +301,20 @@ impl Run {
         }
     }
 
+    /// Updates this watcher's status, unless the selection stopped it.
+    fn update_status(&self, f: impl FnOnce(&mut crate::fleet::WatcherStatus)) {
+        if let Some(ticket) = &self.ticket {
+            if self.fleet.scope(&self.spec.name, &ticket.type_ref).is_none_or(|s| s.generation != ticket.generation) {
+                return;
+            }
+        }
+        self.fleet.update_status(&self.spec.name, &self.key, f);
+    }
+
     fn fail(&self, error: &str) {
         warn!(cluster = %self.spec.name, resource = %self.key, error, "Member request failed.");
         metrics::counter!("kubefold_member_errors_total", "cluster" => self.spec.name.clone()).increment(1);
-        self.fleet.update_status(&self.spec.name, &self.key, |s| {
+        self.update_status(|s| {
             s.last_error = Some(error.to_string());
             if s.state == SyncState::Synced {
                 s.state = SyncState::Stale;
@@ -248,7 +356,7 @@ impl Run {
     }
 
     async fn commit(&self, batch: WatchBatch, checkpoint: String) -> Result<usize, String> {
-        let msg = Ingest { cluster: self.spec.name.clone(), resource: self.key.clone(), batch, checkpoint };
+        let msg = Ingest { cluster: self.spec.name.clone(), resource: self.key.clone(), batch, checkpoint, scope: self.ticket.clone() };
         match self.sink.send(msg).await {
             Ok(result) => result,
             Err(e) => Err(format!("event sink unavailable: {e}")),
@@ -256,7 +364,7 @@ impl Run {
     }
 
     async fn list(&self, client: &kube::Client) -> Input {
-        let path = self.resource.collection_path(None);
+        let path = self.resource.collection_path(self.namespace.as_deref());
         let mut objects = Vec::new();
         let mut list_rv = String::new();
         let mut continue_token: Option<String> = None;
@@ -297,7 +405,7 @@ impl Run {
             Ok(events) => {
                 info!(cluster = %self.spec.name, resource = %self.key, objects = count, events, rv = %list_rv, "Initial list applied.");
                 metrics::counter!("kubefold_member_relists_total", "cluster" => self.spec.name.clone()).increment(1);
-                self.fleet.update_status(&self.spec.name, &self.key, |s| {
+                self.update_status(|s| {
                     s.state = SyncState::Synced;
                     s.relists += 1;
                     s.last_error = None;
@@ -316,7 +424,7 @@ impl Run {
         if let Some(input) = self.member_went_back(client, rv).await {
             return input;
         }
-        let path = self.resource.collection_path(None);
+        let path = self.resource.collection_path(self.namespace.as_deref());
         let params = WatchParams::default().timeout(WATCH_TIMEOUT_SECS);
         let request = match KubeRequest::new(&path).watch(&params, rv) {
             Ok(r) => r,
@@ -329,7 +437,7 @@ impl Run {
             Ok(r) => r,
             Err(e) => return self.classify(e),
         };
-        self.fleet.update_status(&self.spec.name, &self.key, |s| {
+        self.update_status(|s| {
             s.state = SyncState::Synced;
             s.reconnects += 1;
             s.last_error = None;
@@ -350,7 +458,7 @@ impl Run {
     /// RVs are compared as integers, as kube-apiserver's are (etcd revisions).
     async fn member_went_back(&self, client: &kube::Client, rv: &str) -> Option<Input> {
         let ours: u64 = rv.parse().ok()?;
-        let path = self.resource.collection_path(None);
+        let path = self.resource.collection_path(self.namespace.as_deref());
         let request = match KubeRequest::new(&path).list(&ListParams::default().limit(1)) {
             Ok(r) => r,
             Err(e) => {
@@ -378,7 +486,7 @@ impl Run {
     /// before the watch starts. `None` when the member does not support it.
     /// <https://kubernetes.io/docs/reference/using-api/api-concepts/#streaming-lists>
     async fn watch_list(&self, client: &kube::Client, machine: &mut Machine, restores: Restores) -> Option<Input> {
-        let path = self.resource.collection_path(None);
+        let path = self.resource.collection_path(self.namespace.as_deref());
         let params = WatchParams::streaming_lists().timeout(WATCH_TIMEOUT_SECS);
         let request = KubeRequest::new(&path).watch(&params, "").ok()?;
         let reader = match client.request_stream(request).await {
@@ -451,7 +559,7 @@ impl Run {
             Ok(events) => {
                 info!(cluster = %self.spec.name, resource = %self.key, objects = count, events, rv = %end_rv, "Initial streaming list applied.");
                 metrics::counter!("kubefold_member_relists_total", "cluster" => self.spec.name.clone()).increment(1);
-                self.fleet.update_status(&self.spec.name, &self.key, |s| {
+                self.update_status(|s| {
                     s.state = SyncState::Synced;
                     s.relists += 1;
                     s.last_error = None;
@@ -548,7 +656,7 @@ impl Run {
                 self.fail(&e);
                 return Input::Failed { retry_after: None };
             }
-            self.fleet.update_status(&self.spec.name, &self.key, |s| {
+            self.update_status(|s| {
                 s.events += n as u64;
                 s.checkpoint = Some(current.clone());
             });

@@ -1,6 +1,8 @@
 //! Admin REST (`/admin/v1`): member clusters (list, get, register, update,
-//! remove, status), aggregated resource types, stats, compaction and backup.
-//! Registrations persist in the store; credentials are never returned.
+//! remove, status), the resource selection (which types are aggregated from
+//! which clusters and namespaces) and the types served, stats, compaction
+//! and backup. Registrations and the selection persist in the store;
+//! credentials are never returned.
 
 use std::collections::BTreeMap;
 
@@ -9,7 +11,9 @@ use actix_web::{web, HttpResponse};
 use kubefold_actors::aggregator::{Aggregator, Backup, Compact};
 use kubefold_actors::cluster::ClusterSpec;
 use kubefold_actors::fleet::SyncState;
-use kubefold_actors::supervisor::{AddCluster, DropCluster, Supervisor};
+use kubefold_actors::supervisor::{AddCluster, DropCluster, SetSelection, Supervisor};
+use kubefold_engine::resources::TypeRef;
+use kubefold_engine::selection::{NamespaceFilter, ResourceSelection};
 use kubefold_engine::status::Status;
 use serde_json::{json, Value};
 
@@ -223,20 +227,105 @@ pub async fn remove_cluster(state: web::Data<ApiState>, name: web::Path<String>)
     result.unwrap_or_else(|s| respond::status(&s))
 }
 
-/// `GET /admin/v1/resources`: the aggregated types and their object counts.
-pub async fn resources(state: web::Data<ApiState>) -> HttpResponse {
+/// The store key of the resource selection set through this API.
+pub const SELECTION_KEY: &str = "resource-selection";
+
+/// Reads the resource selection set through the admin API, if any.
+pub fn read_selection(store: &kubefold_store::Store) -> Result<Option<ResourceSelection>, Status> {
+    match store.meta(SELECTION_KEY).map_err(|e| Status::internal(e.to_string()))? {
+        None => Ok(None),
+        Some(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| Status::internal(format!("stored resource selection is unreadable: {e}"))),
+    }
+}
+
+/// The selection, where it comes from, the types served with their object
+/// counts per member and where they are watched, and the selected types
+/// not discovered from any member yet.
+fn resources_json(state: &ApiState) -> Result<Value, Status> {
     let snapshot = state.fleet.snapshot();
-    let items: Vec<Value> = state
-        .fleet
-        .catalog()
+    let selection = state.fleet.selection();
+    let source = if read_selection(state.fleet.store())?.is_some() {
+        "api"
+    } else if *selection == ResourceSelection::default() {
+        "default"
+    } else {
+        "config"
+    };
+    let members: Vec<ClusterSpec> = state.fleet.member_names().iter().filter_map(|c| state.fleet.member(c)).collect();
+    let plans: Vec<(String, BTreeMap<TypeRef, NamespaceFilter>)> =
+        members.iter().map(|m| (m.name.clone(), selection.plan(&m.name, &m.labels))).collect();
+    let catalog = state.fleet.catalog();
+    let items: Vec<Value> = catalog
         .iter()
         .map(|r| {
-            let clusters: BTreeMap<String, usize> =
-                state.fleet.member_names().into_iter().map(|c| { let n = snapshot.count_cluster(&r.key(), &c); (c, n) }).collect();
-            json!({"apiVersion": r.api_version(), "kind": r.kind, "resource": r.plural, "namespaced": r.namespaced, "objects": snapshot.len(&r.key()), "clusters": clusters})
+            let clusters: BTreeMap<&str, usize> = plans.iter().map(|(c, _)| (c.as_str(), snapshot.count_cluster(&r.key(), c))).collect();
+            let watched: BTreeMap<&str, Vec<String>> = plans
+                .iter()
+                .filter_map(|(c, plan)| {
+                    let namespaces = match plan.get(&r.type_ref())? {
+                        NamespaceFilter::All => vec!["*".to_string()],
+                        NamespaceFilter::Only(set) => set.iter().cloned().collect(),
+                    };
+                    Some((c.as_str(), namespaces))
+                })
+                .collect();
+            let mut item = json!({
+                "apiVersion": r.api_version(), "kind": r.kind, "resource": r.plural, "namespaced": r.namespaced,
+                "objects": snapshot.len(&r.key()), "clusters": clusters, "watched": watched,
+            });
+            if !r.is_builtin() {
+                item["printerColumns"] = json!(r.printer_columns.iter().map(|c| c.name.clone()).collect::<Vec<_>>());
+            }
+            item
         })
         .collect();
-    respond::json(&json!({"items": items}))
+    let pending: Vec<Value> = selection
+        .types()
+        .into_iter()
+        .filter(|t| !catalog.iter().any(|r| t.names(r)))
+        .map(|t| json!({"apiVersion": t.api_version, "kind": t.kind}))
+        .collect();
+    Ok(json!({"selection": *selection, "source": source, "items": items, "pending": pending}))
+}
+
+/// `GET /admin/v1/resources`: the selection, the aggregated types and their
+/// object counts.
+pub async fn resources(state: web::Data<ApiState>) -> HttpResponse {
+    resources_json(&state).map_or_else(|s| respond::status(&s), |v| respond::json(&v))
+}
+
+fn parse_selection(body: &[u8]) -> Result<ResourceSelection, Status> {
+    let selection: ResourceSelection =
+        serde_json::from_slice(body).map_err(|e| Status::bad_request(format!("invalid resource selection: {e}")))?;
+    selection.validate().map_err(|e| Status::new(422, "Invalid", e.to_string()))?;
+    Ok(selection)
+}
+
+/// `PUT /admin/v1/resources`: replaces the resource selection (persisted).
+/// Watchers start and stop at once; objects no longer selected become
+/// DELETED events; discovery follows.
+pub async fn set_resources(state: web::Data<ApiState>, payload: web::Payload) -> HttpResponse {
+    let _guard = REGISTRY_LOCK.lock().await;
+    let result = async {
+        let body = crate::read_body(payload).await?;
+        let selection = parse_selection(&body)?;
+        let control = control(&state)?;
+        let bytes = serde_json::to_vec(&selection).map_err(|e| Status::internal(e.to_string()))?;
+        state.fleet.store().put_meta(SELECTION_KEY, &bytes).map_err(|e| Status::internal(e.to_string()))?;
+        let deleted = control
+            .supervisor
+            .send(SetSelection(selection))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(Status::internal)?;
+        let mut doc = resources_json(&state)?;
+        doc["deletedObjects"] = json!(deleted);
+        Ok(respond::json(&doc))
+    }
+    .await;
+    result.unwrap_or_else(|s| respond::status(&s))
 }
 
 /// `GET /admin/v1/stats`.
@@ -288,6 +377,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/admin/v1/clusters/{name}", web::put().to(update_cluster))
         .route("/admin/v1/clusters/{name}", web::delete().to(remove_cluster))
         .route("/admin/v1/resources", web::get().to(resources))
+        .route("/admin/v1/resources", web::put().to(set_resources))
         .route("/admin/v1/stats", web::get().to(stats))
         .route("/admin/v1/compact", web::post().to(compact))
         .route("/admin/v1/backup", web::post().to(backup));

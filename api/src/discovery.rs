@@ -25,9 +25,11 @@ pub fn version() -> Value {
     })
 }
 
-/// Verbs of a type on the aggregated API.
-fn verbs() -> Vec<&'static str> {
-    vec!["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+/// Verbs of a type on the aggregated API: all of kubefold's, or for a type
+/// discovered from a member, those of them the member serves.
+fn verbs(r: &ResourceType) -> Vec<&'static str> {
+    let all = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+    all.into_iter().filter(|v| r.verbs.is_empty() || r.verbs.iter().any(|m| m == v)).collect()
 }
 
 /// `/api`.
@@ -83,7 +85,7 @@ pub fn resource_list(catalog: &[ResourceType], group: &str, version: &str) -> Op
             "singularName": r.singular,
             "namespaced": r.namespaced,
             "kind": r.kind,
-            "verbs": verbs(),
+            "verbs": verbs(r),
         });
         if !r.short_names.is_empty() {
             entry["shortNames"] = json!(r.short_names);
@@ -164,7 +166,7 @@ pub fn aggregated(catalog: &[ResourceType], core: bool) -> Value {
             "responseKind": {"group": r.group, "version": r.version, "kind": r.kind},
             "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
             "singularResource": r.singular,
-            "verbs": verbs(),
+            "verbs": verbs(r),
         });
         if !r.short_names.is_empty() {
             resource["shortNames"] = json!(r.short_names);

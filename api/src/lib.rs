@@ -238,7 +238,8 @@ async fn dispatch(req: HttpRequest, payload: web::Payload, state: web::Data<ApiS
 
 async fn route(req: &HttpRequest, state: &Arc<ApiState>, body: &web::Bytes) -> Result<HttpResponse, Status> {
     let path = decode_path(req.path()).ok_or_else(|| Status::bad_request("invalid path: encoded slashes and bad escapes are not allowed"))?;
-    let catalog = state.fleet.catalog();
+    let served = state.fleet.catalog();
+    let catalog: &[resources::ResourceType] = &served;
     let is_namespaced = |g: &str, v: &str, r: &str| resources::find(catalog, g, v, r).is_some_and(|t| t.namespaced);
     let parsed = path::parse(&path, is_namespaced).ok_or_else(Status::path_not_found)?;
     if !matches!(parsed, ApiPath::Resource(_)) && req.method() != Method::GET {
@@ -274,7 +275,8 @@ async fn route(req: &HttpRequest, state: &Arc<ApiState>, body: &web::Bytes) -> R
 }
 
 async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath, body: &web::Bytes) -> Result<HttpResponse, Status> {
-    let catalog = state.fleet.catalog();
+    let served = state.fleet.catalog();
+    let catalog: &[resources::ResourceType] = &served;
     let resource = resources::find(catalog, &path.group, &path.version, &path.resource)
         .ok_or_else(|| {
             Status::path_not_found().with_details(&path.group, &path.resource, path.name.as_deref().unwrap_or(""))

@@ -8,6 +8,7 @@
 //! - [`event`]: events, the persisted envelope, and index entries.
 //! - [`index`]: the merged index with its one `apply` and relist diffs.
 //! - [`paging`]: continue tokens.
+//! - [`selection`]: which types are aggregated from which clusters and namespaces.
 //! - [`selector`]: label and field selectors.
 //! - [`fields`]: per-type selectable fields.
 //! - [`table`]: server-side printing (`meta.k8s.io/v1` Table).
@@ -21,6 +22,7 @@ pub mod names;
 pub mod object;
 pub mod paging;
 pub mod resources;
+pub mod selection;
 pub mod selector;
 pub mod status;
 pub mod table;

@@ -196,9 +196,102 @@ pub fn columns(resource: &crate::resources::ResourceType) -> Vec<Column> {
             column("Endpoints", "string", "endpoints is a list of unique endpoints in this slice.", 0),
             age(),
         ]),
+        Printer::Default if !resource.printer_columns.is_empty() => {
+            columns.extend(resource.printer_columns.iter().map(|c| Column {
+                name: c.name.clone(),
+                type_: c.type_.clone(),
+                format: c.format.clone(),
+                description: c.description.clone(),
+                priority: c.priority,
+            }));
+            if !shows_creation_time(resource) {
+                columns.push(age());
+            }
+        }
         Printer::Default | Printer::Event => columns.push(age()),
     }
     columns
+}
+
+/// Whether one of a custom resource's printer columns already shows the
+/// creation time (kubefold adds `Age` otherwise).
+fn shows_creation_time(resource: &ResourceType) -> bool {
+    resource
+        .printer_columns
+        .iter()
+        .any(|c| c.json_path.trim_start_matches('{').trim_end_matches('}') == ".metadata.creationTimestamp")
+}
+
+/// The cells of a custom resource's printer columns, as the
+/// apiextensions-apiserver's table convertor computes them: the value at the
+/// column's JSONPath, typed by the column (`integer`, `number`, `boolean`
+/// cells are JSON numbers and booleans; `date` cells are ages like `AGE`;
+/// `string` cells print the value), `null` when the path finds nothing.
+/// <https://kubernetes.io/docs/tasks/extend-kubernetes/custom-resources/custom-resource-definitions/#additional-printer-columns>
+fn printer_column_cells(resource: &ResourceType, object: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    resource
+        .printer_columns
+        .iter()
+        .map(|column| {
+            let Some(value) = json_path(object, &column.json_path) else { return Value::Null };
+            match (column.type_.as_str(), value) {
+                ("string", Value::String(s)) => Value::from(s.as_str()),
+                ("string", Value::Null) => Value::Null,
+                ("string", other) => Value::from(other.to_string()),
+                ("integer", Value::Number(n)) => match n.as_i64() {
+                    Some(i) => Value::from(i),
+                    None => n.as_f64().filter(|f| f.fract() == 0.0).map_or(Value::Null, |f| Value::from(f as i64)),
+                },
+                ("number", Value::Number(n)) => n.as_f64().map_or(Value::Null, Value::from),
+                ("boolean", Value::Bool(b)) => Value::from(*b),
+                ("date", Value::String(s)) => DateTime::parse_from_rfc3339(s)
+                    .map_or(Value::Null, |t| Value::from(since(Some(t.with_timezone(&Utc)), now))),
+                _ => Value::Null,
+            }
+        })
+        .collect()
+}
+
+/// The value at a simple JSONPath (the subset CRD printer columns allow:
+/// fields and array indices, `.spec.ports[0].port`, `.metadata.labels['app.kubernetes.io/name']`,
+/// optionally wrapped in `{}`); `None` when the path finds nothing or uses
+/// anything else (filters, wildcards, ranges).
+pub fn json_path<'a>(object: &'a Value, path: &str) -> Option<&'a Value> {
+    let path = path.trim();
+    let path = path.strip_prefix('{').and_then(|p| p.strip_suffix('}')).unwrap_or(path);
+    let mut rest = path.strip_prefix('$').unwrap_or(path);
+    let mut at = object;
+    while !rest.is_empty() {
+        if let Some(after) = rest.strip_prefix('.') {
+            let end = after.find(['.', '[']).unwrap_or(after.len());
+            let field = &after[..end];
+            if field.is_empty() || field == "*" {
+                return None;
+            }
+            at = at.get(field)?;
+            rest = &after[end..];
+        } else if let Some(after) = rest.strip_prefix('[') {
+            let end = after.find(']')?;
+            let inside = after[..end].trim();
+            let quoted = inside
+                .strip_prefix('\'')
+                .and_then(|s| s.strip_suffix('\''))
+                .or_else(|| inside.strip_prefix('"').and_then(|s| s.strip_suffix('"')));
+            at = match quoted {
+                Some(field) => at.get(field)?,
+                None => {
+                    let index: i64 = inside.parse().ok()?;
+                    let items = at.as_array()?;
+                    let index = if index < 0 { items.len() as i64 + index } else { index };
+                    items.get(usize::try_from(index).ok()?)?
+                }
+            };
+            rest = &after[end + 1..];
+        } else {
+            return None;
+        }
+    }
+    Some(at)
 }
 
 /// The row cells for one object, in `columns` order. `display_name` is the name as served (qualified or not); `now` is the current time for AGE.
@@ -297,6 +390,12 @@ pub fn cells(
                 Value::from(list_with_more(addresses)),
                 age,
             ]);
+        }
+        Printer::Default if !resource.printer_columns.is_empty() => {
+            cells.extend(printer_column_cells(resource, object, now));
+            if !shows_creation_time(resource) {
+                cells.push(age);
+            }
         }
         Printer::Default | Printer::Event => cells.push(age),
     }
@@ -1890,5 +1989,63 @@ mod tests {
             })
         );
         assert_eq!(partial_object_metadata(&json!({}))["metadata"], json!({}));
+    }
+
+    fn widgets(columns: serde_json::Value) -> ResourceType {
+        let mut widget = resource("", "configmaps");
+        widget.group = "example.com".into();
+        widget.plural = "widgets".into();
+        widget.kind = "Widget".into();
+        widget.printer_columns = serde_json::from_value(columns).expect("printer columns");
+        widget
+    }
+
+    #[test]
+    fn custom_resources_print_their_printer_columns() {
+        let widget = widgets(json!([
+            {"name": "Color", "type": "string", "jsonPath": ".spec.color"},
+            {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
+            {"name": "Ready", "type": "boolean", "jsonPath": ".status.ready"},
+            {"name": "First Port", "type": "integer", "jsonPath": ".spec.ports[0].port", "priority": 1},
+            {"name": "Owner", "type": "string", "jsonPath": ".metadata.labels['example.com/owner']"},
+            {"name": "Ports", "type": "string", "jsonPath": ".spec.ports"},
+            {"name": "Last Seen", "type": "date", "jsonPath": ".status.lastSeen"}
+        ]));
+        let names: Vec<(String, i32)> = columns(&widget).into_iter().map(|c| (c.name, c.priority)).collect();
+        let expected = [("Name", 0), ("Cluster", 0), ("Color", 0), ("Size", 0), ("Ready", 0), ("First Port", 1), ("Owner", 0), ("Ports", 0), ("Last Seen", 0), ("Age", 0)];
+        assert_eq!(names, expected.map(|(n, p)| (n.to_string(), p)));
+        let object = json!({
+            "metadata": {"name": "w1", "creationTimestamp": "2026-01-01T00:00:00Z", "labels": {"example.com/owner": "ann"}},
+            "spec": {"color": "blue", "size": 3.0, "ports": [{"port": 80}]},
+            "status": {"ready": true, "lastSeen": "2026-01-01T00:05:00Z"}
+        });
+        let now = at("2026-01-01T01:00:00Z");
+        assert_eq!(
+            cells(&widget, &object, "w1_m1", "m1", now),
+            [json!("w1_m1"), json!("m1"), json!("blue"), json!(3), json!(true), json!(80), json!("ann"), json!("[{\"port\":80}]"), json!("55m"), json!("60m")]
+        );
+        let bare = json!({"metadata": {"name": "w2"}, "spec": {"size": "big"}});
+        let row = cells(&widget, &bare, "w2", "m1", now);
+        assert_eq!(row[2..9], [Value::Null, Value::Null, Value::Null, Value::Null, Value::Null, Value::Null, Value::Null], "absent or mistyped values are empty");
+
+        let with_age = widgets(json!([{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]));
+        assert_eq!(columns(&with_age).len(), 3, "no second Age column");
+        let plain = widgets(json!([]));
+        let names: Vec<String> = columns(&plain).into_iter().map(|c| c.name).collect();
+        assert_eq!(names, ["Name", "Cluster", "Age"]);
+    }
+
+    #[test]
+    fn json_paths_are_the_simple_subset() {
+        let object = json!({"a": {"b": [{"c": 1}, {"c": 2}], "d.e": "x"}});
+        assert_eq!(json_path(&object, ".a.b[1].c"), Some(&json!(2)));
+        assert_eq!(json_path(&object, "{.a.b[0].c}"), Some(&json!(1)));
+        assert_eq!(json_path(&object, ".a.b[-1].c"), Some(&json!(2)));
+        assert_eq!(json_path(&object, ".a['d.e']"), Some(&json!("x")));
+        assert_eq!(json_path(&object, ".a[\"d.e\"]"), Some(&json!("x")));
+        assert_eq!(json_path(&object, ".a.b[2].c"), None);
+        assert_eq!(json_path(&object, ".a.b[*].c"), None);
+        assert_eq!(json_path(&object, ".a..b"), None);
+        assert_eq!(json_path(&object, "a.b"), None);
     }
 }

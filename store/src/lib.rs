@@ -336,6 +336,13 @@ impl Store {
         })
     }
 
+    /// Removes the checkpoint of one resource type of a cluster (it is no
+    /// longer watched there).
+    pub fn remove_checkpoint(&self, cluster: &str, resource: &str) -> Result<()> {
+        self.tree.remove(checkpoint_key(cluster, resource))?;
+        Ok(())
+    }
+
     /// Removes the checkpoints of a cluster (it was removed).
     pub fn remove_checkpoints(&self, cluster: &str) -> Result<()> {
         let mut prefix = vec![CHECKPOINT];
@@ -415,6 +422,11 @@ impl Store {
         self.tree.insert(meta_key(name), value)?;
         self.db.flush()?;
         Ok(())
+    }
+
+    /// A metadata value, if set.
+    pub fn meta(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self.tree.get(meta_key(name))?.map(|v| v.to_vec()))
     }
 
     /// A metadata value, created by `init` (and flushed) when absent.

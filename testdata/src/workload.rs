@@ -92,6 +92,93 @@ pub fn empty(cluster: &Cluster) -> Vec<Value> {
     objects
 }
 
+/// The resource types of the custom-resource workload ([`widgets`]): the
+/// `CustomResourceDefinition` type itself (`apiextensions.k8s.io/v1`) and
+/// `widgets.example.com/v1`, namespaced, with a `status` subresource.
+pub fn widget_types() -> Vec<kubefold_engine::resources::ResourceType> {
+    let strings = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect();
+    let crds = kubefold_engine::resources::ResourceType {
+        group: "apiextensions.k8s.io".into(),
+        version: "v1".into(),
+        plural: "customresourcedefinitions".into(),
+        singular: "customresourcedefinition".into(),
+        kind: "CustomResourceDefinition".into(),
+        namespaced: false,
+        short_names: strings(&["crd", "crds"]),
+        categories: strings(&["api-extensions"]),
+        subresources: strings(&["status"]),
+        verbs: Vec::new(),
+        printer_columns: Vec::new(),
+    };
+    let widgets = kubefold_engine::resources::ResourceType {
+        group: "example.com".into(),
+        version: "v1".into(),
+        plural: "widgets".into(),
+        singular: "widget".into(),
+        kind: "Widget".into(),
+        namespaced: true,
+        short_names: strings(&["wg"]),
+        categories: Vec::new(),
+        subresources: strings(&["status"]),
+        verbs: Vec::new(),
+        printer_columns: Vec::new(),
+    };
+    vec![crds, widgets]
+}
+
+/// The custom-resource workload: the CustomResourceDefinition
+/// `widgets.example.com` (version `v1`, printer columns Color, Size, Ready
+/// and a wide Owner) and the widgets `blue`, `red` (namespace `default`)
+/// and `green` (`shop`), the same names in every cluster, sizes by cluster.
+pub fn widgets(cluster: &Cluster) -> Vec<Value> {
+    let mut ids = cluster.rng(7);
+    let born = cluster.now - Duration::days(2);
+    let mut meta = metadata(&mut ids, None, "widgets.example.com", born);
+    meta.insert("generation".into(), json!(1));
+    let crd = json!({
+        "kind": "CustomResourceDefinition",
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "metadata": meta,
+        "spec": {
+            "group": "example.com",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList", "shortNames": ["wg"]},
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": [
+                    {"name": "Color", "type": "string", "jsonPath": ".spec.color", "description": "The widget's color."},
+                    {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
+                    {"name": "Ready", "type": "boolean", "jsonPath": ".status.ready"},
+                    {"name": "Owner", "type": "string", "jsonPath": ".metadata.labels['example.com/owner']", "priority": 1},
+                ],
+            }],
+            "conversion": {"strategy": "None"},
+        },
+        "status": {
+            "acceptedNames": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList", "shortNames": ["wg"]},
+            "storedVersions": ["v1"],
+            "conditions": [{"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "lastTransitionTime": ts(born)}],
+        },
+    });
+    let size = 1 + (cluster.seed % 5) as i64;
+    let mut objects = vec![crd];
+    for (i, (namespace, name, color)) in [("default", "blue", "blue"), ("default", "red", "red"), ("shop", "green", "green")].into_iter().enumerate() {
+        let mut meta = metadata(&mut ids, Some(namespace), name, born - Duration::minutes(i as i64));
+        meta.insert("labels".into(), json!({"example.com/owner": "team-a"}));
+        meta.insert("generation".into(), json!(1));
+        objects.push(json!({
+            "kind": "Widget",
+            "apiVersion": "example.com/v1",
+            "metadata": meta,
+            "spec": {"color": color, "size": size + i as i64},
+            "status": {"ready": i != 1},
+        }));
+    }
+    objects
+}
+
 /// The demo workload: [`empty`] plus namespaces `shop` and `monitoring`,
 /// three nodes, control-plane static pods, deployments `frontend`, `checkout`,
 /// `cache` (shop), `coredns` (kube-system) and `prometheus` (monitoring) each

@@ -18,6 +18,11 @@
 //!   storms, corrupt events, clock skew), switchable at runtime.
 //! - [`server`]: the HTTP layer and the request log.
 //!
+//! With [`SimConfig::crds`] (`kubefold sim --crds`; the demo's members) it
+//! also serves a custom resource as kube-apiserver does with a CRD
+//! installed: `widgets.example.com/v1` through discovery, list, watch and
+//! get, and its CustomResourceDefinition under `apiextensions.k8s.io/v1`.
+//!
 //! Start one with [`start`] (tests, demo) or [`run_cli`] (`kubefold sim`).
 //! The simulator's own endpoints, never faulted nor logged:
 //!
@@ -114,6 +119,10 @@ pub struct SimArgs {
     /// (e.g. `{"latencyMs":200,"errorRate":0.1}`).
     #[arg(long, value_parser = parse_faults)]
     pub faults: Option<Faults>,
+    /// Also serve the custom resource `widgets.example.com/v1` with its
+    /// CustomResourceDefinition (`apiextensions.k8s.io/v1`) and three widgets.
+    #[arg(long)]
+    pub crds: bool,
 }
 
 fn parse_faults(text: &str) -> Result<Faults, String> {
@@ -145,6 +154,9 @@ pub struct SimConfig {
     pub seed: u64,
     /// Faults in force from the start (none by default).
     pub faults: Faults,
+    /// Also serve the custom resource `widgets.example.com/v1`, its
+    /// CustomResourceDefinition and three widgets ([`workload::widgets`]).
+    pub crds: bool,
 }
 
 impl Default for SimConfig {
@@ -160,6 +172,7 @@ impl Default for SimConfig {
             git_version: "v1.33.1".into(),
             seed: 1,
             faults: Faults::default(),
+            crds: false,
         }
     }
 }
@@ -177,6 +190,7 @@ impl From<SimArgs> for SimConfig {
             git_version: args.git_version,
             seed: args.seed,
             faults: args.faults.unwrap_or_default(),
+            crds: args.crds,
         }
     }
 }
@@ -247,7 +261,11 @@ fn first_rv(name: &str) -> u64 {
 /// Builds the initial state directly (not through HTTP): the workload, then
 /// the load pods generated and encoded on all cores.
 pub fn build_store(config: &SimConfig) -> Store {
-    let catalog: Arc<[ResourceType]> = kubefold_engine::resources::builtin().into();
+    let mut types = kubefold_engine::resources::builtin();
+    if config.crds {
+        types.extend(workload::widget_types());
+    }
+    let catalog: Arc<[ResourceType]> = types.into();
     let mut store = Store::new(catalog, config.history, first_rv(&config.name), config.seed);
     let cluster = workload::Cluster {
         name: config.name.clone(),
@@ -261,6 +279,9 @@ pub fn build_store(config: &SimConfig) -> Store {
     };
     if config.pods > 0 {
         objects.extend(workload::load_namespaces(&cluster));
+    }
+    if config.crds {
+        objects.extend(workload::widgets(&cluster));
     }
     for object in objects {
         let api_version = object["apiVersion"].as_str().unwrap_or_default().to_string();
