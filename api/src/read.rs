@@ -7,7 +7,8 @@
 
 use std::sync::Arc;
 
-use actix_web::{HttpRequest, HttpResponse};
+use actix_web::{web, HttpRequest, HttpResponse};
+use futures::StreamExt;
 use kubefold_engine::event::{IndexEntry, ObjectKey};
 use kubefold_engine::index::Index;
 use kubefold_engine::names::{self, NameStyle, RequestedName};
@@ -288,49 +289,123 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
     }
     let rv = snapshot.head_rv();
     let token = if more { selected.last().map(|(k, _)| paging::encode(&state.token_secret, rv, k)) } else { None };
-    let store = state.fleet.store();
-    let mut bodies = Vec::with_capacity(selected.len());
-    for (key, object_rv) in &selected {
-        let body = store
-            .body(*object_rv)
-            .map_err(|e| Status::internal(e.to_string()))?
-            .ok_or_else(|| Status::expired(format!("object version {object_rv} is no longer retained; list again")))?;
-        bodies.push((key, body, *object_rv));
-    }
-    if wants_table(req) {
+    // Each item's name suffix, computed once per cluster.
+    let mut suffixes: std::collections::BTreeMap<&str, Option<Arc<str>>> = std::collections::BTreeMap::new();
+    let items: Vec<ListItem> = selected
+        .iter()
+        .map(|(key, object_rv)| ListItem {
+            suffix: suffixes.entry(key.cluster.as_str()).or_insert_with(|| scope.name_suffix(&key.cluster).map(Arc::from)).clone(),
+            cluster: key.cluster.clone(),
+            rv: *object_rv,
+        })
+        .collect();
+    let (head, writer) = if wants_table(req) {
         let printer = TablePrinter::new(&scope.resource, IncludeObject::parse(query.include_object.as_deref())?);
-        let rows: Vec<Value> = bodies
-            .iter()
-            .map(|(key, body, object_rv)| {
-                printer.row(&body.to_bytes(scope.name_suffix(&key.cluster).as_deref(), *object_rv), &key.cluster)
-            })
-            .collect();
-        let mut table = printer.table(rows, rv, token.as_deref(), false);
+        let mut table = printer.table(Vec::new(), rv, token.as_deref(), false);
         if more {
             table["metadata"]["remainingItemCount"] = remaining.into();
         }
-        return Ok(respond::json(&table));
-    }
-    let mut out = Vec::with_capacity(bodies.iter().map(|(_, b, _)| b.json.len() + 48).sum::<usize>() + 256);
-    out.extend_from_slice(
-        format!(
+        // `rows` is the last member (insertion order is kept): the rows follow its `[`.
+        let mut head = table.to_string().into_bytes();
+        head.truncate(head.len() - b"]}".len());
+        (head, ItemWriter::Table(printer))
+    } else {
+        let mut head = format!(
             "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{{\"resourceVersion\":\"{}\"",
             scope.resource.list_kind(),
             scope.resource.api_version(),
             rv
         )
-        .as_bytes(),
-    );
-    if let Some(t) = &token {
-        out.extend_from_slice(format!(",\"continue\":\"{t}\",\"remainingItemCount\":{remaining}").as_bytes());
-    }
-    out.extend_from_slice(b"},\"items\":[");
-    for (i, (key, body, object_rv)) in bodies.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
+        .into_bytes();
+        if let Some(t) = &token {
+            head.extend_from_slice(format!(",\"continue\":\"{t}\",\"remainingItemCount\":{remaining}").as_bytes());
         }
-        body.write(&mut out, scope.name_suffix(&key.cluster).as_deref(), *object_rv);
+        head.extend_from_slice(b"},\"items\":[");
+        (head, ItemWriter::Json)
+    };
+    let mut list = ListBody { store: state.fleet.store().clone(), items: items.into_iter(), writer, head: Some(head), first: true, done: false };
+    // A list that fits one chunk is answered at once (with its length), a
+    // longer one is streamed chunk by chunk: a worker thread never builds a
+    // whole large list (it serves other requests between chunks) and a list
+    // costs one chunk of memory beyond its keys, however many run at once.
+    let first = list.chunk()?;
+    if list.done {
+        return Ok(respond::json_bytes(first));
     }
-    out.extend_from_slice(b"]}");
-    Ok(respond::json_bytes(out))
+    let rest = futures::stream::unfold(list, |mut list| async move {
+        if list.done {
+            return None;
+        }
+        let chunk = list.chunk().map(web::Bytes::from).map_err(|status| {
+            tracing::warn!(message = %status.message, "List ended early.");
+            actix_web::error::ErrorInternalServerError(status.message)
+        });
+        if chunk.is_err() {
+            list.done = true;
+        }
+        Some((chunk, list))
+    });
+    let body = futures::stream::once(async move { Ok::<_, actix_web::Error>(web::Bytes::from(first)) }).chain(rest);
+    Ok(HttpResponse::Ok().content_type("application/json").streaming(body))
+}
+
+/// Bytes of a list response produced per chunk.
+const LIST_CHUNK_BYTES: usize = 1 << 20;
+
+/// One object of a list: its cluster, name suffix and version.
+struct ListItem {
+    cluster: String,
+    suffix: Option<Arc<str>>,
+    rv: u64,
+}
+
+/// How the items of a list are written.
+enum ItemWriter {
+    /// As the objects (a `*List`).
+    Json,
+    /// As Table rows.
+    Table(TablePrinter),
+}
+
+/// A list response being produced: its head, then items read from the store
+/// a chunk at a time, then the closing brackets.
+struct ListBody {
+    store: kubefold_store::Store,
+    items: std::vec::IntoIter<ListItem>,
+    writer: ItemWriter,
+    head: Option<Vec<u8>>,
+    first: bool,
+    done: bool,
+}
+
+impl ListBody {
+    /// The next chunk (about [`LIST_CHUNK_BYTES`]); sets `done` after the last.
+    fn chunk(&mut self) -> Result<Vec<u8>, Status> {
+        let mut out = self.head.take().unwrap_or_default();
+        out.reserve(LIST_CHUNK_BYTES.min(self.items.len() * 4096) + 64);
+        while out.len() < LIST_CHUNK_BYTES {
+            let Some(item) = self.items.next() else {
+                out.extend_from_slice(b"]}");
+                self.done = true;
+                break;
+            };
+            let body = self
+                .store
+                .body(item.rv)
+                .map_err(|e| Status::internal(e.to_string()))?
+                .ok_or_else(|| Status::expired(format!("object version {} is no longer retained; list again", item.rv)))?;
+            if !self.first {
+                out.push(b',');
+            }
+            self.first = false;
+            match &self.writer {
+                ItemWriter::Json => body.write(&mut out, item.suffix.as_deref(), item.rv),
+                ItemWriter::Table(printer) => {
+                    let row = printer.row(&body.to_bytes(item.suffix.as_deref(), item.rv), &item.cluster);
+                    serde_json::to_writer(&mut out, &row).map_err(|e| Status::internal(e.to_string()))?;
+                }
+            }
+        }
+        Ok(out)
+    }
 }
