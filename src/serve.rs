@@ -67,13 +67,18 @@ pub fn run(config: Config, shutdown: impl Future<Output = ()> + 'static, on_list
             flush_every_ms: config.flush_every_ms,
             ..Options::default()
         };
+        let opening = std::time::Instant::now();
         let store = Store::open(&config.data_dir, &options)?;
         restrict_permissions(&config.data_dir);
+        let opened = opening.elapsed().as_secs_f64();
         let recovered = store.recover()?;
         info!(
             data_dir = %config.data_dir.display(),
             head_rv = recovered.index.head_rv(),
             objects = recovered.index.total(),
+            recovery = %recovered.path,
+            open_seconds = opened,
+            recover_seconds = opening.elapsed().as_secs_f64() - opened,
             "Store opened."
         );
         let secret = store.meta_or_init("token-secret", || rand::random::<[u8; 32]>().to_vec())?;
@@ -153,6 +158,13 @@ pub fn run(config: Config, shutdown: impl Future<Output = ()> + 'static, on_list
         drop(supervisor);
         aggregator_arbiter.stop();
         store.flush()?;
+        // The next start loads this snapshot instead of scanning the index entries.
+        let index = fleet.snapshot();
+        match store.write_snapshot(&index) {
+            Ok(Some(stats)) => info!(rv = stats.rv, objects = stats.objects, bytes = stats.bytes, "Index snapshot written."),
+            Ok(None) => {}
+            Err(e) => warn!(error = %e, "Index snapshot at shutdown failed; the next start scans the index entries."),
+        }
         info!("Stopped.");
         Ok::<_, anyhow::Error>(())
     })
