@@ -6,11 +6,13 @@
 //! Key layout (all in the tree `kubefold`):
 //! - `e` + big-endian u64 RV → an event record: a bincode head (everything
 //!   of [`StoredEvent`] but the body) followed by the body's JSON, LZ4
-//!   compressed when that makes it smaller;
+//!   compressed (with its resource type's dictionary once there is one)
+//!   when that makes it smaller;
 //! - `i` + resource `\0` namespace `\0` name `\0` cluster → bincode [`IndexEntry`]
 //!   (no body: it names the event that holds it);
 //! - `c` + cluster `\0` resource → the member's resourceVersion (checkpoint);
-//! - `m` + name → metadata (`format`, `head`, `compacted`, `store-id`).
+//! - `m` + name → metadata (`format`, `head`, `compacted`, `store-id`,
+//!   `dict/` + resource: the type's compression dictionary, never changed).
 //!
 //! The file `index.snapshot` in the data dir holds the whole index as of
 //! some RV (written from time to time and at shutdown, see
@@ -184,6 +186,8 @@ pub struct Store {
     dir: PathBuf,
     /// Serialises snapshot writes; holds the RV of the newest one written.
     snapshot: std::sync::Arc<std::sync::Mutex<u64>>,
+    /// The body compression dictionaries (`m` + `dict/` + resource).
+    dicts: std::sync::Arc<std::sync::RwLock<Dicts>>,
 }
 
 /// First bytes of a backup file.
@@ -192,14 +196,28 @@ const BACKUP_MAGIC: &[u8; 18] = b"kubefold-backup/2\n";
 /// First bytes of an index snapshot file.
 const SNAPSHOT_MAGIC: &[u8; 24] = b"kubefold-index-snapshot\n";
 
-/// How an event's body is stored after its head.
+/// How an event's body is stored after its head: as it is, LZ4, or LZ4
+/// with the dictionary of the event's resource type.
 const BODY_RAW: u8 = 0;
 const BODY_LZ4: u8 = 1;
+const BODY_LZ4_DICT: u8 = 2;
+
+/// A resource type's compression dictionary is made of the first bodies of
+/// that type committed in one batch: at least this many bytes of them...
+const DICT_MIN_BYTES: usize = 4 * 1024;
+/// ... and at most this many (LZ4 reaches back 64 KiB).
+const DICT_MAX_BYTES: usize = 16 * 1024;
+
+/// Compression dictionaries by resource type (immutable once written).
+type Dicts = std::collections::HashMap<String, std::sync::Arc<[u8]>>;
 
 const EVENT: u8 = b'e';
 const INDEX: u8 = b'i';
 const CHECKPOINT: u8 = b'c';
 const META: u8 = b'm';
+
+/// Meta key prefix of the compression dictionaries.
+const DICT_PREFIX: &str = "dict/";
 
 /// Largest record the store decodes: no length read from a damaged record
 /// can make decoding allocate more than this.
@@ -342,12 +360,21 @@ impl EventHead {
     }
 }
 
-/// Encodes one event as the store writes it (the value of an `e` record):
-/// the head, then the body, LZ4-compressed when that is smaller.
+/// Encodes one event as the store writes it (the value of an `e` record)
+/// when its type has no dictionary: the head, then the body, LZ4-compressed
+/// when that is smaller.
 pub fn encode_event(event: &StoredEvent) -> Result<Vec<u8>> {
+    encode_event_with(event, None)
+}
+
+/// [`encode_event`] compressing with `dict`, the dictionary of the event's type.
+fn encode_event_with(event: &StoredEvent, dict: Option<&[u8]>) -> Result<Vec<u8>> {
     let json = &event.body.json;
-    let compressed = lz4_flex::block::compress(json);
-    let (codec, body) = if compressed.len() < json.len() { (BODY_LZ4, &compressed[..]) } else { (BODY_RAW, &json[..]) };
+    let (codec, compressed) = match dict {
+        Some(dict) => (BODY_LZ4_DICT, lz4_flex::block::compress_with_dict(json, dict)),
+        None => (BODY_LZ4, lz4_flex::block::compress(json)),
+    };
+    let (codec, body) = if compressed.len() < json.len() { (codec, &compressed[..]) } else { (BODY_RAW, &json[..]) };
     let head = EventHeadRef {
         rv: event.rv,
         event_type: event.event_type,
@@ -377,24 +404,33 @@ fn decode_head(bytes: &[u8]) -> Result<(EventHead, usize)> {
     if len > MAX_RECORD_BYTES || head.name_end as usize > len || head.rv_at as usize > len {
         return Err(Error::Corrupt { what: format!("event {}: body length or splice points out of bounds", head.rv) });
     }
-    if head.body_codec != BODY_RAW && head.body_codec != BODY_LZ4 {
+    if ![BODY_RAW, BODY_LZ4, BODY_LZ4_DICT].contains(&head.body_codec) {
         return Err(Error::Corrupt { what: format!("event {}: unknown body encoding {}", head.rv, head.body_codec) });
     }
     Ok((head, used))
 }
 
 /// Decodes one event record (the value of an `e` record) as the store
-/// reads it; a damaged record is [`Error::Corrupt`]. Public for the
-/// `store_envelope` fuzz target (`fuzz/`).
+/// reads it, for a type without a dictionary; a damaged record is
+/// [`Error::Corrupt`]. Public for the `store_envelope` fuzz target (`fuzz/`).
 pub fn decode_event(bytes: &[u8]) -> Result<StoredEvent> {
+    decode_event_with(bytes, &Dicts::new())
+}
+
+/// [`decode_event`] with the store's dictionaries.
+fn decode_event_with(bytes: &[u8], dicts: &Dicts) -> Result<StoredEvent> {
     let (head, used) = decode_head(bytes)?;
     let body = &bytes[used..];
     let len = head.body_len as usize;
+    let undecodable = || Error::Corrupt { what: format!("event {}: compressed body does not decode", head.rv) };
     let json = match head.body_codec {
-        BODY_LZ4 => lz4_flex::block::decompress(body, len)
-            .ok()
-            .filter(|json| json.len() == len)
-            .ok_or_else(|| Error::Corrupt { what: format!("event {}: compressed body does not decode", head.rv) })?,
+        BODY_LZ4 => lz4_flex::block::decompress(body, len).ok().filter(|json| json.len() == len).ok_or_else(undecodable)?,
+        BODY_LZ4_DICT => {
+            let dict = dicts.get(&head.resource).ok_or_else(|| Error::Corrupt {
+                what: format!("event {}: no compression dictionary for {}", head.rv, head.resource),
+            })?;
+            lz4_flex::block::decompress_with_dict(body, len, dict).ok().filter(|json| json.len() == len).ok_or_else(undecodable)?
+        }
         _ if body.len() == len => body.to_vec(),
         _ => return Err(Error::Corrupt { what: format!("event {}: body is {} bytes, the head says {len}", head.rv, body.len()) }),
     };
@@ -465,12 +501,19 @@ impl Store {
             tree.insert(meta_key("store-id"), &id[..])?;
             db.flush()?;
         }
+        let mut dicts = Dicts::new();
+        let prefix = meta_key(DICT_PREFIX);
+        for item in tree.scan_prefix(&prefix) {
+            let (k, v) = item?;
+            dicts.insert(String::from_utf8_lossy(&k[prefix.len()..]).into_owned(), v.to_vec().into());
+        }
         Ok(Store {
             db,
             tree,
             durability: options.durability,
             dir: path.to_path_buf(),
             snapshot: std::sync::Arc::new(std::sync::Mutex::new(0)),
+            dicts: std::sync::Arc::new(std::sync::RwLock::new(dicts)),
         })
     }
 
@@ -494,8 +537,15 @@ impl Store {
     pub fn commit(&self, commit: &Commit) -> Result<()> {
         let mut batch = sled::Batch::default();
         let mut head = None;
+        let mut dicts = self.dicts.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let new_dicts = new_dictionaries(&dicts, &commit.events);
+        for (resource, dict) in &new_dicts {
+            batch.insert(meta_key(&format!("{DICT_PREFIX}{resource}")), &dict[..]);
+            dicts.insert(resource.clone(), dict.clone());
+        }
         for event in &commit.events {
-            batch.insert(&event_key(event.rv)[..], encode_event(event)?);
+            let dict = dicts.get(&event.resource).map(|d| &d[..]);
+            batch.insert(&event_key(event.rv)[..], encode_event_with(event, dict)?);
             let ik = index_key(&event.resource, &event.key);
             match event.event_type {
                 EventType::Added | EventType::Modified => batch.insert(ik, encode(&event.index_entry())?),
@@ -509,11 +559,26 @@ impl Store {
         if let Some(head) = head {
             batch.insert(meta_key("head"), &head.to_be_bytes()[..]);
         }
-        self.tree.apply_batch(batch)?;
+        // Readers may meet the new records as soon as the batch is applied:
+        // the dictionaries are known before, and forgotten if it fails.
+        if !new_dicts.is_empty() {
+            *self.dicts.write().unwrap_or_else(|e| e.into_inner()) = dicts;
+        }
+        if let Err(e) = self.tree.apply_batch(batch) {
+            let mut dicts = self.dicts.write().unwrap_or_else(|e| e.into_inner());
+            for (resource, _) in &new_dicts {
+                dicts.remove(resource);
+            }
+            return Err(e.into());
+        }
         if self.durability == Durability::Sync {
             self.db.flush()?;
         }
         Ok(())
+    }
+
+    fn decode(&self, bytes: &[u8]) -> Result<StoredEvent> {
+        decode_event_with(bytes, &self.dicts.read().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Reads the merged index, the checkpoints and the compaction floor.
@@ -590,18 +655,24 @@ impl Store {
         let file = std::fs::File::create(&tmp).map_err(io)?;
         let mut out = ChecksumWriter { inner: std::io::BufWriter::with_capacity(1 << 20, file), crc: crc32fast::Hasher::new(), bytes: 0 };
         out.write_all(SNAPSHOT_MAGIC).map_err(io)?;
-        let header = SnapshotHeader { format: FORMAT.to_string(), store_id: self.store_id()?, head_rv: rv, resources: index.resource_keys().len() as u64 };
+        let resources = index.resource_keys();
+        let chunks: u64 = resources.iter().map(|r| (index.len(r) as u64).div_ceil(SNAPSHOT_CHUNK as u64)).sum();
+        let header = SnapshotHeader { format: FORMAT.to_string(), store_id: self.store_id()?, head_rv: rv, chunks };
         out.write_all(&encode(&header)?).map_err(io)?;
         let mut objects = 0u64;
-        for resource in index.resource_keys() {
-            let count = index.len(&resource) as u64;
-            out.write_all(&encode(&(&resource, count))?).map_err(io)?;
-            let mut buf = Vec::with_capacity(512);
-            for (key, entry) in index.range(&resource, None, None) {
-                buf.clear();
-                bincode::serde::encode_into_std_write(&(key, &**entry), &mut buf, config())?;
-                out.write_all(&buf).map_err(io)?;
-                objects += 1;
+        let mut chunk = Vec::with_capacity(SNAPSHOT_CHUNK * 512);
+        for resource in resources {
+            let mut entries = index.range(&resource, None, None).peekable();
+            while entries.peek().is_some() {
+                chunk.clear();
+                let mut count = 0u64;
+                for (key, entry) in entries.by_ref().take(SNAPSHOT_CHUNK) {
+                    bincode::serde::encode_into_std_write(&(key, &**entry), &mut chunk, config())?;
+                    count += 1;
+                }
+                out.write_all(&encode(&(&resource, count, chunk.len() as u64))?).map_err(io)?;
+                out.write_all(&chunk).map_err(io)?;
+                objects += count;
             }
         }
         let crc = out.crc.clone().finalize();
@@ -651,18 +722,23 @@ impl Store {
         if header.head_rv < compacted {
             return Err(format!("snapshot at RV {} is older than the compaction floor {compacted}", header.head_rv));
         }
-        let mut index = Index::at(header.head_rv);
-        for _ in 0..header.resources {
-            let ((resource, count), used): ((String, u64), usize) = bincode::serde::decode_from_slice(&body[at..], config()).map_err(bad)?;
+        // Chunk headers first, then the chunks decoded on every core.
+        let mut chunks = Vec::new();
+        for _ in 0..header.chunks {
+            let ((resource, count, len), used): ((String, u64, u64), usize) =
+                bincode::serde::decode_from_slice(&body[at..], config()).map_err(bad)?;
             at += used;
-            for _ in 0..count {
-                let ((key, entry), used): ((ObjectKey, IndexEntry), usize) = bincode::serde::decode_from_slice(&body[at..], config()).map_err(bad)?;
-                at += used;
-                index.load(&resource, key, entry);
-            }
+            let end = at.checked_add(len as usize).filter(|end| *end <= body.len()).ok_or("snapshot chunk past its end")?;
+            chunks.push((resource, count, at..end));
+            at = end;
         }
         if at != body.len() {
             return Err("snapshot has trailing bytes".into());
+        }
+        let decoded = decode_chunks(body, &chunks)?;
+        let mut index = Index::at(header.head_rv);
+        for ((resource, _, _), entries) in chunks.iter().zip(decoded) {
+            index.load_all(resource, entries);
         }
         Ok(index)
     }
@@ -670,7 +746,7 @@ impl Store {
     /// One event of the log.
     pub fn event(&self, rv: u64) -> Result<Option<StoredEvent>> {
         match self.tree.get(event_key(rv))? {
-            Some(v) => Ok(Some(decode_event(&v)?)),
+            Some(v) => Ok(Some(self.decode(&v)?)),
             None => Ok(None),
         }
     }
@@ -684,9 +760,9 @@ impl Store {
     pub fn events_after(&self, rv: u64) -> impl Iterator<Item = Result<StoredEvent>> + '_ {
         let start = event_key(rv.saturating_add(1));
         let end = event_key(u64::MAX);
-        self.tree.range(start..=end).map(|item| {
+        self.tree.range(start..=end).map(move |item| {
             let (_, v) = item?;
-            decode_event(&v)
+            self.decode(&v)
         })
     }
 
@@ -938,6 +1014,25 @@ impl std::fmt::Display for Usage {
     }
 }
 
+/// Dictionaries for the types in `events` that have none yet, each made of
+/// the first bodies of that type in `events` when they are large enough.
+fn new_dictionaries(dicts: &Dicts, events: &[StoredEvent]) -> Vec<(String, std::sync::Arc<[u8]>)> {
+    let mut building: BTreeMap<&str, Vec<u8>> = BTreeMap::new();
+    for event in events {
+        if dicts.contains_key(&event.resource) {
+            continue;
+        }
+        let dict = building.entry(&event.resource).or_default();
+        let room = DICT_MAX_BYTES - dict.len();
+        dict.extend_from_slice(&event.body.json[..event.body.json.len().min(room)]);
+    }
+    building
+        .into_iter()
+        .filter(|(_, dict)| dict.len() >= DICT_MIN_BYTES)
+        .map(|(resource, dict)| (resource.to_string(), dict.into()))
+        .collect()
+}
+
 /// A random number (std's hasher keys are random per process and per `RandomState`).
 fn random_u64(salt: u64) -> u64 {
     use std::hash::{BuildHasher, Hasher};
@@ -947,13 +1042,56 @@ fn random_u64(salt: u64) -> u64 {
     hasher.finish()
 }
 
+/// Objects per chunk of an index snapshot (chunks are decoded in parallel).
+const SNAPSHOT_CHUNK: usize = 32 * 1024;
+
 /// The first record of an index snapshot.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct SnapshotHeader {
     format: String,
     store_id: Vec<u8>,
     head_rv: u64,
-    resources: u64,
+    chunks: u64,
+}
+
+/// A decoded chunk of an index snapshot, in list order.
+type Chunk = Vec<(ObjectKey, std::sync::Arc<IndexEntry>)>;
+
+/// Decodes the snapshot's chunks (resource, object count, byte range of
+/// `body`) on up to four threads; the chunks in order.
+fn decode_chunks(body: &[u8], chunks: &[(String, u64, std::ops::Range<usize>)]) -> Result<Vec<Chunk>, String> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let decode = |count: u64, range: &std::ops::Range<usize>| -> Result<Chunk, String> {
+        let bytes = &body[range.clone()];
+        let mut at = 0;
+        let mut entries = Vec::with_capacity(count.min(SNAPSHOT_CHUNK as u64) as usize);
+        for _ in 0..count {
+            let ((key, entry), used): ((ObjectKey, IndexEntry), usize) = bincode::serde::decode_from_slice(&bytes[at..], config())
+                .map_err(|e| format!("snapshot undecodable: {e}"))?;
+            at += used;
+            entries.push((key, std::sync::Arc::new(entry)));
+        }
+        if at != bytes.len() {
+            return Err("snapshot chunk has trailing bytes".into());
+        }
+        Ok(entries)
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4).min(chunks.len().max(1));
+    let next = AtomicUsize::new(0);
+    let slots: Vec<std::sync::Mutex<Option<Result<Chunk, String>>>> = chunks.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some((_, count, range)) = chunks.get(i) else { break };
+                *slots[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(decode(*count, range));
+            });
+        }
+    });
+    slots
+        .into_iter()
+        .map(|slot| slot.into_inner().unwrap_or_else(|e| e.into_inner()).unwrap_or_else(|| Err("snapshot chunk not decoded".into())))
+        .collect()
 }
 
 /// A writer that sums what goes through it.

@@ -174,6 +174,39 @@ fn bodies_are_stored_compressed_and_read_back_exactly() {
     assert_eq!(decode_event(&encoded).unwrap(), event);
 }
 
+#[test]
+fn a_type_gets_a_dictionary_from_its_first_large_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options::default();
+    let mut index = Index::at(0);
+    let first;
+    {
+        let store = Store::open(dir.path(), &opts).unwrap();
+        // Too little to make a dictionary of.
+        commit_changes(&store, &mut index, vec![pod_change("a", 1, false)]);
+        assert!(store.dicts.read().unwrap().is_empty());
+        first = commit_changes(&store, &mut index, (0..40).map(|i| pod_change(&format!("p{i}"), 10 + i, false)).collect());
+        let dict = store.dicts.read().unwrap().get("v1/pods").cloned().expect("a dictionary for pods");
+        assert!(dict.len() >= DICT_MIN_BYTES && dict.len() <= DICT_MAX_BYTES, "{}", dict.len());
+        commit_changes(&store, &mut index, vec![pod_change("p3", 99, false)]);
+        let record = store.tree.get(event_key(first[5].rv)).unwrap().unwrap();
+        assert_eq!(decode_head(&record).unwrap().0.body_codec, BODY_LZ4_DICT);
+        // Without the dictionary the record cannot be read: it is not guessed.
+        assert!(matches!(decode_event(&record), Err(Error::Corrupt { .. })));
+    }
+    let store = reopen(dir.path(), &opts);
+    assert_eq!(store.event(first[5].rv).unwrap().unwrap(), first[5]);
+    let all: Vec<StoredEvent> = store.events_after(0).map(|e| e.unwrap()).collect();
+    assert_eq!(all.len(), 42);
+    assert_eq!(&all[1..41], &first[..]);
+    assert_eq!(all[41].key.name, "p3");
+    // A backup carries the dictionary.
+    let mut file = Vec::new();
+    store.backup(&mut file).unwrap();
+    let restored = Store::restore(&dir.path().join("restored"), &mut &file[..], &opts).unwrap();
+    assert_eq!(restored.event(first[5].rv).unwrap().unwrap(), first[5]);
+}
+
 fn snapshot_path(store: &Store) -> RecoveryPath {
     store.recover().unwrap().path
 }
