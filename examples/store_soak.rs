@@ -31,6 +31,10 @@ use rand::{Rng, SeedableRng};
 
 const CLUSTER: &str = "member1";
 
+/// The allocator of the `kubefold` binary, so that timings compare.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 struct Args {
     command: String,
     data_dir: PathBuf,
