@@ -108,12 +108,15 @@ impl Aggregator {
         }
     }
 
-    /// Whether an index snapshot is due now.
+    /// Whether an index snapshot is due now. With a short retention it is
+    /// written at least every half retention window: a snapshot older than
+    /// the compaction floor cannot be used (the events after it are gone).
     fn snapshot_due(&self) -> bool {
         let head = self.index.head_rv();
+        let every = SNAPSHOT_AFTER_EVENTS.min(self.retention.max_events / 2).max(1);
         !self.snapshotting
             && head > self.snapshot_rv
-            && (head - self.snapshot_rv >= SNAPSHOT_AFTER_EVENTS
+            && (head - self.snapshot_rv >= every
                 || self.snapshot_rv == 0
                 || self.snapshot_at.elapsed() >= SNAPSHOT_AFTER)
     }
