@@ -67,6 +67,17 @@ pub struct Compact;
 #[rtype(result = "Result<std::path::PathBuf, String>")]
 pub struct Backup;
 
+/// An index snapshot is written once this many events were committed
+/// after the last one: a restart after a crash then replays at most about
+/// this many events of the log on top of the snapshot.
+const SNAPSHOT_AFTER_EVENTS: u64 = 100_000;
+
+/// ... or once this much time has passed with any event committed.
+const SNAPSHOT_AFTER: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// How often the aggregator checks whether a snapshot is due.
+const SNAPSHOT_CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The aggregator's state.
 pub struct Aggregator {
     index: Index,
@@ -74,12 +85,64 @@ pub struct Aggregator {
     fleet: Arc<Fleet>,
     retention: Retention,
     compacting: bool,
+    /// The RV of the last index snapshot written (0: none since start).
+    snapshot_rv: u64,
+    /// When it was written.
+    snapshot_at: Instant,
+    /// A snapshot is being written.
+    snapshotting: bool,
 }
 
 impl Aggregator {
     /// An aggregator continuing from the fleet's current snapshot.
     pub fn new(fleet: Arc<Fleet>, retention: Retention) -> Aggregator {
-        Aggregator { index: (*fleet.snapshot()).clone(), store: fleet.store().clone(), fleet, retention, compacting: false }
+        Aggregator {
+            index: (*fleet.snapshot()).clone(),
+            store: fleet.store().clone(),
+            fleet,
+            retention,
+            compacting: false,
+            snapshot_rv: 0,
+            snapshot_at: Instant::now(),
+            snapshotting: false,
+        }
+    }
+
+    /// Whether an index snapshot is due now. With a short retention it is
+    /// written at least every half retention window: a snapshot older than
+    /// the compaction floor cannot be used (the events after it are gone).
+    fn snapshot_due(&self) -> bool {
+        let head = self.index.head_rv();
+        let every = SNAPSHOT_AFTER_EVENTS.min(self.retention.max_events / 2).max(1);
+        !self.snapshotting
+            && head > self.snapshot_rv
+            && (head - self.snapshot_rv >= every
+                || self.snapshot_rv == 0
+                || self.snapshot_at.elapsed() >= SNAPSHOT_AFTER)
+    }
+
+    /// Writes an index snapshot off the actor thread (the clone is O(1)).
+    fn start_snapshot(&mut self, ctx: &mut Context<Self>) {
+        self.snapshotting = true;
+        let (store, index) = (self.store.clone(), self.index.clone());
+        let started = Instant::now();
+        let write = tokio::task::spawn_blocking(move || store.write_snapshot(&index));
+        ctx.spawn(actix::WrapFuture::into_actor(write, self).map(move |result, this: &mut Aggregator, _| {
+            this.snapshotting = false;
+            match result {
+                Ok(Ok(Some(stats))) => {
+                    this.snapshot_rv = stats.rv;
+                    this.snapshot_at = Instant::now();
+                    let seconds = started.elapsed().as_secs_f64();
+                    metrics::histogram!("kubefold_index_snapshot_seconds").record(seconds);
+                    metrics::gauge!("kubefold_index_snapshot_bytes").set(stats.bytes as f64);
+                    info!(rv = stats.rv, objects = stats.objects, bytes = stats.bytes, seconds, "Index snapshot written.");
+                }
+                Ok(Ok(None)) => {}
+                Ok(Err(e)) => error!(error = %e, "Index snapshot failed."),
+                Err(_) => error!("Index snapshot thread failed."),
+            }
+        }));
     }
 
     /// The floor retention allows now.
@@ -290,6 +353,11 @@ impl Actor for Aggregator {
                     }
                 }),
             );
+        });
+        ctx.run_interval(SNAPSHOT_CHECK_EVERY, |this, ctx| {
+            if this.snapshot_due() {
+                this.start_snapshot(ctx);
+            }
         });
         info!(head_rv = self.index.head_rv(), objects = self.index.total(), "Aggregator started.");
     }

@@ -45,6 +45,16 @@ impl Index {
         self.resources.entry(resource.to_string()).or_default().insert(key, Arc::new(entry));
     }
 
+    /// Inserts entries loaded from the store (recovery), in list order for speed.
+    pub fn load_all(&mut self, resource: &str, objects: impl IntoIterator<Item = (ObjectKey, Arc<IndexEntry>)>) {
+        match self.resources.get_mut(resource) {
+            Some(existing) => existing.extend(objects),
+            None => {
+                self.resources.insert(resource.to_string(), objects.into_iter().collect());
+            }
+        }
+    }
+
     /// Applies one committed event: the only way the index changes.
     pub fn apply(&mut self, event: &StoredEvent) {
         let objects = self.resources.entry(event.resource.clone()).or_default();

@@ -13,8 +13,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let _served = event.body.to_bytes(Some("_member1"), event.rv);
-    let bytes = bincode::serde::encode_to_vec(&event, bincode::config::standard())
-        .expect("a decoded event encodes");
+    let bytes = kubefold_store::encode_event(&event).expect("a decoded event encodes");
     let again = decode_event(&bytes).expect("a re-encoded event decodes");
     assert_eq!(again, event);
 });

@@ -1,12 +1,25 @@
 //! kubefold's durable store: the event log, the index entries, the member
 //! checkpoints and the head resource version, in one sled tree so that each
-//! batch commit is one atomic `apply_batch`.
+//! batch commit is one atomic `apply_batch`; beside it, a snapshot of the
+//! index that makes a warm start one sequential read.
 //!
 //! Key layout (all in the tree `kubefold`):
-//! - `e` + big-endian u64 RV → bincode [`StoredEvent`] (raw JSON body inside);
-//! - `i` + resource `\0` namespace `\0` name `\0` cluster → bincode [`IndexEntry`];
+//! - `e` + big-endian u64 RV → an event record: a bincode head (everything
+//!   of [`StoredEvent`] but the body) followed by the body's JSON, LZ4
+//!   compressed (with its resource type's dictionary once there is one)
+//!   when that makes it smaller;
+//! - `i` + resource `\0` namespace `\0` name `\0` cluster → bincode [`IndexEntry`]
+//!   (no body: it names the event that holds it);
 //! - `c` + cluster `\0` resource → the member's resourceVersion (checkpoint);
-//! - `m` + name → metadata (`format`, `head`, `compacted`).
+//! - `m` + name → metadata (`format`, `head`, `compacted`, `store-id`,
+//!   `dict/` + resource: the type's compression dictionary, never changed).
+//!
+//! The file `index.snapshot` in the data dir holds the whole index as of
+//! some RV (written from time to time and at shutdown, see
+//! [`Store::write_snapshot`]). Recovery loads it and replays the events
+//! after it; it is used only when it belongs to this store, is intact, is
+//! not ahead of the log's head and not older than the compaction floor, so
+//! the recovered index always equals the replay of the retained log.
 //!
 //! Durability: every commit is atomic; it is durable once sled has flushed,
 //! which [`Store::commit`] waits for when [`Durability::Sync`] is chosen, and
@@ -21,7 +34,10 @@ use kubefold_engine::object::ServedBody;
 use thiserror::Error;
 
 /// The on-disk format this build writes and reads.
-pub const FORMAT: &str = "kubefold-store/1";
+pub const FORMAT: &str = "kubefold-store/2";
+
+/// The index snapshot's file name inside the data dir.
+pub const SNAPSHOT_FILE: &str = "index.snapshot";
 
 /// Errors of the store.
 #[derive(Debug, Error)]
@@ -109,9 +125,50 @@ pub struct CompactStats {
     pub kept: u64,
 }
 
+/// How [`Store::recover`] rebuilt the index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecoveryPath {
+    /// From the snapshot at `snapshot_rv`, then `replayed` events of the log.
+    Snapshot {
+        /// The snapshot's RV.
+        snapshot_rv: u64,
+        /// Events after it, applied from the log.
+        replayed: u64,
+    },
+    /// From a scan of every index entry, because of `reason`.
+    Scan {
+        /// Why the snapshot was not used.
+        reason: String,
+    },
+}
+
+impl std::fmt::Display for RecoveryPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecoveryPath::Snapshot { snapshot_rv, replayed } => {
+                write!(f, "snapshot at RV {snapshot_rv} plus {replayed} events of the log")
+            }
+            RecoveryPath::Scan { reason } => write!(f, "scan of the index entries ({reason})"),
+        }
+    }
+}
+
+/// What a snapshot write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotStats {
+    /// The RV the snapshot is at.
+    pub rv: u64,
+    /// Objects in it.
+    pub objects: u64,
+    /// Its size in bytes.
+    pub bytes: u64,
+}
+
 /// What the store holds at start.
 #[derive(Debug)]
 pub struct Recovered {
+    /// How the index was rebuilt.
+    pub path: RecoveryPath,
     /// The merged index as of the head RV.
     pub index: Index,
     /// Member RV checkpoints by (cluster, resource).
@@ -126,15 +183,41 @@ pub struct Store {
     db: sled::Db,
     tree: sled::Tree,
     durability: Durability,
+    dir: PathBuf,
+    /// Serialises snapshot writes; holds the RV of the newest one written.
+    snapshot: std::sync::Arc<std::sync::Mutex<u64>>,
+    /// The body compression dictionaries (`m` + `dict/` + resource).
+    dicts: std::sync::Arc<std::sync::RwLock<Dicts>>,
 }
 
 /// First bytes of a backup file.
-const BACKUP_MAGIC: &[u8; 18] = b"kubefold-backup/1\n";
+const BACKUP_MAGIC: &[u8; 18] = b"kubefold-backup/2\n";
+
+/// First bytes of an index snapshot file.
+const SNAPSHOT_MAGIC: &[u8; 24] = b"kubefold-index-snapshot\n";
+
+/// How an event's body is stored after its head: as it is, LZ4, or LZ4
+/// with the dictionary of the event's resource type.
+const BODY_RAW: u8 = 0;
+const BODY_LZ4: u8 = 1;
+const BODY_LZ4_DICT: u8 = 2;
+
+/// A resource type's compression dictionary is made of the first bodies of
+/// that type committed in one batch: at least this many bytes of them...
+const DICT_MIN_BYTES: usize = 4 * 1024;
+/// ... and at most this many (LZ4 reaches back 64 KiB).
+const DICT_MAX_BYTES: usize = 16 * 1024;
+
+/// Compression dictionaries by resource type (immutable once written).
+type Dicts = std::collections::HashMap<String, std::sync::Arc<[u8]>>;
 
 const EVENT: u8 = b'e';
 const INDEX: u8 = b'i';
 const CHECKPOINT: u8 = b'c';
 const META: u8 = b'm';
+
+/// Meta key prefix of the compression dictionaries.
+const DICT_PREFIX: &str = "dict/";
 
 /// Largest record the store decodes: no length read from a damaged record
 /// can make decoding allocate more than this.
@@ -142,6 +225,33 @@ const MAX_RECORD_BYTES: usize = 64 * 1024 * 1024;
 
 fn config() -> bincode::config::Configuration<bincode::config::LittleEndian, bincode::config::Varint, bincode::config::Limit<MAX_RECORD_BYTES>> {
     bincode::config::standard().with_limit::<MAX_RECORD_BYTES>()
+}
+
+/// sled's log segment size for kubefold's data dirs: 8 MiB instead of
+/// sled's 512 KiB. sled reuses a segment only once at most half of it is
+/// live; with the event log's pages rewritten at the head and removed at the
+/// tail, larger segments reach that point sooner. Under constant churn
+/// (200,000 events over 10,000 pods, 100,000 retained) sled's files were
+/// 3.6x the records at 512 KiB, 2.3x at 8 MiB, 2.4x at 16 MiB
+/// (`examples/store_soak.rs`, BENCHMARKS.md). sled marks the setting as
+/// meant for its tests, and keeps it in the data dir: it cannot change
+/// afterwards (a different size is a different format here).
+const SEGMENT_SIZE: usize = 8 * 1024 * 1024;
+
+fn sled_config(path: &Path, options: &Options, segment_size: usize) -> sled::Config {
+    sled::Config::new()
+        .path(path)
+        .flush_every_ms(Some(options.flush_every_ms))
+        .cache_capacity(options.cache_capacity)
+        .segment_size(segment_size)
+}
+
+/// The segment size a sled data dir was created with (its `conf` file).
+fn sled_segment_size(path: &Path) -> Option<usize> {
+    // Text lines, then a binary checksum.
+    let conf = std::fs::read(path.join("conf")).ok()?;
+    String::from_utf8_lossy(&conf)
+        .lines().find_map(|line| line.strip_prefix("segment_size:")?.trim().parse().ok())
 }
 
 fn event_key(rv: u64) -> [u8; 9] {
@@ -192,16 +302,145 @@ fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T>
         .map_err(|e| Error::Corrupt { what: format!("{what}: {e}") })
 }
 
-/// Decodes one event envelope (the value of an `e` record) as the store
-/// reads it; a damaged record is [`Error::Corrupt`]. Public for the
-/// `store_envelope` fuzz target (`fuzz/`).
-pub fn decode_event(bytes: &[u8]) -> Result<StoredEvent> {
-    let event: StoredEvent = decode(bytes, "event")?;
-    let len = event.body.json.len();
-    if event.body.name_end as usize > len || event.body.rv_at as usize > len {
-        return Err(Error::Corrupt { what: format!("event {}: body splice points outside the body", event.rv) });
+/// The head of an event record as written: every field of [`StoredEvent`]
+/// but the body's bytes, borrowed.
+#[derive(serde::Serialize)]
+struct EventHeadRef<'a> {
+    rv: u64,
+    event_type: EventType,
+    resource: &'a str,
+    key: &'a ObjectKey,
+    prev_rv: u64,
+    member_rv: &'a str,
+    uid: &'a str,
+    labels: &'a [(String, String)],
+    fields: &'a [(String, String)],
+    time_ms: u64,
+    name_end: u32,
+    rv_at: u32,
+    body_len: u32,
+    body_codec: u8,
+}
+
+/// The head of an event record as read (same layout as [`EventHeadRef`]).
+#[derive(serde::Deserialize)]
+struct EventHead {
+    rv: u64,
+    event_type: EventType,
+    resource: String,
+    key: ObjectKey,
+    prev_rv: u64,
+    member_rv: String,
+    uid: String,
+    labels: Vec<(String, String)>,
+    fields: Vec<(String, String)>,
+    time_ms: u64,
+    name_end: u32,
+    rv_at: u32,
+    body_len: u32,
+    body_codec: u8,
+}
+
+impl EventHead {
+    /// The event with `json` as its body.
+    fn into_event(self, json: Vec<u8>) -> StoredEvent {
+        StoredEvent {
+            rv: self.rv,
+            event_type: self.event_type,
+            resource: self.resource,
+            key: self.key,
+            prev_rv: self.prev_rv,
+            member_rv: self.member_rv,
+            uid: self.uid,
+            labels: self.labels,
+            fields: self.fields,
+            body: ServedBody { json, name_end: self.name_end, rv_at: self.rv_at },
+            time_ms: self.time_ms,
+        }
     }
-    Ok(event)
+}
+
+/// Encodes one event as the store writes it (the value of an `e` record)
+/// when its type has no dictionary: the head, then the body, LZ4-compressed
+/// when that is smaller.
+pub fn encode_event(event: &StoredEvent) -> Result<Vec<u8>> {
+    encode_event_with(event, None)
+}
+
+/// [`encode_event`] compressing with `dict`, the dictionary of the event's type.
+fn encode_event_with(event: &StoredEvent, dict: Option<&[u8]>) -> Result<Vec<u8>> {
+    let json = &event.body.json;
+    let (codec, compressed) = match dict {
+        Some(dict) => (BODY_LZ4_DICT, lz4_flex::block::compress_with_dict(json, dict)),
+        None => (BODY_LZ4, lz4_flex::block::compress(json)),
+    };
+    let (codec, body) = if compressed.len() < json.len() { (codec, &compressed[..]) } else { (BODY_RAW, &json[..]) };
+    let head = EventHeadRef {
+        rv: event.rv,
+        event_type: event.event_type,
+        resource: &event.resource,
+        key: &event.key,
+        prev_rv: event.prev_rv,
+        member_rv: &event.member_rv,
+        uid: &event.uid,
+        labels: &event.labels,
+        fields: &event.fields,
+        time_ms: event.time_ms,
+        name_end: event.body.name_end,
+        rv_at: event.body.rv_at,
+        body_len: u32::try_from(json.len()).map_err(|_| Error::Corrupt { what: format!("event {}: body over 4 GiB", event.rv) })?,
+        body_codec: codec,
+    };
+    let mut out = encode(&head)?;
+    out.extend_from_slice(body);
+    Ok(out)
+}
+
+/// Decodes the head of an event record; returns it and where the body starts.
+fn decode_head(bytes: &[u8]) -> Result<(EventHead, usize)> {
+    let (head, used): (EventHead, usize) = bincode::serde::decode_from_slice(bytes, config())
+        .map_err(|e| Error::Corrupt { what: format!("event: {e}") })?;
+    let len = head.body_len as usize;
+    if len > MAX_RECORD_BYTES || head.name_end as usize > len || head.rv_at as usize > len {
+        return Err(Error::Corrupt { what: format!("event {}: body length or splice points out of bounds", head.rv) });
+    }
+    if ![BODY_RAW, BODY_LZ4, BODY_LZ4_DICT].contains(&head.body_codec) {
+        return Err(Error::Corrupt { what: format!("event {}: unknown body encoding {}", head.rv, head.body_codec) });
+    }
+    Ok((head, used))
+}
+
+/// Decodes one event record (the value of an `e` record) as the store
+/// reads it, for a type without a dictionary; a damaged record is
+/// [`Error::Corrupt`]. Public for the `store_envelope` fuzz target (`fuzz/`).
+pub fn decode_event(bytes: &[u8]) -> Result<StoredEvent> {
+    decode_event_with(bytes, &Dicts::new())
+}
+
+/// [`decode_event`] with the store's dictionaries.
+fn decode_event_with(bytes: &[u8], dicts: &Dicts) -> Result<StoredEvent> {
+    let (head, used) = decode_head(bytes)?;
+    let body = &bytes[used..];
+    let len = head.body_len as usize;
+    let undecodable = || Error::Corrupt { what: format!("event {}: compressed body does not decode", head.rv) };
+    let json = match head.body_codec {
+        BODY_LZ4 => lz4_flex::block::decompress(body, len).ok().filter(|json| json.len() == len).ok_or_else(undecodable)?,
+        BODY_LZ4_DICT => {
+            let dict = dicts.get(&head.resource).ok_or_else(|| Error::Corrupt {
+                what: format!("event {}: no compression dictionary for {}", head.rv, head.resource),
+            })?;
+            lz4_flex::block::decompress_with_dict(body, len, dict).ok().filter(|json| json.len() == len).ok_or_else(undecodable)?
+        }
+        _ if body.len() == len => body.to_vec(),
+        _ => return Err(Error::Corrupt { what: format!("event {}: body is {} bytes, the head says {len}", head.rv, body.len()) }),
+    };
+    Ok(head.into_event(json))
+}
+
+/// Decodes an event record without its body (an empty one): what
+/// recovery, retention and compaction need.
+fn decode_event_head(bytes: &[u8]) -> Result<StoredEvent> {
+    Ok(decode_head(bytes)?.0.into_event(Vec::new()))
 }
 
 fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>> {
@@ -216,12 +455,23 @@ fn read_u64(bytes: &[u8], what: &str) -> Result<u64> {
 impl Store {
     /// Opens (or creates) the store in `path`, refusing a data dir of another format.
     pub fn open(path: &Path, options: &Options) -> Result<Store> {
-        let db = sled::Config::new()
-            .path(path)
-            .flush_every_ms(Some(options.flush_every_ms))
-            .cache_capacity(options.cache_capacity)
+        let segment_size = match sled_segment_size(path) {
+            // A data dir of another format: open it as it was written, to
+            // name its format in the error (sled refuses another size).
+            Some(size) if size != SEGMENT_SIZE => size,
+            _ => SEGMENT_SIZE,
+        };
+        let db = sled_config(path, options, segment_size)
             .open()
             .map_err(|source| Error::OpenFailed { path: path.to_path_buf(), source })?;
+        if segment_size != SEGMENT_SIZE {
+            let found = match db.open_tree("kubefold")?.get(meta_key("format"))? {
+                Some(found) if found.as_ref() != FORMAT.as_bytes() => String::from_utf8_lossy(&found).into_owned(),
+                Some(_) => format!("{FORMAT} with sled segments of {segment_size} bytes"),
+                None => "(none)".into(),
+            };
+            return Err(Error::IncompatibleFormat { path: path.to_path_buf(), found });
+        }
         Store::from_db(db, path, options)
     }
 
@@ -244,7 +494,27 @@ impl Store {
                 return Err(Error::IncompatibleFormat { path: path.to_path_buf(), found: "(none)".into() });
             }
         }
-        Ok(Store { db, tree, durability: options.durability })
+        if tree.get(meta_key("store-id"))?.is_none() {
+            // Ties index snapshots to this store (a snapshot copied from
+            // another data dir is ignored).
+            let id: Vec<u8> = (0..2u64).flat_map(|i| random_u64(i).to_be_bytes()).collect();
+            tree.insert(meta_key("store-id"), &id[..])?;
+            db.flush()?;
+        }
+        let mut dicts = Dicts::new();
+        let prefix = meta_key(DICT_PREFIX);
+        for item in tree.scan_prefix(&prefix) {
+            let (k, v) = item?;
+            dicts.insert(String::from_utf8_lossy(&k[prefix.len()..]).into_owned(), v.to_vec().into());
+        }
+        Ok(Store {
+            db,
+            tree,
+            durability: options.durability,
+            dir: path.to_path_buf(),
+            snapshot: std::sync::Arc::new(std::sync::Mutex::new(0)),
+            dicts: std::sync::Arc::new(std::sync::RwLock::new(dicts)),
+        })
     }
 
     /// The RV of the last committed event (0 for a new store).
@@ -267,8 +537,15 @@ impl Store {
     pub fn commit(&self, commit: &Commit) -> Result<()> {
         let mut batch = sled::Batch::default();
         let mut head = None;
+        let mut dicts = self.dicts.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let new_dicts = new_dictionaries(&dicts, &commit.events);
+        for (resource, dict) in &new_dicts {
+            batch.insert(meta_key(&format!("{DICT_PREFIX}{resource}")), &dict[..]);
+            dicts.insert(resource.clone(), dict.clone());
+        }
         for event in &commit.events {
-            batch.insert(&event_key(event.rv)[..], encode(event)?);
+            let dict = dicts.get(&event.resource).map(|d| &d[..]);
+            batch.insert(&event_key(event.rv)[..], encode_event_with(event, dict)?);
             let ik = index_key(&event.resource, &event.key);
             match event.event_type {
                 EventType::Added | EventType::Modified => batch.insert(ik, encode(&event.index_entry())?),
@@ -282,23 +559,49 @@ impl Store {
         if let Some(head) = head {
             batch.insert(meta_key("head"), &head.to_be_bytes()[..]);
         }
-        self.tree.apply_batch(batch)?;
+        // Readers may meet the new records as soon as the batch is applied:
+        // the dictionaries are known before, and forgotten if it fails.
+        if !new_dicts.is_empty() {
+            *self.dicts.write().unwrap_or_else(|e| e.into_inner()) = dicts;
+        }
+        if let Err(e) = self.tree.apply_batch(batch) {
+            let mut dicts = self.dicts.write().unwrap_or_else(|e| e.into_inner());
+            for (resource, _) in &new_dicts {
+                dicts.remove(resource);
+            }
+            return Err(e.into());
+        }
         if self.durability == Durability::Sync {
             self.db.flush()?;
         }
         Ok(())
     }
 
+    fn decode(&self, bytes: &[u8]) -> Result<StoredEvent> {
+        decode_event_with(bytes, &self.dicts.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
     /// Reads the merged index, the checkpoints and the compaction floor.
+    /// The index comes from the snapshot plus the events after it when the
+    /// snapshot can be trusted, from a scan of the index entries otherwise;
+    /// either way it equals the replay of the retained log.
     pub fn recover(&self) -> Result<Recovered> {
-        let mut index = Index::at(self.head_rv()?);
-        for item in self.tree.scan_prefix([INDEX]) {
-            let (k, v) = item?;
-            let (resource, key) =
-                parse_index_key(&k).ok_or_else(|| Error::Corrupt { what: "index key".into() })?;
-            let entry: IndexEntry = decode(&v, "index entry")?;
-            index.load(&resource, key, entry);
-        }
+        let head = self.head_rv()?;
+        let compacted = self.compacted_rv()?;
+        let (index, path) = match self.read_snapshot(head, compacted) {
+            Ok(mut index) => {
+                let snapshot_rv = index.head_rv();
+                let mut replayed = 0;
+                for item in self.tree.range(event_key(snapshot_rv.saturating_add(1))..=event_key(u64::MAX)) {
+                    let (_, v) = item?;
+                    index.apply(&decode_event_head(&v)?);
+                    replayed += 1;
+                }
+                index.set_head_rv(head);
+                (index, RecoveryPath::Snapshot { snapshot_rv, replayed })
+            }
+            Err(reason) => (self.scan_index(head)?, RecoveryPath::Scan { reason }),
+        };
         let mut checkpoints = BTreeMap::new();
         for item in self.tree.scan_prefix([CHECKPOINT]) {
             let (k, v) = item?;
@@ -310,13 +613,140 @@ impl Store {
                 String::from_utf8_lossy(&v).into_owned(),
             );
         }
-        Ok(Recovered { index, checkpoints, compacted_rv: self.compacted_rv()? })
+        Ok(Recovered { path, index, checkpoints, compacted_rv: compacted })
+    }
+
+    /// The index from the index entries (every live object's record).
+    fn scan_index(&self, head: u64) -> Result<Index> {
+        let mut index = Index::at(head);
+        for item in self.tree.scan_prefix([INDEX]) {
+            let (k, v) = item?;
+            let (resource, key) =
+                parse_index_key(&k).ok_or_else(|| Error::Corrupt { what: "index key".into() })?;
+            let entry: IndexEntry = decode(&v, "index entry")?;
+            index.load(&resource, key, entry);
+        }
+        Ok(index)
+    }
+
+    fn store_id(&self) -> Result<Vec<u8>> {
+        Ok(self.tree.get(meta_key("store-id"))?.map(|v| v.to_vec()).unwrap_or_default())
+    }
+
+    /// Writes the index to the snapshot file, atomically (a temporary file,
+    /// synced, renamed over the old one). The log is flushed first, so the
+    /// snapshot is never ahead of what a restart finds on disk. An index
+    /// older than the newest snapshot already written is not written.
+    /// Runs beside commits (call it with a clone of the aggregator's index
+    /// off the actor thread).
+    pub fn write_snapshot(&self, index: &Index) -> Result<Option<SnapshotStats>> {
+        use std::io::Write;
+        let mut newest = self.snapshot.lock().unwrap_or_else(|e| e.into_inner());
+        let rv = index.head_rv();
+        if rv <= *newest && *newest != 0 {
+            return Ok(None);
+        }
+        self.db.flush()?;
+        if rv > self.head_rv()? {
+            return Err(Error::Corrupt { what: format!("snapshot at RV {rv} is ahead of the log's head") });
+        }
+        let io = |e: std::io::Error| Error::Io(sled::Error::Io(e));
+        let tmp = self.dir.join(format!("{SNAPSHOT_FILE}.tmp"));
+        let file = std::fs::File::create(&tmp).map_err(io)?;
+        let mut out = ChecksumWriter { inner: std::io::BufWriter::with_capacity(1 << 20, file), crc: crc32fast::Hasher::new(), bytes: 0 };
+        out.write_all(SNAPSHOT_MAGIC).map_err(io)?;
+        let resources = index.resource_keys();
+        let chunks: u64 = resources.iter().map(|r| (index.len(r) as u64).div_ceil(SNAPSHOT_CHUNK as u64)).sum();
+        let header = SnapshotHeader { format: FORMAT.to_string(), store_id: self.store_id()?, head_rv: rv, chunks };
+        out.write_all(&encode(&header)?).map_err(io)?;
+        let mut objects = 0u64;
+        let mut chunk = Vec::with_capacity(SNAPSHOT_CHUNK * 512);
+        for resource in resources {
+            let mut entries = index.range(&resource, None, None).peekable();
+            while entries.peek().is_some() {
+                chunk.clear();
+                let mut count = 0u64;
+                for (key, entry) in entries.by_ref().take(SNAPSHOT_CHUNK) {
+                    bincode::serde::encode_into_std_write(&(key, &**entry), &mut chunk, config())?;
+                    count += 1;
+                }
+                out.write_all(&encode(&(&resource, count, chunk.len() as u64))?).map_err(io)?;
+                out.write_all(&chunk).map_err(io)?;
+                objects += count;
+            }
+        }
+        let crc = out.crc.clone().finalize();
+        let bytes = out.bytes + 4;
+        let mut inner = out.inner;
+        inner.write_all(&crc.to_le_bytes()).map_err(io)?;
+        let file = inner.into_inner().map_err(|e| io(e.into_error()))?;
+        file.sync_all().map_err(io)?;
+        drop(file);
+        std::fs::rename(&tmp, self.dir.join(SNAPSHOT_FILE)).map_err(io)?;
+        if let Ok(dir) = std::fs::File::open(&self.dir) {
+            let _ = dir.sync_all();
+        }
+        *newest = rv;
+        Ok(Some(SnapshotStats { rv, objects, bytes }))
+    }
+
+    /// The index of the snapshot file, when it can be used with a log at
+    /// `head` compacted to `compacted`; otherwise why not.
+    fn read_snapshot(&self, head: u64, compacted: u64) -> Result<Index, String> {
+        let path = self.dir.join(SNAPSHOT_FILE);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err("no snapshot".into()),
+            Err(e) => return Err(format!("snapshot unreadable: {e}")),
+        };
+        if bytes.len() < SNAPSHOT_MAGIC.len() + 4 || &bytes[..SNAPSHOT_MAGIC.len()] != SNAPSHOT_MAGIC {
+            return Err("snapshot is not an index snapshot".into());
+        }
+        let (body, sum) = bytes.split_at(bytes.len() - 4);
+        if crc32fast::hash(body).to_le_bytes() != sum {
+            return Err("snapshot checksum mismatch".into());
+        }
+        let mut at = SNAPSHOT_MAGIC.len();
+        let bad = |e: bincode::error::DecodeError| format!("snapshot undecodable: {e}");
+        let (header, used): (SnapshotHeader, usize) = bincode::serde::decode_from_slice(&body[at..], config()).map_err(bad)?;
+        at += used;
+        if header.format != FORMAT {
+            return Err(format!("snapshot of format {:?}", header.format));
+        }
+        if header.store_id != self.store_id().map_err(|e| e.to_string())? {
+            return Err("snapshot of another store".into());
+        }
+        if header.head_rv > head {
+            return Err(format!("snapshot at RV {} is ahead of the log's head {head}", header.head_rv));
+        }
+        if header.head_rv < compacted {
+            return Err(format!("snapshot at RV {} is older than the compaction floor {compacted}", header.head_rv));
+        }
+        // Chunk headers first, then the chunks decoded on every core.
+        let mut chunks = Vec::new();
+        for _ in 0..header.chunks {
+            let ((resource, count, len), used): ((String, u64, u64), usize) =
+                bincode::serde::decode_from_slice(&body[at..], config()).map_err(bad)?;
+            at += used;
+            let end = at.checked_add(len as usize).filter(|end| *end <= body.len()).ok_or("snapshot chunk past its end")?;
+            chunks.push((resource, count, at..end));
+            at = end;
+        }
+        if at != body.len() {
+            return Err("snapshot has trailing bytes".into());
+        }
+        let decoded = decode_chunks(body, &chunks)?;
+        let mut index = Index::at(header.head_rv);
+        for ((resource, _, _), entries) in chunks.iter().zip(decoded) {
+            index.load_all(resource, entries);
+        }
+        Ok(index)
     }
 
     /// One event of the log.
     pub fn event(&self, rv: u64) -> Result<Option<StoredEvent>> {
         match self.tree.get(event_key(rv))? {
-            Some(v) => Ok(Some(decode_event(&v)?)),
+            Some(v) => Ok(Some(self.decode(&v)?)),
             None => Ok(None),
         }
     }
@@ -330,9 +760,9 @@ impl Store {
     pub fn events_after(&self, rv: u64) -> impl Iterator<Item = Result<StoredEvent>> + '_ {
         let start = event_key(rv.saturating_add(1));
         let end = event_key(u64::MAX);
-        self.tree.range(start..=end).map(|item| {
+        self.tree.range(start..=end).map(move |item| {
             let (_, v) = item?;
-            decode_event(&v)
+            self.decode(&v)
         })
     }
 
@@ -366,7 +796,7 @@ impl Store {
         let cutoff = now_ms.saturating_sub(max_age_ms);
         for item in self.tree.range(event_key(floor.saturating_add(1))..=event_key(head)) {
             let (_, v) = item?;
-            let event = decode_event(&v)?;
+            let event = decode_event_head(&v)?;
             if event.time_ms >= cutoff {
                 break;
             }
@@ -393,19 +823,19 @@ impl Store {
             let entry: IndexEntry = decode(&v, "index entry")?;
             keep.insert(entry.rv);
         }
-        for event in self.events_after(floor) {
-            keep.insert(event?.prev_rv);
+        for item in self.tree.range(event_key(floor.saturating_add(1))..=event_key(u64::MAX)) {
+            let (_, v) = item?;
+            keep.insert(decode_head(&v)?.0.prev_rv);
         }
         let (mut removed, mut kept) = (0u64, 0u64);
         let mut batch = sled::Batch::default();
-        for item in self.tree.range(event_key(0)..=event_key(floor)) {
-            let (k, v) = item?;
+        for item in self.tree.range(event_key(0)..=event_key(floor)).keys() {
+            let k = item?;
             let rv = read_u64(&k[1..], "event key")?;
             if keep.contains(&rv) {
                 kept += 1;
                 continue;
             }
-            let _ = v;
             batch.remove(k);
             removed += 1;
             if removed % 10_000 == 0 {
@@ -479,9 +909,7 @@ impl Store {
         if magic != *BACKUP_MAGIC {
             return Err(bad("not a kubefold backup of this format"));
         }
-        let db = sled::Config::new()
-            .path(path)
-            .flush_every_ms(Some(options.flush_every_ms))
+        let db = sled_config(path, options, SEGMENT_SIZE)
             .open()
             .map_err(|source| Error::OpenFailed { path: path.to_path_buf(), source })?;
         let tree = db.open_tree("kubefold")?;
@@ -539,6 +967,162 @@ impl Store {
     /// Number of events retained in the log.
     pub fn event_count(&self) -> usize {
         self.tree.scan_prefix([EVENT]).count()
+    }
+
+    /// Records and their key and value bytes by kind (a full scan; for
+    /// measurements and the soak tools, not for a request path).
+    pub fn usage(&self) -> Result<Usage> {
+        let mut usage = Usage::default();
+        for item in self.tree.iter() {
+            let (k, v) = item?;
+            let kind = match k.first() {
+                Some(&EVENT) => &mut usage.events,
+                Some(&INDEX) => &mut usage.index,
+                _ => &mut usage.other,
+            };
+            kind.records += 1;
+            kind.key_bytes += k.len() as u64;
+            kind.value_bytes += v.len() as u64;
+        }
+        Ok(usage)
+    }
+}
+
+/// Records of one kind: how many, and their bytes as sled stores them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecordBytes {
+    /// Number of records.
+    pub records: u64,
+    /// Bytes of their keys.
+    pub key_bytes: u64,
+    /// Bytes of their values.
+    pub value_bytes: u64,
+}
+
+/// What the store holds, by kind of record (see [`Store::usage`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// The event log (`e` records).
+    pub events: RecordBytes,
+    /// Index entries (`i` records).
+    pub index: RecordBytes,
+    /// Checkpoints, metadata, snapshots.
+    pub other: RecordBytes,
+}
+
+impl Usage {
+    /// Key and value bytes of every record.
+    pub fn total_bytes(&self) -> u64 {
+        [self.events, self.index, self.other].iter().map(|r| r.key_bytes + r.value_bytes).sum()
+    }
+}
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (name, r) in [("events", self.events), ("index", self.index), ("other", self.other)] {
+            write!(f, "{name} {} ({:.1} MB, {:.0} B each) ", r.records, (r.key_bytes + r.value_bytes) as f64 / 1e6, (r.key_bytes + r.value_bytes) as f64 / r.records.max(1) as f64)?;
+        }
+        write!(f, "= {:.1} MB", self.total_bytes() as f64 / 1e6)
+    }
+}
+
+/// Dictionaries for the types in `events` that have none yet, each made of
+/// the first bodies of that type in `events` when they are large enough.
+fn new_dictionaries(dicts: &Dicts, events: &[StoredEvent]) -> Vec<(String, std::sync::Arc<[u8]>)> {
+    let mut building: BTreeMap<&str, Vec<u8>> = BTreeMap::new();
+    for event in events {
+        if dicts.contains_key(&event.resource) {
+            continue;
+        }
+        let dict = building.entry(&event.resource).or_default();
+        let room = DICT_MAX_BYTES - dict.len();
+        dict.extend_from_slice(&event.body.json[..event.body.json.len().min(room)]);
+    }
+    building
+        .into_iter()
+        .filter(|(_, dict)| dict.len() >= DICT_MIN_BYTES)
+        .map(|(resource, dict)| (resource.to_string(), dict.into()))
+        .collect()
+}
+
+/// A random number (std's hasher keys are random per process and per `RandomState`).
+fn random_u64(salt: u64) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(salt);
+    hasher.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    hasher.finish()
+}
+
+/// Objects per chunk of an index snapshot (chunks are decoded in parallel).
+const SNAPSHOT_CHUNK: usize = 32 * 1024;
+
+/// The first record of an index snapshot.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SnapshotHeader {
+    format: String,
+    store_id: Vec<u8>,
+    head_rv: u64,
+    chunks: u64,
+}
+
+/// A decoded chunk of an index snapshot, in list order.
+type Chunk = Vec<(ObjectKey, std::sync::Arc<IndexEntry>)>;
+
+/// Decodes the snapshot's chunks (resource, object count, byte range of
+/// `body`) on up to four threads; the chunks in order.
+fn decode_chunks(body: &[u8], chunks: &[(String, u64, std::ops::Range<usize>)]) -> Result<Vec<Chunk>, String> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let decode = |count: u64, range: &std::ops::Range<usize>| -> Result<Chunk, String> {
+        let bytes = &body[range.clone()];
+        let mut at = 0;
+        let mut entries = Vec::with_capacity(count.min(SNAPSHOT_CHUNK as u64) as usize);
+        for _ in 0..count {
+            let ((key, entry), used): ((ObjectKey, IndexEntry), usize) = bincode::serde::decode_from_slice(&bytes[at..], config())
+                .map_err(|e| format!("snapshot undecodable: {e}"))?;
+            at += used;
+            entries.push((key, std::sync::Arc::new(entry)));
+        }
+        if at != bytes.len() {
+            return Err("snapshot chunk has trailing bytes".into());
+        }
+        Ok(entries)
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4).min(chunks.len().max(1));
+    let next = AtomicUsize::new(0);
+    let slots: Vec<std::sync::Mutex<Option<Result<Chunk, String>>>> = chunks.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some((_, count, range)) = chunks.get(i) else { break };
+                *slots[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(decode(*count, range));
+            });
+        }
+    });
+    slots
+        .into_iter()
+        .map(|slot| slot.into_inner().unwrap_or_else(|e| e.into_inner()).unwrap_or_else(|| Err("snapshot chunk not decoded".into())))
+        .collect()
+}
+
+/// A writer that sums what goes through it.
+struct ChecksumWriter<W> {
+    inner: W,
+    crc: crc32fast::Hasher,
+    bytes: u64,
+}
+
+impl<W: std::io::Write> std::io::Write for ChecksumWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.crc.update(&buf[..n]);
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
     }
 }
 

@@ -41,6 +41,20 @@ fn commit_changes(store: &Store, index: &mut Index, changes: Vec<Change>) -> Vec
     events
 }
 
+/// Opens the store again in this process: sled's I/O threads may hold the
+/// data dir's lock for a moment after the last handle was dropped.
+fn reopen(path: &std::path::Path, opts: &Options) -> Store {
+    for _ in 0..100 {
+        match Store::open(path, opts) {
+            Err(Error::OpenFailed { source, .. }) if source.to_string().contains("could not acquire lock") => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            other => return other.unwrap(),
+        }
+    }
+    panic!("data dir still locked after 5 s");
+}
+
 fn index_contents(index: &Index) -> Vec<(ObjectKey, u64, String)> {
     index.range("v1/pods", None, None).map(|(k, e)| (k.clone(), e.rv, e.member_rv.clone())).collect()
 }
@@ -68,7 +82,7 @@ fn events_and_index_round_trip_through_reopen() {
         assert_eq!(served["metadata"]["name"], "a_m1");
         assert_eq!(served["metadata"]["resourceVersion"], "3");
     }
-    let store = Store::open(dir.path(), &opts).unwrap();
+    let store = reopen(dir.path(), &opts);
     let recovered = store.recover().unwrap();
     assert_eq!(recovered.index.head_rv(), 4);
     assert_eq!(index_contents(&recovered.index), index_contents(&index));
@@ -120,6 +134,148 @@ fn foreign_format_is_refused_with_a_clear_error() {
 }
 
 #[test]
+fn a_data_dir_of_the_previous_format_is_refused_with_a_clear_error() {
+    // Format 1 data dirs were created with sled's default segment size.
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = sled::open(dir.path()).unwrap();
+        let tree = db.open_tree("kubefold").unwrap();
+        tree.insert(meta_key("format"), &b"kubefold-store/1"[..]).unwrap();
+        tree.insert(event_key(1), &b"old envelope"[..]).unwrap();
+        db.flush().unwrap();
+    }
+    let err = Store::open(dir.path(), &Options::default()).err().unwrap();
+    let msg = err.to_string();
+    assert!(matches!(err, Error::IncompatibleFormat { .. }), "{msg}");
+    assert!(msg.contains("kubefold-store/1") && msg.contains("kubefold-store/2") && msg.contains("--data-dir"), "{msg}");
+}
+
+#[test]
+fn bodies_are_stored_compressed_and_read_back_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), &Options::default()).unwrap();
+    let mut index = Index::at(0);
+    let events = commit_changes(&store, &mut index, vec![pod_change("a", 1, false)]);
+    let record = store.tree.get(event_key(1)).unwrap().unwrap();
+    assert_eq!(decode_event(&record).unwrap(), events[0]);
+    // A body that does not shrink is stored as it is.
+    let mut incompressible = events[0].clone();
+    incompressible.body.json = (0..64u8).map(|i| i.wrapping_mul(97).wrapping_add(13)).collect();
+    incompressible.body.name_end = 1;
+    incompressible.body.rv_at = 2;
+    assert_eq!(decode_event(&encode_event(&incompressible).unwrap()).unwrap(), incompressible);
+    let big = pod_change(&"x".repeat(200), 2, false);
+    let Change::Upsert(big) = big else { unreachable!() };
+    let event = StoredEvent::new(9, EventType::Added, "v1/pods", "m1", 0, big);
+    let encoded = encode_event(&event).unwrap();
+    let (head, used) = decode_head(&encoded).unwrap();
+    assert_eq!(head.body_codec, BODY_LZ4);
+    assert!(encoded.len() - used < event.body.json.len(), "{} >= {}", encoded.len() - used, event.body.json.len());
+    assert_eq!(decode_event(&encoded).unwrap(), event);
+}
+
+#[test]
+fn a_type_gets_a_dictionary_from_its_first_large_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options::default();
+    let mut index = Index::at(0);
+    let first;
+    {
+        let store = Store::open(dir.path(), &opts).unwrap();
+        // Too little to make a dictionary of.
+        commit_changes(&store, &mut index, vec![pod_change("a", 1, false)]);
+        assert!(store.dicts.read().unwrap().is_empty());
+        first = commit_changes(&store, &mut index, (0..40).map(|i| pod_change(&format!("p{i}"), 10 + i, false)).collect());
+        let dict = store.dicts.read().unwrap().get("v1/pods").cloned().expect("a dictionary for pods");
+        assert!(dict.len() >= DICT_MIN_BYTES && dict.len() <= DICT_MAX_BYTES, "{}", dict.len());
+        commit_changes(&store, &mut index, vec![pod_change("p3", 99, false)]);
+        let record = store.tree.get(event_key(first[5].rv)).unwrap().unwrap();
+        assert_eq!(decode_head(&record).unwrap().0.body_codec, BODY_LZ4_DICT);
+        // Without the dictionary the record cannot be read: it is not guessed.
+        assert!(matches!(decode_event(&record), Err(Error::Corrupt { .. })));
+    }
+    let store = reopen(dir.path(), &opts);
+    assert_eq!(store.event(first[5].rv).unwrap().unwrap(), first[5]);
+    let all: Vec<StoredEvent> = store.events_after(0).map(|e| e.unwrap()).collect();
+    assert_eq!(all.len(), 42);
+    assert_eq!(&all[1..41], &first[..]);
+    assert_eq!(all[41].key.name, "p3");
+    // A backup carries the dictionary.
+    let mut file = Vec::new();
+    store.backup(&mut file).unwrap();
+    let restored = Store::restore(&dir.path().join("restored"), &mut &file[..], &opts).unwrap();
+    assert_eq!(restored.event(first[5].rv).unwrap().unwrap(), first[5]);
+}
+
+fn snapshot_path(store: &Store) -> RecoveryPath {
+    store.recover().unwrap().path
+}
+
+#[test]
+fn recovery_uses_a_valid_snapshot_and_replays_the_log_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options::default();
+    let mut index = Index::at(0);
+    {
+        let store = Store::open(dir.path(), &opts).unwrap();
+        commit_changes(&store, &mut index, (0..20).map(|i| pod_change(&format!("p{i}"), i, false)).collect());
+        let stats = store.write_snapshot(&index).unwrap().unwrap();
+        assert_eq!((stats.rv, stats.objects), (20, 20));
+        assert_eq!(store.write_snapshot(&index).unwrap(), None, "not rewritten at the same RV");
+        commit_changes(&store, &mut index, vec![pod_change("p3", 30, true), pod_change("p4", 31, false), pod_change("new", 32, false)]);
+        // No clean shutdown: the snapshot is three events behind.
+    }
+    let store = reopen(dir.path(), &opts);
+    let recovered = store.recover().unwrap();
+    assert_eq!(recovered.path, RecoveryPath::Snapshot { snapshot_rv: 20, replayed: 3 });
+    assert_eq!(recovered.index.head_rv(), 23);
+    assert_eq!(index_contents(&recovered.index), index_contents(&index));
+    assert_eq!(index_contents(&store.scan_index(23).unwrap()), index_contents(&index));
+}
+
+#[test]
+fn snapshots_that_cannot_be_trusted_are_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options::default();
+    let mut index = Index::at(0);
+    let store = Store::open(dir.path(), &opts).unwrap();
+    commit_changes(&store, &mut index, (0..10).map(|i| pod_change(&format!("p{i}"), i, false)).collect());
+    store.write_snapshot(&index).unwrap().unwrap();
+    let file = dir.path().join(SNAPSHOT_FILE);
+    let good = std::fs::read(&file).unwrap();
+
+    // Damaged: checksum mismatch.
+    let mut damaged = good.clone();
+    let at = damaged.len() / 2;
+    damaged[at] ^= 1;
+    std::fs::write(&file, &damaged).unwrap();
+    assert!(matches!(snapshot_path(&store), RecoveryPath::Scan { reason } if reason.contains("checksum")));
+    // Truncated.
+    std::fs::write(&file, &good[..good.len() - 9]).unwrap();
+    assert!(matches!(snapshot_path(&store), RecoveryPath::Scan { .. }));
+
+    // Of another store (same format and RVs).
+    let other_dir = tempfile::tempdir().unwrap();
+    {
+        let other = Store::open(other_dir.path(), &opts).unwrap();
+        let mut other_index = Index::at(0);
+        commit_changes(&other, &mut other_index, (0..10).map(|i| pod_change(&format!("q{i}"), i, false)).collect());
+        other.write_snapshot(&other_index).unwrap().unwrap();
+    }
+    std::fs::copy(other_dir.path().join(SNAPSHOT_FILE), &file).unwrap();
+    assert!(matches!(snapshot_path(&store), RecoveryPath::Scan { reason } if reason.contains("another store")));
+
+    // Older than the compaction floor: the events after it may be gone.
+    std::fs::write(&file, &good).unwrap();
+    assert!(matches!(snapshot_path(&store), RecoveryPath::Snapshot { snapshot_rv: 10, replayed: 0 }));
+    commit_changes(&store, &mut index, vec![pod_change("p1", 20, true), pod_change("p2", 21, false)]);
+    store.compact(11).unwrap();
+    let recovered = store.recover().unwrap();
+    assert!(matches!(&recovered.path, RecoveryPath::Scan { reason } if reason.contains("compaction floor")), "{}", recovered.path);
+    assert_eq!(index_contents(&recovered.index), index_contents(&index));
+}
+
+#[test]
 fn undecodable_records_are_reported_as_corruption() {
     let dir = tempfile::tempdir().unwrap();
     {
@@ -127,7 +283,7 @@ fn undecodable_records_are_reported_as_corruption() {
         store.tree.insert(index_key("v1/pods", &ObjectKey { namespace: "n".into(), name: "x".into(), cluster: "c".into() }), &b"\xff\xff"[..]).unwrap();
         store.flush().unwrap();
     }
-    let store = Store::open(dir.path(), &Options::default()).unwrap();
+    let store = reopen(dir.path(), &Options::default());
     let err = store.recover().err().unwrap();
     assert!(matches!(err, Error::Corrupt { .. }), "{err}");
 }
@@ -139,6 +295,7 @@ enum Op {
     Commit,
     Reopen,
     Compact(u8),
+    Snapshot,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -148,6 +305,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => Just(Op::Commit),
         1 => Just(Op::Reopen),
         1 => (0u8..6).prop_map(Op::Compact),
+        1 => Just(Op::Snapshot),
     ]
 }
 
@@ -156,7 +314,9 @@ proptest! {
 
     /// Random upserts and deletes go to the store and to a BTreeMap model;
     /// after every commit and every reopen (a crash that loses nothing
-    /// committed, since commits are synchronous) they agree, and RVs only grow.
+    /// committed, since commits are synchronous; recovery then starts from
+    /// the last index snapshot when there is a usable one) they agree, the
+    /// index equals the replay of the log, and RVs only grow.
     #[test]
     fn store_matches_model(ops in proptest::collection::vec(op(), 1..40)) {
         let dir = tempfile::tempdir().unwrap();
@@ -210,10 +370,13 @@ proptest! {
                         prop_assert_eq!(&got, expected, "state at rv {} after compaction to {}", rv, compacted);
                     }
                 }
+                Op::Snapshot => {
+                    store.write_snapshot(&index).unwrap();
+                }
                 Op::Reopen => {
                     pending.clear(); // uncommitted changes are lost in a crash
                     drop(store);
-                    store = Store::open(dir.path(), &opts).unwrap();
+                    store = reopen(dir.path(), &opts);
                     index = store.recover().unwrap().index;
                 }
             }

@@ -12,6 +12,14 @@ use kubefold_engine::event::{EventType, ObjectKey, StoredEvent};
 use kubefold_engine::object::ServedBody;
 use kubefold_store::{decode_event, Error};
 
+/// The record's head starts as the fixtures below assume: rv, event type,
+/// then the resource string.
+#[test]
+fn record_layout_starts_with_rv_type_and_resource() {
+    let bytes = encode(&event());
+    assert_eq!(&bytes[..4], &[7, 0, 7, b'v']);
+}
+
 fn event() -> StoredEvent {
     StoredEvent {
         rv: 7,
@@ -37,7 +45,7 @@ fn event() -> StoredEvent {
 }
 
 fn encode(event: &StoredEvent) -> Vec<u8> {
-    bincode::serde::encode_to_vec(event, bincode::config::standard()).unwrap()
+    kubefold_store::encode_event(event).unwrap()
 }
 
 #[test]
@@ -130,6 +138,7 @@ fn lengths_beyond_the_record_are_corrupt_without_allocating_them() {
 fn body_holes_outside_the_body_are_corrupt() {
     let mut damaged = event();
     damaged.body.rv_at = 4096;
+    // The encoder writes what it is given; the decoder must refuse it.
     match decode_event(&encode(&damaged)) {
         Err(Error::Corrupt { .. }) => {}
         Ok(decoded) => {

@@ -303,7 +303,7 @@ struct SledRef {
 
 fn sled_reference(dir: &Path, records: &[Bytes], n: usize, batch: usize) -> Result<SledRef> {
     let _ = std::fs::remove_dir_all(dir);
-    let open = || sled::Config::new().path(dir).cache_capacity(256 * 1024 * 1024).flush_every_ms(Some(500)).open();
+    let open = || sled::Config::new().path(dir).cache_capacity(256 * 1024 * 1024).flush_every_ms(Some(500)).segment_size(8 * 1024 * 1024).open();
     let started = Instant::now();
     {
         let db = open()?;
