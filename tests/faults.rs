@@ -390,6 +390,32 @@ fn invalid_utf8_in_a_watch_event_is_skipped_not_retried_forever() {
     assert_fully_converged(&fleet, &[client]);
 }
 
+/// A skipped bad event loses the change it carried; kubefold must get it
+/// back by itself (a relist a little later), not only when the object
+/// happens to change again.
+#[test]
+fn a_change_lost_with_a_bad_event_is_recovered_by_a_relist() {
+    let fleet = Fleet::start(1, 0.0, |_| {});
+    let kf = &fleet.kf;
+    let sim = fleet.sim("member1");
+    let client = WatchClient::start(&kf.url);
+    wait_member_quiet(sim, Duration::from_millis(300));
+    let relists = status_count(kf, "member1", "relists");
+    let next = sim.resource_version() + 1;
+    sim.set_faults(faults(|f| f.corrupt_events = Some(Corruption { kind: CorruptionKind::NoName, every: next })));
+    let victim = label_pod(sim, "default", "web-0", "lost", "yes");
+    assert_eq!(victim, next, "the corrupted change is the labelling of web-0");
+    sim.set_faults(Faults::default());
+    // No further change of web-0: only a relist can bring its label.
+    wait_for(Duration::from_secs(60), "web-0's lost change recovered", || {
+        kubefold_objects(kf, "member1", "/api/v1/pods").get("default/web-0") == Some(&victim)
+    });
+    assert!(status_count(kf, "member1", "relists") > relists, "recovered by a relist: {}", status(kf, "member1"));
+    let web0 = kf.get_json("/api/v1/namespaces/default/pods/web-0_member1");
+    assert_eq!(web0["metadata"]["labels"]["lost"], "yes");
+    assert_fully_converged(&fleet, &[client]);
+}
+
 /// Corrupts (as `kind` says) the event of one change of `web-0`, followed
 /// by a good change of `web-1`: kubefold must take the second, skip (and
 /// count) the first when it is bad, serve reads, and converge exactly once

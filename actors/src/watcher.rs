@@ -116,7 +116,17 @@ impl Actor for ClusterWatcher {
                 }
             };
             let checkpoint = checkpoint.filter(|(key, _)| *key == resource.key()).map(|(_, rv)| rv);
-            let run = Run { key: resource.key(), spec, resource, sink, fleet, namespace, ticket };
+            let run = Run {
+                key: resource.key(),
+                spec,
+                resource,
+                sink,
+                fleet,
+                namespace,
+                ticket,
+                heal_at: std::cell::Cell::new(None),
+                heals: std::cell::Cell::new(0),
+            };
             if !matches!(target, WatchTarget::Known(_)) {
                 // Discovered types report from now on (readiness does not
                 // wait for a type a member may never serve).
@@ -267,9 +277,40 @@ struct Run {
     fleet: Arc<Fleet>,
     namespace: Option<String>,
     ticket: Option<ScopeTicket>,
+    /// Set when a member object was skipped (bad data): a relist at this
+    /// time recovers the change that was lost with it.
+    heal_at: std::cell::Cell<Option<tokio::time::Instant>>,
+    /// Healing relists since one that met no bad object (doubles the wait).
+    heals: std::cell::Cell<u32>,
 }
 
+/// First wait before a relist that recovers skipped member objects; it
+/// doubles while the member keeps sending bad data, up to [`MAX_HEAL_DELAY`].
+const HEAL_DELAY: std::time::Duration = std::time::Duration::from_secs(15);
+/// Longest wait before a healing relist.
+const MAX_HEAL_DELAY: std::time::Duration = std::time::Duration::from_secs(600);
+
 impl Run {
+    /// Whether a healing relist is due.
+    fn heal_due(&self) -> bool {
+        self.heal_at.get().is_some_and(|at| tokio::time::Instant::now() >= at)
+    }
+
+    /// Waits until a healing relist is due (forever when none is planned).
+    async fn heal_timer(&self) {
+        match self.heal_at.get() {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => futures::future::pending().await,
+        }
+    }
+
+    /// A list starts: whatever it skips plans the next healing relist.
+    fn list_started(&self) {
+        if self.heal_at.take().is_none() {
+            self.heals.set(0);
+        }
+    }
+
     async fn run(self, mut machine: Machine, checkpoint: Option<String>) {
         let mut action = machine.step(Input::Start { checkpoint });
         // Streaming lists until the member shows it does not serve them.
@@ -283,9 +324,11 @@ impl Run {
             if action.request == Request::List {
                 // A list from now on sees the member as restored.
                 restores.borrow_and_update();
+                self.list_started();
             }
             let input = match action.request {
                 Request::Watch { .. } if restores.has_changed().unwrap_or(false) => Input::RvWentBack,
+                Request::Watch { .. } if self.heal_due() => Input::Expired,
                 Request::List if streaming.get() => match self.watch_list(&client, &mut machine, restores.clone()).await {
                     Some(input) => input,
                     None => {
@@ -340,9 +383,17 @@ impl Run {
         }
     }
 
+    /// A member object (or watch event) that cannot be taken: logged,
+    /// counted, and a relist planned, since the change it carried is lost
+    /// until the object changes again.
     fn bad_object(&self, reason: &str) {
         warn!(cluster = %self.spec.name, resource = %self.key, error = reason, "Member object skipped.");
         metrics::counter!("kubefold_member_bad_objects_total", "cluster" => self.spec.name.clone()).increment(1);
+        if self.heal_at.get().is_none() {
+            let delay = HEAL_DELAY.saturating_mul(1 << self.heals.get().min(10)).min(MAX_HEAL_DELAY);
+            self.heal_at.set(Some(tokio::time::Instant::now() + delay));
+            self.heals.set(self.heals.get().saturating_add(1));
+        }
     }
 
     fn ingest_raw(&self, raw: &RawValue) -> Option<Ingested> {
@@ -586,6 +637,10 @@ impl Run {
                 Ok(()) = restores.changed() => {
                     info!(cluster = %self.spec.name, resource = %self.key, "Member restored from a backup; relisting.");
                     return Input::RvWentBack;
+                }
+                () = self.heal_timer() => {
+                    info!(cluster = %self.spec.name, resource = %self.key, "Relisting to recover changes carried by skipped member objects.");
+                    return Input::Expired;
                 }
             };
             let first = match next {
