@@ -720,3 +720,65 @@ fn chaos_soak() {
     drop(slow);
     assert!(failed.is_empty() && end_failures.is_empty() && client_summary.2 == 0 && light_violations == 0 && reads.1 == 0, "chaos soak failed: {failed:?} {end_failures:?}");
 }
+
+/// A large list sent to clients that read as fast as kubefold writes must
+/// not hold up the other requests of the HTTP worker producing it. With one
+/// worker thread, two clients stream the list of 20,000 pods (about 70 MB)
+/// and, once both are receiving, a get of one pod on a new connection must
+/// be answered while both lists are still being sent: the worker produces
+/// one chunk of a list per turn and serves its other connections between
+/// chunks. (A worker that kept producing a list while the socket accepted
+/// bytes answered the get only after the lists were done.)
+#[test]
+fn a_get_is_answered_while_large_lists_stream_to_fast_clients() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("kubefold.yaml");
+    std::fs::write(&config, "httpWorkers: 1\n").unwrap();
+    let config = config.to_string_lossy().to_string();
+    let fleet = Fleet::start_with(1, 0.0, |c| c.pods = 20_000, &["--config", &config]);
+    let kf = &fleet.kf;
+    let sim = fleet.sim("member1");
+    let (_, member) = member_objects(sim, "/api/v1/pods");
+    wait_for(Duration::from_secs(120), "kubefold holding every pod", || {
+        status(kf, "member1")["resources"]["v1/pods"]["objects"].as_u64() == Some(member.len() as u64)
+    });
+    let receiving = Arc::new(std::sync::Barrier::new(3));
+    let listers: Vec<_> = (0..2)
+        .map(|_| {
+            let url = format!("{}/api/v1/pods", kf.url);
+            let receiving = receiving.clone();
+            std::thread::spawn(move || {
+                use std::io::Read;
+                let mut response = client(Duration::from_secs(300)).get(url).send().unwrap();
+                assert_eq!(response.status(), 200);
+                let mut buf = vec![0u8; 1 << 16];
+                let mut total = response.read(&mut buf).unwrap();
+                receiving.wait();
+                loop {
+                    let n = response.read(&mut buf).unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    total += n;
+                }
+                (Instant::now(), total)
+            })
+        })
+        .collect();
+    receiving.wait();
+    let get = client(Duration::from_secs(300)).get(format!("{}/api/v1/namespaces/default/pods/web-0_member1", kf.url)).send().unwrap();
+    assert_eq!(get.status(), 200);
+    let body: serde_json::Value = get.json().unwrap();
+    let answered = Instant::now();
+    assert_eq!(body["metadata"]["name"], "web-0_member1");
+    for lister in listers {
+        let (done, bytes) = lister.join().unwrap();
+        assert!(bytes > 20_000 * 1_000, "the list of 20,000 pods was only {bytes} bytes");
+        assert!(
+            answered < done,
+            "the get was answered {:?} after a list of {} MB ended: it waited behind the list",
+            answered - done,
+            bytes / 1_000_000
+        );
+    }
+}

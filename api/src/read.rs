@@ -336,6 +336,12 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
         if list.done {
             return None;
         }
+        // actix's HTTP/1 dispatcher keeps polling the body while the socket
+        // accepts bytes, so a client that reads fast would have the whole
+        // list produced in one turn of the worker, and every other request
+        // on that worker (a get, a watch event) would wait behind it. One
+        // chunk per turn keeps the worker's other connections served.
+        tokio::task::yield_now().await;
         let chunk = list.chunk().map(web::Bytes::from).map_err(|status| {
             tracing::warn!(message = %status.message, "List ended early.");
             actix_web::error::ErrorInternalServerError(status.message)

@@ -227,10 +227,11 @@ impl Watch {
                 let key = self.scope.resource.key();
                 let namespace = self.scope.namespace.clone();
                 let store = self.state.fleet.store().clone();
-                for (k, e) in snapshot.range(&key, namespace.as_deref(), None) {
+                for (i, (k, e)) in snapshot.range(&key, namespace.as_deref(), None).enumerate() {
                     if !self.filter.matches(&self.scope, k, e) {
                         continue;
                     }
+                    yield_every(i).await;
                     let Ok(Some(event)) = store.event(e.rv) else { continue };
                     if !self.send_event(EventType::Added, &event).await {
                         return;
@@ -249,8 +250,9 @@ impl Watch {
                 // Replayed lazily from the log: a client that reads slowly
                 // costs its buffer, not a copy of the backlog.
                 let store = self.state.fleet.store().clone();
-                for event in store.events_after(from) {
+                for (i, event) in store.events_after(from).enumerate() {
                     let Ok(event) = event else { continue };
+                    yield_every(i).await;
                     if event.rv > last {
                         break;
                     }
@@ -417,3 +419,16 @@ impl Watch {
         }
     }
 }
+
+/// Gives the worker thread back every [`YIELD_EVERY`] events while a watch
+/// sends a snapshot or a backlog to a client that keeps up: a large initial
+/// state would otherwise be sent in one turn, and the worker's other
+/// connections would wait behind it.
+async fn yield_every(i: usize) {
+    if i % YIELD_EVERY == YIELD_EVERY - 1 {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Events sent per turn of the worker during initial state and replay.
+const YIELD_EVERY: usize = 256;
