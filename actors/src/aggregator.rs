@@ -269,10 +269,10 @@ impl Aggregator {
                 let ingested = kubefold_engine::object::Ingested {
                     namespace: key.namespace.clone(),
                     name: key.name.clone(),
-                    member_rv: entry.member_rv.clone(),
-                    uid: entry.uid.clone(),
-                    labels: entry.labels.clone(),
-                    fields: entry.fields.clone(),
+                    member_rv: entry.member_rv().to_string(),
+                    uid: entry.uid().to_string(),
+                    labels: entry.labels_owned(),
+                    fields: entry.fields_owned(),
                     body: last.body,
                 };
                 let rv = working.head_rv() + 1;

@@ -73,7 +73,7 @@ fn translate_rv(scope: &Scope, key: &ObjectKey, entry: &IndexEntry, object: &Val
     match object["metadata"]["resourceVersion"].as_str() {
         None | Some("") => Ok(None),
         Some(rv) => match rv.parse::<u64>() {
-            Ok(n) if n == entry.rv => Ok(Some(entry.member_rv.clone())),
+            Ok(n) if n == entry.rv => Ok(Some(entry.member_rv().to_string())),
             _ => Err(conflict(scope, &scope.served_name(key))),
         },
     }
@@ -113,7 +113,7 @@ async fn wait_ingested(state: &ApiState, scope: &Scope, key: &ObjectKey, member_
         let snapshot = state.fleet.snapshot();
         match snapshot.get(&resource, key) {
             None if gone => return Some(None),
-            Some(e) if reached(&e.member_rv, member_rv) => return Some(Some(e.clone())),
+            Some(e) if reached(e.member_rv(), member_rv) => return Some(Some(e.clone())),
             _ => {}
         }
         if tokio::time::Instant::now() >= deadline {
@@ -197,7 +197,7 @@ pub async fn patch(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &st
                 (None, RequestedName::Bare(_)) => return Err(status),
             };
             let key = ObjectKey { namespace: scope.namespace.clone().unwrap_or_default(), name: member_name, cluster };
-            let entry = Arc::new(IndexEntry { rv: 0, member_rv: String::new(), uid: String::new(), labels: Vec::new(), fields: Vec::new() });
+            let entry = Arc::new(IndexEntry::new(0, "", "", [], []));
             (key, entry)
         }
         Err(status) => return Err(status),
@@ -297,7 +297,7 @@ pub async fn delete(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &s
         let mut options = parse_body(req, body)?;
         if let Some(rv) = options["preconditions"]["resourceVersion"].as_str() {
             match rv.parse::<u64>() {
-                Ok(n) if n == entry.rv => options["preconditions"]["resourceVersion"] = Value::String(entry.member_rv.clone()),
+                Ok(n) if n == entry.rv => options["preconditions"]["resourceVersion"] = Value::String(entry.member_rv().to_string()),
                 _ => return Err(conflict(scope, &scope.served_name(&key))),
             }
         }

@@ -100,7 +100,7 @@ impl Filter {
         if !self.clusters.iter().all(|r| r.matches_value(Some(&key.cluster))) {
             return false;
         }
-        if !self.labels.is_empty() && !self.labels.matches_pairs(&entry.labels) {
+        if !self.labels.is_empty() && !self.labels.matches(|key| entry.label(key)) {
             return false;
         }
         if self.fields.is_empty() {
@@ -110,7 +110,7 @@ impl Filter {
         self.fields.matches(|field| match field {
             "metadata.name" => Some(served.as_str()),
             "metadata.namespace" => Some(key.namespace.as_str()),
-            other => entry.fields.iter().find(|(f, _)| f == other).map(|(_, v)| v.as_str()),
+            other => entry.field(other),
         })
     }
 }

@@ -73,13 +73,8 @@ const SLOW_CLIENT_GRACE: Duration = Duration::from_secs(5);
 
 /// The entry a filter without label or field selectors is matched against
 /// (it reads neither).
-static NO_CONTENT: kubefold_engine::event::IndexEntry = kubefold_engine::event::IndexEntry {
-    rv: 0,
-    member_rv: String::new(),
-    uid: String::new(),
-    labels: Vec::new(),
-    fields: Vec::new(),
-};
+static NO_CONTENT: std::sync::LazyLock<kubefold_engine::event::IndexEntry> =
+    std::sync::LazyLock::new(|| kubefold_engine::event::IndexEntry::new(0, "", "", [], []));
 
 /// Lines encoded lately on this worker thread, newest last.
 const LINE_CACHE: usize = 8;

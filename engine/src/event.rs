@@ -79,13 +79,13 @@ pub struct StoredEvent {
 impl StoredEvent {
     /// The index entry this event leaves behind (for ADDED and MODIFIED).
     pub fn index_entry(&self) -> IndexEntry {
-        IndexEntry {
-            rv: self.rv,
-            member_rv: self.member_rv.clone(),
-            uid: self.uid.clone(),
-            labels: self.labels.clone(),
-            fields: self.fields.clone(),
-        }
+        IndexEntry::new(
+            self.rv,
+            &self.member_rv,
+            &self.uid,
+            self.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            self.fields.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        )
     }
 
     /// Builds the event for `ingested` with everything but its number.
@@ -119,16 +119,207 @@ impl StoredEvent {
 
 /// What the index keeps in memory for one live object: enough to select,
 /// order and diff it; the body stays in the store (at `rv`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// The strings (member RV, uid, labels, selectable fields) live in one
+/// buffer with their end offsets beside it: an entry is three allocations
+/// however many labels and fields the object has (it was one per string,
+/// about 30 for a pod), which is most of kubefold's memory and of the time a
+/// warm restart spends building the index. Serialised as the plain struct
+/// (`rv`, `member_rv`, `uid`, `labels`, `fields`), so stored entries and
+/// snapshots keep their format.
+#[derive(Clone, PartialEq, Eq)]
 pub struct IndexEntry {
     /// Global RV of the object's current version (the event holding its body).
     pub rv: u64,
-    /// The member's resourceVersion of that version.
-    pub member_rv: String,
+    /// member RV, uid, then label keys and values, then field names and values.
+    text: Box<str>,
+    /// End offset in `text` of each string.
+    ends: Box<[u32]>,
+    /// Number of labels.
+    labels: u32,
+}
+
+impl IndexEntry {
+    /// An entry; `labels` sorted by key.
+    pub fn new<'a>(
+        rv: u64,
+        member_rv: &str,
+        uid: &str,
+        labels: impl IntoIterator<Item = (&'a str, &'a str)>,
+        fields: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> IndexEntry {
+        let mut text = String::with_capacity(member_rv.len() + uid.len() + 64);
+        let mut ends = Vec::with_capacity(2 + 32);
+        let mut push = |s: &str, text: &mut String| {
+            text.push_str(s);
+            ends.push(u32::try_from(text.len()).unwrap_or(u32::MAX));
+        };
+        push(member_rv, &mut text);
+        push(uid, &mut text);
+        let mut count = 0u32;
+        for (k, v) in labels {
+            push(k, &mut text);
+            push(v, &mut text);
+            count += 1;
+        }
+        for (f, v) in fields {
+            push(f, &mut text);
+            push(v, &mut text);
+        }
+        IndexEntry { rv, text: text.into_boxed_str(), ends: ends.into_boxed_slice(), labels: count }
+    }
+
+    /// The string at position `i`.
+    fn at(&self, i: usize) -> &str {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        &self.text[start..self.ends[i] as usize]
+    }
+
+    /// The `(key, value)` pairs from string position `from`, `count` of them.
+    fn pairs(&self, from: usize, count: usize) -> impl Iterator<Item = (&str, &str)> + '_ {
+        (0..count).map(move |i| (self.at(from + 2 * i), self.at(from + 2 * i + 1)))
+    }
+
+    /// The member's resourceVersion of this version.
+    pub fn member_rv(&self) -> &str {
+        self.at(0)
+    }
+
     /// `metadata.uid`.
-    pub uid: String,
+    pub fn uid(&self) -> &str {
+        self.at(1)
+    }
+
     /// Labels, sorted by key.
-    pub labels: Vec<(String, String)>,
+    pub fn labels(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
+        self.pairs(2, self.labels as usize)
+    }
+
+    /// One label's value.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels().find(|(k, _)| *k == key).map(|(_, v)| v)
+    }
+
     /// Selectable fields.
-    pub fields: Vec<(String, String)>,
+    pub fn fields(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
+        let from = 2 + 2 * self.labels as usize;
+        self.pairs(from, (self.ends.len() - from) / 2)
+    }
+
+    /// One selectable field's value.
+    pub fn field(&self, name: &str) -> Option<&str> {
+        self.fields().find(|(f, _)| *f == name).map(|(_, v)| v)
+    }
+
+    /// Labels as owned pairs (for an event built from the entry).
+    pub fn labels_owned(&self) -> Vec<(String, String)> {
+        self.labels().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    /// Fields as owned pairs (for an event built from the entry).
+    pub fn fields_owned(&self) -> Vec<(String, String)> {
+        self.fields().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+}
+
+impl std::fmt::Debug for IndexEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IndexEntry")
+            .field("rv", &self.rv)
+            .field("member_rv", &self.member_rv())
+            .field("uid", &self.uid())
+            .field("labels", &self.labels().collect::<Vec<_>>())
+            .field("fields", &self.fields().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// The serialised form of an [`IndexEntry`] (borrowed when written).
+#[derive(Serialize)]
+struct IndexEntryRef<'a> {
+    rv: u64,
+    member_rv: &'a str,
+    uid: &'a str,
+    labels: Pairs<'a>,
+    fields: Pairs<'a>,
+}
+
+/// Pairs serialised as a sequence of 2-tuples, like `Vec<(String, String)>`.
+struct Pairs<'a>(Vec<(&'a str, &'a str)>);
+
+impl Serialize for Pairs<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter())
+    }
+}
+
+impl Serialize for IndexEntry {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        IndexEntryRef {
+            rv: self.rv,
+            member_rv: self.member_rv(),
+            uid: self.uid(),
+            labels: Pairs(self.labels().collect()),
+            fields: Pairs(self.fields().collect()),
+        }
+        .serialize(serializer)
+    }
+}
+
+/// The serialised form of an [`IndexEntry`], read.
+#[derive(Deserialize)]
+#[serde(rename = "IndexEntry")]
+struct IndexEntryOwned {
+    rv: u64,
+    member_rv: String,
+    uid: String,
+    labels: Vec<(String, String)>,
+    fields: Vec<(String, String)>,
+}
+
+impl<'de> Deserialize<'de> for IndexEntry {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<IndexEntry, D::Error> {
+        let o = IndexEntryOwned::deserialize(deserializer)?;
+        Ok(IndexEntry::new(
+            o.rv,
+            &o.member_rv,
+            &o.uid,
+            o.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            o.fields.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_entries_hold_their_strings_and_serialise_as_the_plain_struct() {
+        let labels = [("app", "web"), ("tier", ""), ("x\u{0}y", "ü")];
+        let fields = [("spec.nodeName", "node-1"), ("status.phase", "Running")];
+        let entry = IndexEntry::new(7, "123", "uid-1", labels, fields);
+        assert_eq!(entry.member_rv(), "123");
+        assert_eq!(entry.uid(), "uid-1");
+        assert_eq!(entry.labels().collect::<Vec<_>>(), labels);
+        assert_eq!(entry.fields().collect::<Vec<_>>(), fields);
+        assert_eq!(entry.label("tier"), Some(""));
+        assert_eq!(entry.label("x\u{0}y"), Some("ü"));
+        assert_eq!(entry.label("missing"), None);
+        assert_eq!(entry.field("status.phase"), Some("Running"));
+        assert_eq!(entry.field("app"), None, "labels are not fields");
+        let json = serde_json::to_value(&entry).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "rv": 7, "member_rv": "123", "uid": "uid-1",
+                "labels": [["app", "web"], ["tier", ""], ["x\u{0}y", "ü"]],
+                "fields": [["spec.nodeName", "node-1"], ["status.phase", "Running"]],
+            })
+        );
+        let back: IndexEntry = serde_json::from_value(json).unwrap();
+        assert_eq!(back, entry);
+        let empty = IndexEntry::new(0, "", "", [], []);
+        assert_eq!((empty.member_rv(), empty.uid(), empty.labels().count(), empty.fields().count()), ("", "", 0, 0));
+    }
 }

@@ -188,7 +188,7 @@ pub fn plan_change(index: &Index, resource: &str, cluster: &str, change: Change,
         Change::Upsert(ingested) => {
             let key = key_of(&ingested, cluster);
             match index.get(resource, &key) {
-                Some(entry) if entry.member_rv == ingested.member_rv && !ingested.member_rv.is_empty() => None,
+                Some(entry) if entry.member_rv() == ingested.member_rv && !ingested.member_rv.is_empty() => None,
                 Some(entry) => Some(StoredEvent::new(rv, EventType::Modified, resource, cluster, entry.rv, ingested)),
                 None => Some(StoredEvent::new(rv, EventType::Added, resource, cluster, 0, ingested)),
             }
@@ -212,7 +212,7 @@ pub fn plan_watch_change(index: &Index, resource: &str, cluster: &str, change: C
         Change::Upsert(i) | Change::Delete(i) => i,
     };
     if let Some(entry) = index.get(resource, &key_of(ingested, cluster)) {
-        if let (Ok(held), Ok(incoming)) = (entry.member_rv.parse::<u64>(), ingested.member_rv.parse::<u64>()) {
+        if let (Ok(held), Ok(incoming)) = (entry.member_rv().parse::<u64>(), ingested.member_rv.parse::<u64>()) {
             if incoming < held {
                 return None;
             }
@@ -259,10 +259,10 @@ pub fn plan_relist(
                 resource: resource.to_string(),
                 key: key.clone(),
                 prev_rv: entry.rv,
-                member_rv: entry.member_rv.clone(),
-                uid: entry.uid.clone(),
-                labels: entry.labels.clone(),
-                fields: entry.fields.clone(),
+                member_rv: entry.member_rv().to_string(),
+                uid: entry.uid().to_string(),
+                labels: entry.labels_owned(),
+                fields: entry.fields_owned(),
                 body,
                 time_ms: 0,
             });

@@ -56,7 +56,7 @@ fn reopen(path: &std::path::Path, opts: &Options) -> Store {
 }
 
 fn index_contents(index: &Index) -> Vec<(ObjectKey, u64, String)> {
-    index.range("v1/pods", None, None).map(|(k, e)| (k.clone(), e.rv, e.member_rv.clone())).collect()
+    index.range("v1/pods", None, None).map(|(k, e)| (k.clone(), e.rv, e.member_rv().to_string())).collect()
 }
 
 #[test]
@@ -365,7 +365,7 @@ proptest! {
                         let rewound = index.rewind(rv, newer, |r| store.event(r).unwrap()).expect("versions retained");
                         let got: BTreeMap<String, u64> = rewound
                             .range("v1/pods", None, None)
-                            .map(|(k, e)| (k.name.clone(), e.member_rv.parse().unwrap()))
+                            .map(|(k, e)| (k.name.clone(), e.member_rv().parse().unwrap()))
                             .collect();
                         prop_assert_eq!(&got, expected, "state at rv {} after compaction to {}", rv, compacted);
                     }
@@ -382,7 +382,7 @@ proptest! {
             }
             let got: BTreeMap<String, u64> = index
                 .range("v1/pods", None, None)
-                .map(|(k, e)| (k.name.clone(), e.member_rv.parse().unwrap()))
+                .map(|(k, e)| (k.name.clone(), e.member_rv().parse().unwrap()))
                 .collect();
             prop_assert_eq!(&got, &model);
             let head = store.head_rv().unwrap();
@@ -394,4 +394,39 @@ proptest! {
             prop_assert_eq!(index_contents(&replay), index_contents(&index));
         }
     }
+}
+
+/// Index entries are stored (and snapshotted) in the encoding of the plain
+/// struct they were before they packed their strings: data dirs written
+/// with that struct read back the same entries.
+#[test]
+fn index_entries_keep_the_encoding_of_the_plain_struct() {
+    #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+    struct Plain {
+        rv: u64,
+        member_rv: String,
+        uid: String,
+        labels: Vec<(String, String)>,
+        fields: Vec<(String, String)>,
+    }
+    let plain = Plain {
+        rv: 42,
+        member_rv: "9001".into(),
+        uid: "0f1e2d3c".into(),
+        labels: vec![("app".into(), "web".into()), ("pod-template-hash".into(), "5d7f".into())],
+        fields: vec![("spec.nodeName".into(), "node-2".into()), ("status.phase".into(), "Pending".into())],
+    };
+    let entry = IndexEntry::new(
+        42,
+        "9001",
+        "0f1e2d3c",
+        [("app", "web"), ("pod-template-hash", "5d7f")],
+        [("spec.nodeName", "node-2"), ("status.phase", "Pending")],
+    );
+    let written = super::encode(&entry).unwrap();
+    assert_eq!(written, super::encode(&plain).unwrap());
+    let read: IndexEntry = super::decode(&super::encode(&plain).unwrap(), "index entry").unwrap();
+    assert_eq!(read, entry);
+    let back: Plain = super::decode(&written, "index entry").unwrap();
+    assert_eq!(back, plain);
 }
