@@ -474,6 +474,39 @@ fn out_of_order_events_of_one_object_never_regress_it() {
     assert_fully_converged(&fleet, &[client]);
 }
 
+/// A change and then the deletion of one object, arriving deletion first:
+/// the late change must not bring the deleted object back (kubefold keeps
+/// the member RV of recent deletions and skips older changes of the same
+/// object, as it does for objects it holds).
+#[test]
+fn a_late_change_of_a_deleted_object_does_not_resurrect_it() {
+    let fleet = Fleet::start(1, 0.0, |_| {});
+    let kf = &fleet.kf;
+    let sim = fleet.sim("member1");
+    wait_member_quiet(sim, Duration::from_millis(300));
+    let victim = kubefold_objects(kf, "member1", "/api/v1/pods")
+        .into_keys()
+        .find(|k| !k.contains("/web-"))
+        .expect("a pod other than web-*");
+    let (namespace, name) = victim.split_once('/').unwrap();
+    let relists = status_count(kf, "member1", "relists");
+    sim.set_faults(faults(|f| f.corrupt_events = Some(Corruption { kind: CorruptionKind::OutOfOrder, every: 1 })));
+    label_pod(sim, namespace, name, "last", "change");
+    let url = format!("{}/api/v1/namespaces/{namespace}/pods/{name}", sim.url());
+    let deleted = member_request(reqwest::Method::DELETE, &url, "application/json", serde_json::json!({"gracePeriodSeconds": 0}));
+    assert_eq!(deleted["metadata"]["name"], name, "the member deleted {victim}");
+    // A change after both, in the same watch stream: once kubefold holds it,
+    // it has applied the two before it.
+    sim.set_faults(Faults::default());
+    let sentinel = label_pod(sim, "default", "web-0", "after", "both");
+    wait_for(Duration::from_secs(30), "kubefold at the change after both", || {
+        kubefold_objects(kf, "member1", "/api/v1/pods").get("default/web-0") == Some(&sentinel)
+    });
+    assert_eq!(status_count(kf, "member1", "relists"), relists, "no relist corrected it behind the test's back");
+    let held = kubefold_objects(kf, "member1", "/api/v1/pods");
+    assert!(!held.contains_key(&victim), "{victim} was deleted in the member but kubefold holds it again at member RV {:?}", held.get(&victim));
+}
+
 /// A member whose kube-apiserver predates streaming lists (before 1.27)
 /// ignores `sendInitialEvents`: it answers with the state as ADDED events
 /// and then live events, never with the initial-events-end bookmark.

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler};
 use kubefold_engine::event::{Change, EventType};
-use kubefold_engine::index::{plan_change, plan_relist, plan_watch_change, Index};
+use kubefold_engine::index::{plan_change, plan_relist, plan_watch_change, Index, Tombstones};
 use kubefold_store::{Commit, Store};
 use tracing::{debug, error, info};
 
@@ -91,6 +91,8 @@ pub struct Aggregator {
     snapshot_at: Instant,
     /// A snapshot is being written.
     snapshotting: bool,
+    /// Recent deletions, against late changes of deleted objects.
+    tombstones: Tombstones,
 }
 
 impl Aggregator {
@@ -105,6 +107,7 @@ impl Aggregator {
             snapshot_rv: 0,
             snapshot_at: Instant::now(),
             snapshotting: false,
+            tombstones: Tombstones::default(),
         }
     }
 
@@ -177,13 +180,17 @@ impl Aggregator {
         match batch {
             WatchBatch::Changes(changes) => {
                 for change in changes {
-                    if let Some(event) = plan_watch_change(&working, &resource, &cluster, change, working.head_rv() + 1) {
+                    if let Some(event) = plan_watch_change(&working, &self.tombstones, &resource, &cluster, change, working.head_rv() + 1) {
+                        if event.event_type == EventType::Deleted {
+                            self.tombstones.record(&resource, &event.key, &event.member_rv);
+                        }
                         working.apply(&event);
                         events.push(event);
                     }
                 }
             }
             WatchBatch::Relist(objects) => {
+                self.tombstones.forget(&resource, &cluster);
                 let store = &self.store;
                 let planned = plan_relist(&working, &resource, &cluster, objects, working.head_rv() + 1, |rv| {
                     store.body(rv).ok().flatten()

@@ -207,18 +207,97 @@ pub fn plan_change(index: &Index, resource: &str, cluster: &str, change: Change,
 /// object's changes in order, so an older one arriving late is a
 /// misbehaving member's, and applying it would take the object back to an
 /// old version that every later read would serve.
-pub fn plan_watch_change(index: &Index, resource: &str, cluster: &str, change: Change, rv: u64) -> Option<StoredEvent> {
+///
+/// The same holds for an object deleted lately: a change older than its
+/// deletion (by member RV, kept in `tombstones`) is skipped too, so that a
+/// late change never brings a deleted object back.
+pub fn plan_watch_change(
+    index: &Index,
+    tombstones: &Tombstones,
+    resource: &str,
+    cluster: &str,
+    change: Change,
+    rv: u64,
+) -> Option<StoredEvent> {
     let ingested = match &change {
         Change::Upsert(i) | Change::Delete(i) => i,
     };
-    if let Some(entry) = index.get(resource, &key_of(ingested, cluster)) {
-        if let (Ok(held), Ok(incoming)) = (entry.member_rv().parse::<u64>(), ingested.member_rv.parse::<u64>()) {
-            if incoming < held {
+    let key = key_of(ingested, cluster);
+    let incoming = ingested.member_rv.parse::<u64>().ok();
+    match index.get(resource, &key) {
+        Some(entry) => {
+            if let (Ok(held), Some(incoming)) = (entry.member_rv().parse::<u64>(), incoming) {
+                if incoming < held {
+                    return None;
+                }
+            }
+        }
+        None => {
+            if incoming.is_some_and(|incoming| tombstones.buries(resource, &key, incoming)) {
                 return None;
             }
         }
     }
     plan_change(index, resource, cluster, change, rv)
+}
+
+/// Most deletions remembered by [`Tombstones`] (the oldest are forgotten
+/// first): about 100 bytes each.
+pub const TOMBSTONES: usize = 65_536;
+
+/// The member RVs of the latest objects deleted through watch streams, so
+/// that a change of such an object arriving late (older than its deletion)
+/// is recognised and skipped. Bounded ([`TOMBSTONES`]) and kept in memory
+/// only: it guards against members that reorder events, for the short time
+/// such reordering spans.
+#[derive(Debug, Default)]
+pub struct Tombstones {
+    by_key: std::collections::HashMap<(String, ObjectKey), u64>,
+    order: std::collections::VecDeque<(String, ObjectKey, u64)>,
+}
+
+impl Tombstones {
+    /// Remembers the deletion of `key` at member RV `member_rv` (ignored when
+    /// it is not an integer: it could not be compared).
+    pub fn record(&mut self, resource: &str, key: &ObjectKey, member_rv: &str) {
+        let Ok(rv) = member_rv.parse::<u64>() else { return };
+        self.by_key.insert((resource.to_string(), key.clone()), rv);
+        self.order.push_back((resource.to_string(), key.clone(), rv));
+        while self.order.len() > TOMBSTONES {
+            let Some((resource, key, rv)) = self.order.pop_front() else { break };
+            let id = (resource, key);
+            if self.by_key.get(&id) == Some(&rv) {
+                self.by_key.remove(&id);
+            }
+        }
+    }
+
+    /// Whether a change of `key` at member RV `incoming` is older than the
+    /// object's remembered deletion.
+    pub fn buries(&self, resource: &str, key: &ObjectKey, incoming: u64) -> bool {
+        // A lookup without building the owned pair: few deletions, few checks.
+        if self.by_key.is_empty() {
+            return false;
+        }
+        self.by_key.get(&(resource.to_string(), key.clone())).is_some_and(|deleted| incoming < *deleted)
+    }
+
+    /// Forgets the deletions of one cluster's type: a relist is the member's
+    /// word on what exists (after a restore from backup its RVs may even
+    /// have gone back below the remembered ones).
+    pub fn forget(&mut self, resource: &str, cluster: &str) {
+        self.by_key.retain(|(r, k), _| !(r == resource && k.cluster == cluster));
+    }
+
+    /// Number of deletions remembered.
+    pub fn len(&self) -> usize {
+        self.by_key.len()
+    }
+
+    /// Whether none is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
 }
 
 /// Plans the events that turn what the index holds for (`resource`,
@@ -432,13 +511,43 @@ mod tests {
     #[test]
     fn a_late_older_change_of_an_object_is_not_applied() {
         let mut index = Index::default();
-        let added = plan_watch_change(&index, "v1/pods", "m", Change::Upsert(pod("a", "p", "8")), 1).unwrap();
+        let added = plan_watch_change(&index, &Tombstones::default(), "v1/pods", "m", Change::Upsert(pod("a", "p", "8")), 1).unwrap();
         index.apply(&added);
-        assert!(plan_watch_change(&index, "v1/pods", "m", Change::Upsert(pod("a", "p", "7")), 2).is_none(), "older upsert");
-        assert!(plan_watch_change(&index, "v1/pods", "m", Change::Delete(pod("a", "p", "7")), 2).is_none(), "older delete");
-        let newer = plan_watch_change(&index, "v1/pods", "m", Change::Upsert(pod("a", "p", "9")), 2).unwrap();
+        assert!(plan_watch_change(&index, &Tombstones::default(), "v1/pods", "m", Change::Upsert(pod("a", "p", "7")), 2).is_none(), "older upsert");
+        assert!(plan_watch_change(&index, &Tombstones::default(), "v1/pods", "m", Change::Delete(pod("a", "p", "7")), 2).is_none(), "older delete");
+        let newer = plan_watch_change(&index, &Tombstones::default(), "v1/pods", "m", Change::Upsert(pod("a", "p", "9")), 2).unwrap();
         assert_eq!(newer.member_rv, "9");
         // A relist, by contrast, takes the member's word (a restored member's RVs go back).
         assert!(plan_change(&index, "v1/pods", "m", Change::Upsert(pod("a", "p", "3")), 2).is_some());
+    }
+
+    #[test]
+    fn a_late_change_of_a_deleted_object_is_not_applied() {
+        let mut index = Index::default();
+        let mut tombstones = Tombstones::default();
+        let added = plan_watch_change(&index, &tombstones, "v1/pods", "m", Change::Upsert(pod("a", "p", "8")), 1).unwrap();
+        index.apply(&added);
+        let deleted = plan_watch_change(&index, &tombstones, "v1/pods", "m", Change::Delete(pod("a", "p", "10")), 2).unwrap();
+        tombstones.record("v1/pods", &deleted.key, &deleted.member_rv);
+        index.apply(&deleted);
+        assert!(plan_watch_change(&index, &tombstones, "v1/pods", "m", Change::Upsert(pod("a", "p", "9")), 3).is_none(), "a change older than the deletion");
+        assert!(plan_watch_change(&index, &tombstones, "v1/pods", "other", Change::Upsert(pod("a", "p", "9")), 3).is_some(), "another cluster's object of that name");
+        assert!(plan_watch_change(&index, &tombstones, "v1/pods", "m", Change::Upsert(pod("b", "p", "9")), 3).is_some(), "another object");
+        let again = plan_watch_change(&index, &tombstones, "v1/pods", "m", Change::Upsert(pod("a", "p", "11")), 3).unwrap();
+        assert_eq!(again.event_type, EventType::Added, "re-created after its deletion");
+        tombstones.forget("v1/pods", "m");
+        assert!(plan_watch_change(&index, &tombstones, "v1/pods", "m", Change::Upsert(pod("a", "p", "9")), 3).is_some(), "after a relist the member's word");
+    }
+
+    #[test]
+    fn tombstones_are_bounded() {
+        let mut tombstones = Tombstones::default();
+        let key = |i: usize| ObjectKey { namespace: "n".into(), name: format!("p{i}"), cluster: "m".into() };
+        for i in 0..TOMBSTONES + 10 {
+            tombstones.record("v1/pods", &key(i), "100");
+        }
+        assert_eq!(tombstones.len(), TOMBSTONES);
+        assert!(!tombstones.buries("v1/pods", &key(0), 5), "the oldest forgotten");
+        assert!(tombstones.buries("v1/pods", &key(TOMBSTONES + 9), 5));
     }
 }
