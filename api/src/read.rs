@@ -165,7 +165,13 @@ impl TablePrinter {
 
     /// One row for an object as served.
     pub fn row(&self, served: &[u8], cluster: &str) -> Value {
-        let object: Value = serde_json::from_slice(served).unwrap_or(Value::Null);
+        // Only the parts the row reads are parsed (the whole object when it
+        // is included in the row).
+        let keep = match self.include {
+            IncludeObject::Object => &kubefold_engine::table::Keep::All,
+            _ => kubefold_engine::table::row_keeps(&self.resource),
+        };
+        let object: Value = kubefold_engine::table::parse_for_row(served, keep).unwrap_or(Value::Null);
         let name = object["metadata"]["name"].as_str().unwrap_or("").to_string();
         let cells = kubefold_engine::table::cells(&self.resource, &object, &name, cluster, self.now);
         let mut row = json!({"cells": cells});

@@ -402,6 +402,160 @@ pub fn cells(
     cells
 }
 
+/// The parts of an object a Table row of its type reads (cells, row
+/// conditions and the row's PartialObjectMetadata), for [`parse_for_row`].
+#[derive(Debug)]
+pub enum Keep {
+    /// The whole value.
+    All,
+    /// Only these members of an object (applied to every element of an array).
+    Fields(&'static [(&'static str, Keep)]),
+}
+
+/// What a pod's row reads (see `pod_cells`): its metadata, its status, and of
+/// its spec only the container names (and init containers' restart policy),
+/// readiness gates and node. The rest of a pod's spec (containers' env,
+/// probes, volumes, tolerations) is most of its bytes.
+static POD_ROW: Keep = Keep::Fields(&[
+    ("metadata", Keep::All),
+    ("status", Keep::All),
+    (
+        "spec",
+        Keep::Fields(&[
+            ("containers", Keep::Fields(&[("name", Keep::All)])),
+            ("initContainers", Keep::Fields(&[("name", Keep::All), ("restartPolicy", Keep::All)])),
+            ("readinessGates", Keep::All),
+            ("nodeName", Keep::All),
+        ]),
+    ),
+]);
+
+/// What a row of a type without printer columns reads: its metadata.
+static METADATA_ROW: Keep = Keep::Fields(&[("metadata", Keep::All)]);
+
+/// The parts of an object of `resource` its Table row reads.
+pub fn row_keeps(resource: &ResourceType) -> &'static Keep {
+    match Printer::of(resource) {
+        Printer::Pod => &POD_ROW,
+        Printer::Default if resource.printer_columns.is_empty() => &METADATA_ROW,
+        _ => &Keep::All,
+    }
+}
+
+/// Parses an object's JSON keeping only what `keep` names: the other
+/// members are skipped by the parser, never built (a pod's row needs about
+/// half of its bytes).
+pub fn parse_for_row(json: &[u8], keep: &'static Keep) -> serde_json::Result<Value> {
+    use serde::de::DeserializeSeed;
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let value = Pruned(keep).deserialize(&mut de)?;
+    de.end()?;
+    Ok(value)
+}
+
+/// Which of `fields` a member's key names, without allocating the key.
+struct FieldIndex(&'static [(&'static str, Keep)]);
+
+impl<'de> serde::de::DeserializeSeed<'de> for FieldIndex {
+    type Value = Option<usize>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Option<usize>, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl serde::de::Visitor<'_> for FieldIndex {
+    type Value = Option<usize>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a member name")
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Option<usize>, E> {
+        Ok(self.0.iter().position(|(name, _)| *name == v))
+    }
+}
+
+/// A [`Keep`] as a serde seed.
+struct Pruned(&'static Keep);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Pruned {
+    type Value = Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        match self.0 {
+            Keep::All => serde::Deserialize::deserialize(deserializer),
+            Keep::Fields(_) => deserializer.deserialize_any(self),
+        }
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Pruned {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let Keep::Fields(fields) = self.0 else { unreachable!("only Fields visits") };
+        let mut out = serde_json::Map::new();
+        while let Some(found) = map.next_key_seed(FieldIndex(fields))? {
+            match found {
+                Some(i) => {
+                    let (name, keep) = &fields[i];
+                    let value = map.next_value_seed(Pruned(keep))?;
+                    out.insert((*name).to_string(), value);
+                }
+                None => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Value::Object(out))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(value) = seq.next_element_seed(Pruned(self.0))? {
+            out.push(value);
+        }
+        Ok(Value::Array(out))
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+}
+
 /// The row conditions kube-apiserver attaches (`TableRow.conditions`): a
 /// `Completed` condition for pods that succeeded or failed, empty otherwise.
 pub fn row_conditions(
@@ -2047,5 +2201,68 @@ mod tests {
         assert_eq!(json_path(&object, ".a.b[*].c"), None);
         assert_eq!(json_path(&object, ".a..b"), None);
         assert_eq!(json_path(&object, "a.b"), None);
+    }
+
+    /// A row built from the parts [`row_keeps`] names equals the row built
+    /// from the whole object: cells, row conditions and the row's metadata,
+    /// for every type's fixture (kubernetes/api testdata) and for pods with
+    /// init containers, sidecars, readiness gates and a deletion.
+    #[test]
+    fn rows_from_the_kept_parts_equal_rows_from_the_whole_object() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/kubernetes-api-testdata");
+        let types = [
+            ("apps.v1.Deployment.json", "apps", "deployments"),
+            ("apps.v1.ReplicaSet.json", "apps", "replicasets"),
+            ("apps.v1.StatefulSet.json", "apps", "statefulsets"),
+            ("core.v1.ConfigMap.json", "", "configmaps"),
+            ("core.v1.Event.json", "", "events"),
+            ("core.v1.Namespace.json", "", "namespaces"),
+            ("core.v1.Node.json", "", "nodes"),
+            ("core.v1.Pod.json", "", "pods"),
+            ("core.v1.Service.json", "", "services"),
+            ("discovery.k8s.io.v1.EndpointSlice.json", "discovery.k8s.io", "endpointslices"),
+        ];
+        let mut objects: Vec<(ResourceType, Vec<u8>)> = types
+            .iter()
+            .map(|(file, group, plural)| {
+                let path = dir.join(file);
+                let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (the fixtures are in ../shared beside the repository)", path.display()));
+                (resource(group, plural), bytes)
+            })
+            .collect();
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web-0", "namespace": "default", "creationTimestamp": "2025-06-01T12:00:00Z",
+                         "deletionTimestamp": "2025-06-01T12:00:29Z", "labels": {"app": "web"}, "annotations": {"a": "b"}},
+            "spec": {
+                "initContainers": [{"name": "setup", "image": "busybox"}, {"name": "mesh", "image": "envoy", "restartPolicy": "Always"}],
+                "containers": [{"name": "app", "image": "nginx", "env": [{"name": "A", "value": "1"}], "ports": [{"containerPort": 80}]}],
+                "readinessGates": [{"conditionType": "example.com/ready"}],
+                "nodeName": "node-1", "volumes": [{"name": "v", "emptyDir": {}}], "tolerations": [{"operator": "Exists"}]
+            },
+            "status": {
+                "phase": "Running", "podIP": "10.0.0.7", "nominatedNodeName": "node-2",
+                "conditions": [{"type": "example.com/ready", "status": "True"}],
+                "initContainerStatuses": [
+                    {"name": "setup", "ready": true, "restartCount": 0, "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}},
+                    {"name": "mesh", "ready": true, "started": true, "restartCount": 2, "state": {"running": {}},
+                     "lastState": {"terminated": {"exitCode": 1, "finishedAt": "2025-06-01T12:00:10Z"}}}
+                ],
+                "containerStatuses": [{"name": "app", "ready": true, "restartCount": 3, "state": {"running": {}},
+                                       "lastState": {"terminated": {"exitCode": 137, "finishedAt": "2025-06-01T12:00:20Z"}}}]
+            }
+        });
+        objects.push((resource("", "pods"), serde_json::to_vec(&pod).unwrap()));
+        let now = fixture_now();
+        for (r, bytes) in objects {
+            let whole: Value = serde_json::from_slice(&bytes).unwrap();
+            let kept = parse_for_row(&bytes, row_keeps(&r)).unwrap();
+            assert_eq!(cells(&r, &kept, "x", "c", now), cells(&r, &whole, "x", "c", now), "{} cells", r.plural);
+            assert_eq!(row_conditions(&r, &kept), row_conditions(&r, &whole), "{} row conditions", r.plural);
+            assert_eq!(partial_object_metadata(&kept), partial_object_metadata(&whole), "{} metadata", r.plural);
+        }
+        // Malformed JSON is an error, as with a whole parse.
+        assert!(parse_for_row(b"{\"metadata\": {", row_keeps(&resource("", "pods"))).is_err());
+        assert!(parse_for_row(b"{} x", row_keeps(&resource("", "pods"))).is_err());
     }
 }
