@@ -58,7 +58,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let cp_url = control_plane.url();
     println!("control plane karmada: {cp_url} (estimator stand-in of member1 on {})", estimators.stand_in.addr());
     let urls: Vec<String> = sims.iter().map(|s| s.url()).collect();
-    let result = crate::serve::run(config, crate::shutdown_signal(), move |addr| {
+    let result = crate::serve::run(config, None, crate::shutdown_signal(), move |addr| {
         println!("kubefold demo: {} member clusters, data in {}", urls.len(), args.data_dir.display());
         println!("kubefold listening on http://{addr}");
         println!("try:");

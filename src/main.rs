@@ -186,9 +186,10 @@ fn main() -> anyhow::Result<()> {
     init_logs(&cli.log_format);
     match cli.command {
         Command::Serve(args) => {
+            let config_file = args.config.clone();
             let config = serve_config(args)?;
             let scheme = if config.tls.is_some() { "https" } else { "http" };
-            serve::run(config, shutdown_signal(), move |addr| println!("kubefold listening on {scheme}://{addr}"))
+            serve::run(config, config_file, shutdown_signal(), move |addr| println!("kubefold listening on {scheme}://{addr}"))
         }
         Command::Demo(args) => demo::run(args),
         Command::Sim(args) => kubefold_testdata::run_cli(args).map_err(Into::into),

@@ -3,18 +3,19 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::{Actor, Arbiter};
+use actix::{Actor, Addr, Arbiter};
 use anyhow::Context as _;
 use kubefold_actors::aggregator::Aggregator;
 use kubefold_actors::fleet::Fleet;
-use kubefold_actors::resolver::{Estimators, Resolver};
+use kubefold_actors::resolver::{Estimators, Resolver, SetConfig};
 use kubefold_actors::supervisor::{AddCluster, DropCluster, Supervisor};
 use kubefold_api::{ApiConfig, ApiState};
 use kubefold_store::{Options, Store};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::config::Config;
 
@@ -68,9 +69,45 @@ fn process_cpu_seconds() -> Option<f64> {
     Some(ticks / 100.0)
 }
 
+/// Re-reads the config file at `path` and hands its `estimator` section to
+/// the resolver (SIGHUP). A file that cannot be read, parsed or validated,
+/// or an estimator section the resolver refuses, changes nothing. The other
+/// sections are not reloaded: they need a restart.
+async fn reload_estimator(path: &Path, resolver: &Addr<Resolver>) {
+    let file = path.to_path_buf();
+    let loaded = match tokio::task::spawn_blocking(move || Config::load(&file)).await {
+        Ok(loaded) => loaded,
+        Err(e) => Err(anyhow::anyhow!("config reader failed: {e}")),
+    };
+    let outcome = match loaded {
+        Err(e) => Err(format!("{e:#}")),
+        Ok(config) => match resolver.send(SetConfig(config.estimator)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(format!("estimator: {e}")),
+            Err(e) => Err(format!("the resolver is not running: {e}")),
+        },
+    };
+    match outcome {
+        Ok(()) => {
+            info!(config = %path.display(), "Estimator configuration reloaded.");
+            metrics::counter!("kubefold_config_reloads_total", "result" => "success").increment(1);
+        }
+        Err(e) => {
+            error!(config = %path.display(), error = %e, "Config reload failed; the running configuration is unchanged.");
+            metrics::counter!("kubefold_config_reloads_total", "result" => "failure").increment(1);
+        }
+    }
+}
+
 /// Runs kubefold until `shutdown` resolves; `on_listening` is told the
-/// address once the API listens.
-pub fn run(config: Config, shutdown: impl Future<Output = ()> + 'static, on_listening: impl FnOnce(SocketAddr) + 'static) -> anyhow::Result<()> {
+/// address once the API listens. With `config_file`, SIGHUP reloads the
+/// file's `estimator` section.
+pub fn run(
+    config: Config,
+    config_file: Option<PathBuf>,
+    shutdown: impl Future<Output = ()> + 'static,
+    on_listening: impl FnOnce(SocketAddr) + 'static,
+) -> anyhow::Result<()> {
     let system = actix::System::new();
     system.block_on(async move {
         let options = Options {
@@ -158,6 +195,22 @@ pub fn run(config: Config, shutdown: impl Future<Output = ()> + 'static, on_list
         let estimators = Estimators::new();
         let member_names: Vec<String> = clusters.iter().map(|c| c.name.clone()).collect();
         let resolver = Resolver::new(config.estimator.clone(), member_names, estimators.clone(), fleet.clone())?.start();
+        // Installed before the API listens: a SIGHUP sent once kubefold
+        // says it listens is never the default action (exit).
+        let reloader = match config_file {
+            #[cfg(unix)]
+            Some(path) => {
+                let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+                    .context("cannot install the SIGHUP handler")?;
+                let resolver = resolver.clone();
+                Some(actix::spawn(async move {
+                    while hangup.recv().await.is_some() {
+                        reload_estimator(&path, &resolver).await;
+                    }
+                }))
+            }
+            _ => None,
+        };
         let mut state = ApiState::new(fleet.clone(), api_config, secret, metrics_handle());
         state.estimators = estimators;
         state.control = Some(kubefold_api::admin::Control {
@@ -180,6 +233,9 @@ pub fn run(config: Config, shutdown: impl Future<Output = ()> + 'static, on_list
         info!("Shutting down.");
         handle.stop(true).await;
         let _ = server_task.await;
+        if let Some(reloader) = reloader {
+            reloader.abort();
+        }
         drop(resolver);
         drop(supervisor);
         aggregator_arbiter.stop();

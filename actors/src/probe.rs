@@ -550,6 +550,100 @@ mod tests {
         assert_eq!(probe.error.as_deref(), Some(format!("{address}: connect and TLS handshake timed out after 300ms").as_str()));
     }
 
+    #[tokio::test]
+    async fn a_listener_with_a_full_queue_times_out_on_connect() {
+        // Backlog 0: one connection waits in the accept queue, nothing is
+        // accepted, and the kernel drops further SYNs, as a blackholed
+        // address does. Nothing leaves loopback.
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = socket.listen(0).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut queued = Vec::new();
+        while let Ok(stream) = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            queued.push(stream);
+            assert!(queued.len() < 16, "the accept queue never filled");
+        }
+        let address = addr.to_string();
+        let started = Instant::now();
+        let probe = plain(300).probe(std::slice::from_ref(&address)).await.unwrap();
+        let took = started.elapsed();
+        println!("connect probe of a full queue gave up after {took:?} ({} connections queued)", queued.len());
+        assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(2), "{took:?}");
+        assert!(!probe.reachable);
+        assert_eq!(probe.failure, Some(ProbeFailure::Timeout));
+        assert_eq!(probe.error.as_deref(), Some(format!("{address}: connect timed out after 300ms").as_str()));
+        assert!(probe.failed());
+    }
+
+    /// A TLS estimator stand-in that requires a client certificate signed
+    /// by `client_ca_pem`; reports, per connection, whether the handshake
+    /// succeeded with a verified client certificate.
+    async fn mutual_tls_server(server: &Pki, client_ca_pem: &str, tls12_only: bool) -> (String, tokio::sync::mpsc::UnboundedReceiver<bool>) {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(client_ca_pem.as_bytes()) {
+            roots.add(cert.unwrap()).unwrap();
+        }
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone()).build().unwrap();
+        let certs = CertificateDer::pem_slice_iter(server.cert_pem.as_bytes()).collect::<std::result::Result<Vec<_>, _>>().unwrap();
+        let key = PrivateKeyDer::from_pem_slice(server.key_pem.as_bytes()).unwrap();
+        let builder = rustls::ServerConfig::builder_with_provider(provider);
+        let builder = if tls12_only { builder.with_protocol_versions(&[&rustls::version::TLS12]) } else { builder.with_safe_default_protocol_versions() };
+        let config = builder.unwrap().with_client_cert_verifier(verifier).with_single_cert(certs, key).unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    let verified = match acceptor.accept(socket).await {
+                        Ok(stream) => stream.get_ref().1.peer_certificates().is_some_and(|c| !c.is_empty()),
+                        Err(_) => false,
+                    };
+                    let _ = tx.send(verified);
+                });
+            }
+        });
+        (address, rx)
+    }
+
+    #[tokio::test]
+    async fn a_client_certificate_is_presented_to_an_estimator_that_requires_one() {
+        let server = pki("estimator CA");
+        let client = pki("client CA");
+        let dir = tempfile::tempdir().unwrap();
+        let (cert_file, key_file) = (dir.path().join("client.pem"), dir.path().join("client-key.pem"));
+        std::fs::write(&cert_file, &client.cert_pem).unwrap();
+        std::fs::write(&key_file, &client.key_pem).unwrap();
+        let with_cert = EstimatorTls { cert_file: Some(cert_file), key_file: Some(key_file), ..tls_settings(dir.path(), &server.ca_pem) };
+        let without_cert = tls_settings(dir.path(), &server.ca_pem);
+
+        // TLS 1.3 (the default): the estimator verifies the certificate.
+        let (address, mut verified) = mutual_tls_server(&server, &client.ca_pem, false).await;
+        let probe = Prober::new(Duration::from_secs(3), false, Some(&with_cert)).unwrap().probe(std::slice::from_ref(&address)).await.unwrap();
+        assert!(probe.reachable, "{probe:?}");
+        let seen = tokio::time::timeout(Duration::from_secs(3), verified.recv()).await.unwrap();
+        assert_eq!(seen, Some(true), "the estimator saw a verified client certificate");
+
+        // TLS 1.2: the estimator refuses the handshake without a client
+        // certificate before it finishes, so the probe says TLS failure.
+        // (Under TLS 1.3 the client's handshake ends before the server
+        // checks the certificate; a connect-and-handshake probe cannot see
+        // that refusal.)
+        let (address, mut verified) = mutual_tls_server(&server, &client.ca_pem, true).await;
+        let probe = Prober::new(Duration::from_secs(3), false, Some(&without_cert)).unwrap().probe(std::slice::from_ref(&address)).await.unwrap();
+        assert!(!probe.reachable, "{probe:?}");
+        assert_eq!(probe.failure, Some(ProbeFailure::Tls), "{probe:?}");
+        assert_eq!(tokio::time::timeout(Duration::from_secs(3), verified.recv()).await.unwrap(), Some(false));
+        let probe = Prober::new(Duration::from_secs(3), false, Some(&with_cert)).unwrap().probe(std::slice::from_ref(&address)).await.unwrap();
+        assert!(probe.reachable, "{probe:?}");
+        assert_eq!(tokio::time::timeout(Duration::from_secs(3), verified.recv()).await.unwrap(), Some(true));
+    }
+
     #[test]
     fn bad_tls_settings_are_refused() {
         let dir = tempfile::tempdir().unwrap();

@@ -72,6 +72,16 @@ impl Kubefold {
         Kubefold { child, url, logs }
     }
 
+    /// Its process id (to send it signals).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether it is still running.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// Its logs so far.
     pub fn logs(&self) -> String {
         self.logs.lock().unwrap().clone()
