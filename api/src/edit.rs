@@ -113,11 +113,9 @@ fn translate_json_patch(scope: &Scope, key: &ObjectKey, entry: &IndexEntry, oper
                     return Err(conflict(scope, &scope.served_name(key)));
                 }
             }
-            Some("/metadata/name") => {
-                if operation["value"].is_string() {
-                    check_body_name(scope, key, &serde_json::json!({"metadata": {"name": operation["value"]}}), url_name)?;
-                    operation["value"] = Value::String(key.name.clone());
-                }
+            Some("/metadata/name") if operation["value"].is_string() => {
+                check_body_name(scope, key, &serde_json::json!({"metadata": {"name": operation["value"]}}), url_name)?;
+                operation["value"] = Value::String(key.name.clone());
             }
             _ => {}
         }
@@ -275,21 +273,19 @@ pub async fn patch(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &st
             } else {
                 serde_json::from_slice(body).map_err(|e| Status::bad_request(format!("invalid patch: {e}")))?
             };
-            if sub != Some("scale") && patch.is_object() {
-                if patch["metadata"].is_object() {
-                    let member_rv = translate_rv(scope, &key, &entry, &patch)?;
-                    if patch["metadata"]["name"].is_string() {
-                        check_body_name(scope, &key, &patch, name)?;
-                        patch["metadata"]["name"] = Value::String(key.name.clone());
-                    }
-                    if let Some(rv) = member_rv {
-                        patch["metadata"]["resourceVersion"] = Value::String(rv);
-                    }
-                    // `get_mut`, not indexing: indexing would add `annotations: null`,
-                    // which a merge patch reads as "delete every annotation".
-                    if let Some(a) = patch.get_mut("metadata").and_then(|m| m.get_mut("annotations")).and_then(Value::as_object_mut) {
-                        a.retain(|k, _| !k.starts_with(KUBEFOLD_ANNOTATION_PREFIX));
-                    }
+            if sub != Some("scale") && patch["metadata"].is_object() {
+                let member_rv = translate_rv(scope, &key, &entry, &patch)?;
+                if patch["metadata"]["name"].is_string() {
+                    check_body_name(scope, &key, &patch, name)?;
+                    patch["metadata"]["name"] = Value::String(key.name.clone());
+                }
+                if let Some(rv) = member_rv {
+                    patch["metadata"]["resourceVersion"] = Value::String(rv);
+                }
+                // `get_mut`, not indexing: indexing would add `annotations: null`,
+                // which a merge patch reads as "delete every annotation".
+                if let Some(a) = patch.get_mut("metadata").and_then(|m| m.get_mut("annotations")).and_then(Value::as_object_mut) {
+                    a.retain(|k, _| !k.starts_with(KUBEFOLD_ANNOTATION_PREFIX));
                 }
             }
             serde_json::to_vec(&patch).map_err(|e| Status::internal(e.to_string()))?
