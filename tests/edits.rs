@@ -130,6 +130,7 @@ fn edits_reach_the_owning_member(bin: &str) {
     assert_eq!(member_get(&m2, pod)["metadata"]["labels"]["team"], "blue");
     assert_eq!(kf.get_json("/api/v1/namespaces/default/pods/web-1_member2")["metadata"]["labels"]["team"], "blue");
     assert!(member_get(&members[0].1.url(), pod)["metadata"]["labels"].get("team").is_none(), "member1 untouched");
+    assert_agree(bin, s, &m2, "member2", "pod", "default", "web-1");
 
     kubectl_ok(bin, &["--server", s, "annotate", "pod", "web-1_member2", "-n", "default", "note=hello"]);
     assert_eq!(member_get(&m2, pod)["metadata"]["annotations"]["note"], "hello");
