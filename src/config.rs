@@ -65,6 +65,12 @@ pub struct Config {
     /// (kube-apiserver's `--min-request-timeout`).
     #[serde(default = "default_min_request_timeout_seconds")]
     pub min_request_timeout_seconds: u64,
+    /// How long an edit (update, patch, create, delete) waits, in seconds,
+    /// until kubefold has ingested the member's change, so that a read right
+    /// after it shows the change (read-your-writes). When the wait runs out
+    /// the edit still succeeds, with a `Warning` header saying so.
+    #[serde(default = "default_write_wait_seconds")]
+    pub write_wait_seconds: u64,
     /// Threads that run the cluster watchers.
     #[serde(default = "default_watcher_threads")]
     pub watcher_threads: usize,
@@ -101,6 +107,11 @@ pub fn default_bookmark_interval_seconds() -> u64 {
 /// 1800 s, kube-apiserver's default `--min-request-timeout`.
 pub fn default_min_request_timeout_seconds() -> u64 {
     1800
+}
+
+/// 10 s: a healthy member's watch delivers a change well within it.
+pub fn default_write_wait_seconds() -> u64 {
+    10
 }
 
 /// 2 threads.
@@ -180,6 +191,8 @@ mod tests {
         assert_eq!(defaults.durability, Durability::Sync);
         assert_eq!(defaults.name_style, NameStyle::Qualified);
         assert_eq!(config.bookmark_interval_seconds, defaults.bookmark_interval_seconds);
+        assert_eq!(config.write_wait_seconds, defaults.write_wait_seconds);
+        assert_eq!(defaults.write_wait_seconds, 10);
         assert_eq!(defaults.resource_selection(), ResourceSelection::default());
         let selection = config.resource_selection();
         assert_eq!(selection.rules.len(), 2, "the example shows a rule for every cluster and one by label");

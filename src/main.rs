@@ -89,6 +89,9 @@ struct ServeArgs {
     /// Seconds between watch bookmarks.
     #[arg(long)]
     bookmark_interval_seconds: Option<u64>,
+    /// Seconds an edit waits for its change to be ingested (read-your-writes).
+    #[arg(long)]
+    write_wait_seconds: Option<u64>,
     /// Token file (kube-apiserver's CSV: token,user,uid,"group1,group2").
     #[arg(long)]
     token_auth_file: Option<PathBuf>,
@@ -157,6 +160,9 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<Config> {
     }
     if let Some(b) = args.bookmark_interval_seconds {
         config.bookmark_interval_seconds = b;
+    }
+    if let Some(w) = args.write_wait_seconds {
+        config.write_wait_seconds = w;
     }
     if let (Some(cert), Some(key)) = (args.tls_cert_file, args.tls_private_key_file) {
         config.tls = Some(kubefold_api::tls::TlsConfig::new(cert, key));

@@ -188,6 +188,7 @@ pub fn run(
             workers: config.http_workers,
             bookmark_interval: Duration::from_secs(config.bookmark_interval_seconds.max(1)),
             min_watch_timeout: Duration::from_secs(config.min_request_timeout_seconds.max(1)),
+            write_wait: Duration::from_secs(config.write_wait_seconds),
             auth: config.auth.clone(),
             tls: config.tls.clone(),
             ..ApiConfig::default()

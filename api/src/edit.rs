@@ -79,6 +79,50 @@ fn translate_rv(scope: &Scope, key: &ObjectKey, entry: &IndexEntry, object: &Val
     }
 }
 
+/// Translates the operations of a JSON patch (RFC 6902) that touch
+/// `/metadata/resourceVersion` or `/metadata/name`: the global RV kubefold
+/// served becomes the object's member RV, a qualified name the member's name.
+///
+/// A `replace` or `add` of a resourceVersion that is not the object's current
+/// one is 409 Conflict, as kube-apiserver answers an update whose
+/// resourceVersion is stale; a `test` of one fails as kube-apiserver's
+/// failing `test` operation does (422, "the server rejected our request due
+/// to an error in our request"). Neither reaches the member.
+/// See <https://kubernetes.io/docs/reference/using-api/api-concepts/#patch-and-apply>.
+fn translate_json_patch(scope: &Scope, key: &ObjectKey, entry: &IndexEntry, operations: &mut Value, url_name: &str) -> Result<(), Status> {
+    let Some(operations) = operations.as_array_mut() else {
+        return Err(Status::bad_request("invalid JSON patch: the patch must be a list of operations"));
+    };
+    for operation in operations.iter_mut() {
+        let op = operation["op"].as_str().unwrap_or_default().to_string();
+        if !matches!(op.as_str(), "add" | "replace" | "test") {
+            continue;
+        }
+        match operation["path"].as_str() {
+            Some("/metadata/resourceVersion") => {
+                let Some(rv) = operation["value"].as_str() else { continue };
+                if rv.parse::<u64>().is_ok_and(|n| n == entry.rv) {
+                    operation["value"] = Value::String(entry.member_rv.clone());
+                } else if op == "test" {
+                    return Err(Status::new(
+                        422,
+                        "Invalid",
+                        "the server rejected our request due to an error in our request: testing value /metadata/resourceVersion failed: test failed",
+                    ));
+                } else {
+                    return Err(conflict(scope, &scope.served_name(key)));
+                }
+            }
+            Some("/metadata/name") if operation["value"].is_string() => {
+                check_body_name(scope, key, &serde_json::json!({"metadata": {"name": operation["value"]}}), url_name)?;
+                operation["value"] = Value::String(key.name.clone());
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Checks that a body's `metadata.name`, when given, names the same object as the URL.
 fn check_body_name(scope: &Scope, key: &ObjectKey, object: &Value, url_name: &str) -> Result<(), Status> {
     let Some(name) = object["metadata"]["name"].as_str() else { return Ok(()) };
@@ -147,8 +191,8 @@ async fn reply_with_object(state: &ApiState, scope: &Scope, key: &ObjectKey, res
                 builder.insert_header((
                     "Warning",
                     format!(
-                        "299 - \"kubefold has not yet ingested resourceVersion {} of cluster {}; a read right now may not show this change\"",
-                        ingested.member_rv, key.cluster
+                        "299 - \"kubefold has not yet ingested resourceVersion {} of cluster {} within {:?}; a read right now may not show this change\"",
+                        ingested.member_rv, key.cluster, state.config.write_wait
                     ),
                 ));
             }
@@ -166,7 +210,20 @@ pub async fn update(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &s
         return Err(Status::bad_request("the body must be a JSON object"));
     }
     if sub == Some("scale") {
-        return forward_scale(state, req, scope, &key, Method::PUT, body.to_vec()).await;
+        // The Scale's resourceVersion is the object's (kube-apiserver's scale
+        // subresource updates the object under it), so it is checked and
+        // translated as for the object itself.
+        let member_rv = translate_rv(scope, &key, &entry, &object)?;
+        object["metadata"]["name"] = Value::String(key.name.clone());
+        match (member_rv, object["metadata"].as_object_mut()) {
+            (Some(rv), _) => object["metadata"]["resourceVersion"] = Value::String(rv),
+            (None, Some(m)) => {
+                m.remove("resourceVersion");
+            }
+            (None, None) => {}
+        }
+        let bytes = serde_json::to_vec(&object).map_err(|e| Status::internal(e.to_string()))?;
+        return forward_scale(state, req, scope, &key, Method::PUT, bytes).await;
     }
     check_body_name(scope, &key, &object, name)?;
     let member_rv = translate_rv(scope, &key, &entry, &object)?;
@@ -204,8 +261,11 @@ pub async fn patch(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &st
     };
     let forwarded: Vec<u8> = match ct.as_str() {
         "application/json-patch+json" => {
-            let _: Value = serde_json::from_slice(body).map_err(|e| Status::bad_request(format!("invalid JSON patch: {e}")))?;
-            body.to_vec()
+            let mut operations: Value = serde_json::from_slice(body).map_err(|e| Status::bad_request(format!("invalid JSON patch: {e}")))?;
+            if sub != Some("scale") {
+                translate_json_patch(scope, &key, &entry, &mut operations, name)?;
+            }
+            serde_json::to_vec(&operations).map_err(|e| Status::internal(e.to_string()))?
         }
         "application/merge-patch+json" | "application/strategic-merge-patch+json" | "application/apply-patch+yaml" | "application/apply-patch+cbor" => {
             let mut patch: Value = if ct == "application/apply-patch+yaml" {
@@ -213,19 +273,19 @@ pub async fn patch(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &st
             } else {
                 serde_json::from_slice(body).map_err(|e| Status::bad_request(format!("invalid patch: {e}")))?
             };
-            if sub != Some("scale") && patch.is_object() {
-                if patch["metadata"].is_object() {
-                    let member_rv = translate_rv(scope, &key, &entry, &patch)?;
-                    if patch["metadata"]["name"].is_string() {
-                        check_body_name(scope, &key, &patch, name)?;
-                        patch["metadata"]["name"] = Value::String(key.name.clone());
-                    }
-                    if let Some(rv) = member_rv {
-                        patch["metadata"]["resourceVersion"] = Value::String(rv);
-                    }
-                    if let Some(a) = patch["metadata"]["annotations"].as_object_mut() {
-                        a.retain(|k, _| !k.starts_with(KUBEFOLD_ANNOTATION_PREFIX));
-                    }
+            if sub != Some("scale") && patch["metadata"].is_object() {
+                let member_rv = translate_rv(scope, &key, &entry, &patch)?;
+                if patch["metadata"]["name"].is_string() {
+                    check_body_name(scope, &key, &patch, name)?;
+                    patch["metadata"]["name"] = Value::String(key.name.clone());
+                }
+                if let Some(rv) = member_rv {
+                    patch["metadata"]["resourceVersion"] = Value::String(rv);
+                }
+                // `get_mut`, not indexing: indexing would add `annotations: null`,
+                // which a merge patch reads as "delete every annotation".
+                if let Some(a) = patch.get_mut("metadata").and_then(|m| m.get_mut("annotations")).and_then(Value::as_object_mut) {
+                    a.retain(|k, _| !k.starts_with(KUBEFOLD_ANNOTATION_PREFIX));
                 }
             }
             serde_json::to_vec(&patch).map_err(|e| Status::internal(e.to_string()))?
@@ -251,16 +311,8 @@ pub async fn patch(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &st
 
 /// GET, PUT or PATCH of `scale`: the member's Scale with the name served as
 /// kubefold serves it; edits wait for the scaled object to be ingested.
+/// A PUT's body is already translated (member name and RV).
 async fn forward_scale(state: &ApiState, req: &HttpRequest, scope: &Scope, key: &ObjectKey, method: Method, body: Vec<u8>) -> Result<HttpResponse, Status> {
-    let mut body = body;
-    if method == Method::PUT {
-        let mut scale: Value = serde_json::from_slice(&body).map_err(|e| Status::bad_request(format!("invalid Scale: {e}")))?;
-        scale["metadata"]["name"] = Value::String(key.name.clone());
-        if let Some(m) = scale["metadata"].as_object_mut() {
-            m.remove("resourceVersion");
-        }
-        body = serde_json::to_vec(&scale).map_err(|e| Status::internal(e.to_string()))?;
-    }
     let ct = content_type(req).map(str::to_string);
     let path = member_path(scope, key, Some("scale"), req.query_string());
     let response = members::send(&state.fleet, &key.cluster, method.clone(), &path, ct.as_deref(), body).await?;
@@ -376,7 +428,13 @@ pub async fn create(state: &ApiState, req: &HttpRequest, scope: &Scope, body: &B
 
 /// DELETE on a collection: forwarded to every member in scope (the cluster
 /// search key of the label selector picks members), results merged.
-pub async fn delete_collection(state: &ApiState, req: &HttpRequest, scope: &Scope) -> Result<HttpResponse, Status> {
+///
+/// The request's DeleteOptions body (propagationPolicy, gracePeriodSeconds,
+/// ...) goes to every member unchanged: kube-apiserver applies it to each
+/// object of the collection.
+pub async fn delete_collection(state: &ApiState, req: &HttpRequest, scope: &Scope, body: &Bytes) -> Result<HttpResponse, Status> {
+    let options = if body.is_empty() { Vec::new() } else { serde_json::to_vec(&parse_body(req, body)?).map_err(|e| Status::internal(e.to_string()))? };
+    let options_type = (!options.is_empty()).then_some(respond::JSON);
     let query = crate::query::Query::parse(req.query_string())?;
     let mut labels = kubefold_engine::selector::LabelSelector::parse(query.label_selector.as_deref().unwrap_or(""))
         .map_err(|e| Status::bad_request(e.to_string()))?;
@@ -401,7 +459,7 @@ pub async fn delete_collection(state: &ApiState, req: &HttpRequest, scope: &Scop
         .collect();
     let mut items = Vec::new();
     for cluster in targets {
-        let response = members::send(&state.fleet, &cluster, Method::DELETE, &path, None, Vec::new()).await?;
+        let response = members::send(&state.fleet, &cluster, Method::DELETE, &path, options_type, options.clone()).await?;
         if !response.is_success() {
             return Ok(passthrough(&response));
         }
@@ -438,4 +496,58 @@ pub async fn log(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &str)
     let stream = http_body_util::BodyExt::into_data_stream(body)
         .map(|chunk| chunk.map_err(|e| actix_web::error::ErrorBadGateway(e.to_string())));
     Ok(HttpResponse::Ok().content_type("text/plain").streaming(stream))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pods() -> Scope {
+        let resource = kubefold_engine::resources::find(&kubefold_engine::resources::builtin(), "", "v1", "pods").unwrap().clone();
+        Scope { resource, cluster: None, namespace: Some("default".into()), qualified: true }
+    }
+
+    fn web_0() -> (ObjectKey, IndexEntry) {
+        let key = ObjectKey { namespace: "default".into(), name: "web-0".into(), cluster: "member1".into() };
+        let entry = IndexEntry { rv: 42, member_rv: "1007".into(), uid: "u".into(), labels: Vec::new(), fields: Vec::new() };
+        (key, entry)
+    }
+
+    #[test]
+    fn json_patch_resource_versions_and_names_are_translated_for_the_member() {
+        let (key, entry) = web_0();
+        let mut patch = json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": "42"},
+            {"op": "replace", "path": "/metadata/resourceVersion", "value": "42"},
+            {"op": "replace", "path": "/metadata/name", "value": "web-0_member1"},
+            {"op": "add", "path": "/metadata/labels/a", "value": "42"},
+        ]);
+        translate_json_patch(&pods(), &key, &entry, &mut patch, "web-0_member1").unwrap();
+        assert_eq!(
+            patch,
+            json!([
+                {"op": "test", "path": "/metadata/resourceVersion", "value": "1007"},
+                {"op": "replace", "path": "/metadata/resourceVersion", "value": "1007"},
+                {"op": "replace", "path": "/metadata/name", "value": "web-0"},
+                {"op": "add", "path": "/metadata/labels/a", "value": "42"},
+            ])
+        );
+    }
+
+    #[test]
+    fn json_patch_with_a_stale_resource_version_or_another_name_is_refused() {
+        let (key, entry) = web_0();
+        let mut stale = json!([{"op": "replace", "path": "/metadata/resourceVersion", "value": "41"}]);
+        let status = translate_json_patch(&pods(), &key, &entry, &mut stale, "web-0_member1").unwrap_err();
+        assert_eq!((status.code, status.reason.as_str()), (409, "Conflict"));
+        let mut test = json!([{"op": "test", "path": "/metadata/resourceVersion", "value": "1007"}]);
+        let status = translate_json_patch(&pods(), &key, &entry, &mut test, "web-0_member1").unwrap_err();
+        assert_eq!((status.code, status.reason.as_str()), (422, "Invalid"), "a member RV is not the served one");
+        let mut other = json!([{"op": "replace", "path": "/metadata/name", "value": "web-0_member2"}]);
+        let status = translate_json_patch(&pods(), &key, &entry, &mut other, "web-0_member1").unwrap_err();
+        assert_eq!(status.code, 400);
+        let mut not_a_list = json!({"op": "add"});
+        assert_eq!(translate_json_patch(&pods(), &key, &entry, &mut not_a_list, "web-0_member1").unwrap_err().code, 400);
+    }
 }

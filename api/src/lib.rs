@@ -330,7 +330,7 @@ async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath, 
             edit::patch(state, req, &scope, name, sub, body).await
         }
         (Method::DELETE, Some(name), None) => edit::delete(state, req, &scope, name, body).await,
-        (Method::DELETE, None, None) => edit::delete_collection(state, req, &scope).await,
+        (Method::DELETE, None, None) => edit::delete_collection(state, req, &scope, body).await,
         (Method::POST, None, None) => edit::create(state, req, &scope, body).await,
         (method, _, sub) => Err(match sub {
             Some(sub) if !scope.resource.subresources.iter().any(|s| s == sub) => Status::path_not_found(),

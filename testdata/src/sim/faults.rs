@@ -17,6 +17,7 @@
 //! | `watchCloseAfterEvents`, `watchCloseAfterMs` | ends every watch stream cleanly after that many events or milliseconds |
 //! | `expireWatches` | a 410 storm: open watches end with an ERROR event 410 Expired when it is set, and every watch that starts from a resourceVersion gets only that event |
 //! | `noStreamingLists` | refuses streaming lists (`sendInitialEvents=true`) with 422, as a kube-apiserver without the `WatchList` feature does |
+//! | `holdWatchEvents` | a lagging watch: events (and bookmarks) of open watches are held back while it is set and sent, in order, once it is cleared; a watch that ends meanwhile drops what it held (its client resumes from the last version it received) |
 //! | `noBookmarks` | never sends progress BOOKMARK events (the one ending a streaming list's initial events still goes) |
 //! | `ignoreSendInitialEvents` | serves a streaming list as kube-apiserver before 1.27 did, ignoring the parameter: a watch from "now" with the state as ADDED events and no initial-events-end bookmark |
 //! | `offline` | `{"mode":"refuse"}`: the server is down (connections refused, open ones dropped); `{"mode":"hang"}`: connections are accepted and nothing is answered, open watches stall; `forMs` ends it by itself |
@@ -91,6 +92,9 @@ pub struct Faults {
     pub no_streaming_lists: bool,
     /// Progress BOOKMARK events are dropped.
     pub no_bookmarks: bool,
+    /// Watch events are held back until this is cleared (a watch lagging
+    /// behind the member's writes: clients' views are stale meanwhile).
+    pub hold_watch_events: bool,
     /// `sendInitialEvents` is ignored, as by kube-apiserver before 1.27.
     pub ignore_send_initial_events: bool,
     /// The member is unreachable.
@@ -428,6 +432,7 @@ where
         events: 0,
         window: Instant::now(),
         held: None,
+        lagging: VecDeque::new(),
         out: VecDeque::new(),
         end: None,
     };
@@ -454,6 +459,8 @@ struct WatchFaults {
     window: Instant,
     /// An out-of-order event waiting for the next one.
     held: Option<Bytes>,
+    /// Chunks held back by `holdWatchEvents`, oldest first.
+    lagging: VecDeque<Bytes>,
     /// Event lines ready to send.
     out: VecDeque<Bytes>,
     /// Set once the stream must end, after `out` is sent.
@@ -493,6 +500,11 @@ impl WatchFaults {
                     continue;
                 }
             }
+            if !set.faults.hold_watch_events && !self.lagging.is_empty() {
+                // The lag is over: what was held goes out first, in order.
+                self.out.extend(self.lagging.drain(..));
+                continue;
+            }
             let faults = &set.faults;
             if faults.offline.is_some_and(|o| o.mode == OfflineMode::Hang) {
                 // Partitioned: nothing flows until the faults change.
@@ -522,6 +534,7 @@ impl WatchFaults {
                         }
                         self.end = Some(End::Close);
                     }
+                    Some(Ok(chunk)) if set.faults.hold_watch_events => self.lagging.push_back(chunk),
                     Some(Ok(chunk)) if !set.faults.any() && self.held.is_none() => return Some(Ok(chunk)),
                     Some(Ok(chunk)) => self.apply(&set.faults, &chunk),
                     Some(Err(never)) => match never {},
@@ -768,6 +781,28 @@ mod tests {
         state.restart_watches();
         assert!(body.next().await.unwrap().is_err(), "the connection is reset");
         assert!(body.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn held_watch_events_are_sent_in_order_once_released() {
+        let state = FaultState::new(Faults { hold_watch_events: true, ..Faults::default() });
+        let (tx, rx) = futures::channel::mpsc::unbounded::<Result<Bytes, std::convert::Infallible>>();
+        let mut body = Box::pin(watch_body(&state, rx));
+        for (i, name) in ["a", "b"].into_iter().enumerate() {
+            tx.unbounded_send(Ok(line("ADDED", name, 5 + i as u64))).unwrap();
+        }
+        let waited = tokio::time::timeout(Duration::from_millis(100), body.next()).await;
+        assert!(waited.is_err(), "nothing is sent while the events are held");
+        state.replace(Faults::default());
+        let chunk = body.next().await.unwrap().unwrap();
+        let names: Vec<String> = chunk
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice::<Value>(l).unwrap()["object"]["metadata"]["name"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(names, ["a", "b"]);
+        tx.unbounded_send(Ok(line("MODIFIED", "c", 7))).unwrap();
+        assert!(body.next().await.unwrap().is_ok(), "later events flow again");
     }
 
     #[tokio::test]

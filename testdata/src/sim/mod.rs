@@ -209,6 +209,9 @@ pub struct RequestRecord {
     /// Milliseconds since the simulator started, when it arrived.
     #[serde(default)]
     pub elapsed_ms: u64,
+    /// The body of a write (lossy UTF-8); empty for reads.
+    #[serde(default)]
+    pub body: String,
 }
 
 /// State shared by the HTTP workers and background tasks.

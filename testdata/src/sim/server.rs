@@ -46,15 +46,29 @@ pub async fn dispatch(req: HttpRequest, payload: web::Payload, shared: web::Data
         .unwrap_or_default();
     let watch = req.path().contains("/watch/")
         || query_value(&pairs, "watch").is_some_and(|w| parse_bool("watch", w).unwrap_or(false));
+    let own = req.path().starts_with("/sim/");
+    // The body of a write is read here so that the log can show it (a
+    // DeleteOptions, a patch); reads and the simulator's own endpoints
+    // stream theirs.
+    let mut payload = RequestBody::Pending(payload);
+    let mut logged_body = String::new();
+    if !own && !matches!(*req.method(), Method::GET | Method::HEAD) {
+        let body = match payload.read().await {
+            Ok(body) => body,
+            Err(error) => return error.error_response(),
+        };
+        logged_body = String::from_utf8_lossy(&body).into_owned();
+        payload = RequestBody::Read(body);
+    }
     let record = RequestRecord {
         method: req.method().to_string(),
         path: req.path().to_string(),
         query: query_string,
         watch,
         elapsed_ms: shared.started.elapsed().as_millis() as u64,
+        body: logged_body,
     };
     tracing::trace!(method = %record.method, path = %record.path, query = %record.query, "Request.");
-    let own = record.path.starts_with("/sim/");
     if !own {
         if let Ok(mut log) = shared.requests.lock() {
             if log.len() >= REQUEST_LOG_LIMIT {
@@ -108,16 +122,35 @@ fn get_only(method: &Method, response: impl FnOnce() -> Result<HttpResponse>) ->
     }
 }
 
-async fn read_body(mut payload: web::Payload) -> Result<Bytes> {
-    let mut body = BytesMut::new();
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("reading the request body: {e}")))?;
-        if body.len() + chunk.len() > MAX_BODY {
-            return Err(ApiError::RequestEntityTooLarge(MAX_BODY));
+/// A request body: still arriving, or already read (and logged).
+enum RequestBody {
+    /// Not read yet.
+    Pending(web::Payload),
+    /// Read in full.
+    Read(Bytes),
+}
+
+impl RequestBody {
+    /// The whole body, within kube-apiserver's size limit.
+    async fn read(&mut self) -> Result<Bytes> {
+        let payload = match self {
+            RequestBody::Read(body) => return Ok(body.clone()),
+            RequestBody::Pending(payload) => payload,
+        };
+        let mut body = BytesMut::new();
+        while let Some(chunk) = payload.next().await {
+            let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("reading the request body: {e}")))?;
+            if body.len() + chunk.len() > MAX_BODY {
+                return Err(ApiError::RequestEntityTooLarge(MAX_BODY));
+            }
+            body.extend_from_slice(&chunk);
         }
-        body.extend_from_slice(&chunk);
+        Ok(body.freeze())
     }
-    Ok(body.freeze())
+}
+
+async fn read_body(mut payload: RequestBody) -> Result<Bytes> {
+    payload.read().await
 }
 
 fn content_type(req: &HttpRequest) -> String {
@@ -174,7 +207,7 @@ async fn wait_for_rv(shared: &Shared, rv: u64) -> Result<()> {
     }
 }
 
-async fn handle(req: &HttpRequest, payload: web::Payload, shared: Arc<Shared>) -> Result<HttpResponse> {
+async fn handle(req: &HttpRequest, payload: RequestBody, shared: Arc<Shared>) -> Result<HttpResponse> {
     let query: Vec<(String, String)> = web::Query::<Vec<(String, String)>>::from_query(req.query_string())
         .map(|q| q.into_inner())
         .map_err(|e| ApiError::BadRequest(format!("invalid query: {e}")))?;
@@ -218,14 +251,14 @@ fn request_log(method: &Method, shared: &Shared) -> Result<HttpResponse> {
 }
 
 /// A JSON body of a `/sim/*` endpoint (empty: `{}`).
-async fn admin_body<T: serde::de::DeserializeOwned>(payload: web::Payload) -> Result<T> {
+async fn admin_body<T: serde::de::DeserializeOwned>(payload: RequestBody) -> Result<T> {
     let body = read_body(payload).await?;
     let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) { b"{}" } else { &body };
     serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("invalid body: {e}")))
 }
 
 /// `GET`/`PUT /sim/faults`.
-async fn faults_endpoint(method: &Method, payload: web::Payload, shared: &Shared) -> Result<HttpResponse> {
+async fn faults_endpoint(method: &Method, payload: RequestBody, shared: &Shared) -> Result<HttpResponse> {
     match *method {
         Method::GET => Ok(json_value(&serde_json::to_value(shared.faults.faults()).unwrap_or_default())),
         Method::PUT => {
@@ -247,7 +280,7 @@ struct ChurnRate {
 }
 
 /// `GET`/`PUT /sim/churn`.
-async fn churn_endpoint(method: &Method, payload: web::Payload, shared: &Shared) -> Result<HttpResponse> {
+async fn churn_endpoint(method: &Method, payload: RequestBody, shared: &Shared) -> Result<HttpResponse> {
     match *method {
         Method::GET => Ok(json_value(&serde_json::json!({"perSecond": *shared.churn_rate.borrow()}))),
         Method::PUT => {
@@ -271,7 +304,7 @@ struct Restore {
 }
 
 /// `POST /sim/restore`.
-async fn restore_endpoint(method: &Method, payload: web::Payload, shared: &Shared) -> Result<HttpResponse> {
+async fn restore_endpoint(method: &Method, payload: RequestBody, shared: &Shared) -> Result<HttpResponse> {
     if *method != Method::POST {
         return Err(ApiError::MethodNotAllowed);
     }
@@ -292,7 +325,7 @@ struct Burst {
 }
 
 /// `POST /sim/burst`.
-async fn burst_endpoint(method: &Method, payload: web::Payload, shared: Arc<Shared>) -> Result<HttpResponse> {
+async fn burst_endpoint(method: &Method, payload: RequestBody, shared: Arc<Shared>) -> Result<HttpResponse> {
     if *method != Method::POST {
         return Err(ApiError::MethodNotAllowed);
     }
@@ -312,7 +345,7 @@ async fn burst_endpoint(method: &Method, payload: web::Payload, shared: Arc<Shar
 
 async fn resource(
     req: &HttpRequest,
-    payload: web::Payload,
+    payload: RequestBody,
     shared: Arc<Shared>,
     path: ResourcePath,
     query: Vec<(String, String)>,
