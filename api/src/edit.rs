@@ -102,7 +102,7 @@ fn translate_json_patch(scope: &Scope, key: &ObjectKey, entry: &IndexEntry, oper
             Some("/metadata/resourceVersion") => {
                 let Some(rv) = operation["value"].as_str() else { continue };
                 if rv.parse::<u64>().is_ok_and(|n| n == entry.rv) {
-                    operation["value"] = Value::String(entry.member_rv.clone());
+                    operation["value"] = Value::String(entry.member_rv().to_string());
                 } else if op == "test" {
                     return Err(Status::new(
                         422,
