@@ -267,8 +267,12 @@ pub fn list(store: &Store, resource: usize, namespace: Option<&str>, options: &L
             (at, format!("{prefix}{}", token.start), true)
         }
         None => {
+            // "Semantics for get and list" (API Concepts): with a limit, a
+            // non-zero resourceVersion and no resourceVersionMatch is Exact.
+            // <https://kubernetes.io/docs/reference/using-api/api-concepts/#semantics-for-get-and-list>
             let at = match (options.resource_version.as_deref(), options.resource_version_match) {
                 (Some(rv), Some(RvMatch::Exact)) => parse_rv(rv)?,
+                (Some(rv), None) if rv != "0" && options.limit.is_some() => parse_rv(rv)?,
                 _ => store.rv(),
             };
             (at, prefix.clone(), false)
