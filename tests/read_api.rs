@@ -533,6 +533,30 @@ fn original_name_style_and_longest_names() {
     assert_eq!(listed, vec![qualified.clone()]);
     // Bare name unique in the fleet resolves.
     assert_eq!(kf.get(&format!("/api/v1/namespaces/default/pods/{name}")).0, 200);
+    // Watch: the state from "0", then a change made by a PATCH through the
+    // aggregated path, under the qualified name.
+    let events = watch_lines(&format!("{}/api/v1/namespaces/default/pods?watch=1&resourceVersion=0&labelSelector=long%3Dyes&timeoutSeconds=1", kf.url));
+    assert_eq!((&events[0]["type"], &events[0]["object"]["metadata"]["name"]), (&json!("ADDED"), &json!(qualified)));
+    assert!(events.iter().all(|e| e["object"]["metadata"]["name"] == qualified.as_str()), "{events:?}");
+    let from = rv_of(&kf.get_json("/api/v1/namespaces/default/pods"));
+    let url = format!("{}/api/v1/namespaces/default/pods?watch=1&resourceVersion={from}&labelSelector=long%3Dyes&timeoutSeconds=5", kf.url);
+    let watch = std::thread::spawn(move || watch_lines(&url));
+    std::thread::sleep(Duration::from_secs(1)); // the watch is open
+    let patched = send(
+        reqwest::Method::PATCH,
+        &format!("{}/api/v1/namespaces/default/pods/{qualified}", kf.url),
+        "application/merge-patch+json",
+        json!({"metadata": {"labels": {"patched": "yes"}}}),
+    );
+    assert_eq!(patched["metadata"]["name"], qualified);
+    assert_eq!(patched["metadata"]["labels"]["patched"], "yes");
+    let member: Value = serde_json::from_str(&http_get(&format!("{}/api/v1/namespaces/default/pods/{name}", members[0].1.url())).1).unwrap();
+    assert_eq!(member["metadata"]["labels"]["patched"], "yes", "the member holds the change");
+    let events = watch.join().unwrap();
+    let modified = events.iter().find(|e| e["type"] == "MODIFIED" && e["object"]["metadata"]["labels"]["patched"] == "yes");
+    let modified = modified.unwrap_or_else(|| panic!("no MODIFIED event of the patch: {events:?}"));
+    assert_eq!(modified["object"]["metadata"]["name"], qualified);
+    assert_eq!(rv_of(&modified["object"]), rv_of(&patched), "the watch and the PATCH reply agree on the RV");
     kf.stop();
 
     let kf = Kubefold::serve(&dir, &[(cluster.clone(), members[0].1.url())], &["--name-style", "original"]);
@@ -633,23 +657,50 @@ fn discovery_tables_and_kubectl(bin: &str) {
     assert_eq!(&cols[..2], &["Name", "Cluster"]);
 }
 
+/// The qualified names of every pod the members hold now.
+fn member_pods(members: &[(String, kubefold_testdata::SimHandle)]) -> BTreeSet<String> {
+    members
+        .iter()
+        .flat_map(|(cluster, sim)| {
+            let list: Value = serde_json::from_str(&http_get(&format!("{}/api/v1/pods", sim.url())).1).unwrap();
+            names(&list).into_iter().map(move |n| format!("{n}_{cluster}"))
+        })
+        .collect()
+}
+
 #[test]
 fn chunked_kubectl_get_while_members_churn() {
     let members = demo_members(3, 30.0);
     let (_tmp, dir) = data_dir();
     let kf = Kubefold::serve(&dir, &cluster_flags(&members), &[]);
     kf.wait_ready();
-    // Pods that exist throughout: the statefulset pods of every cluster.
-    let stable: Vec<String> = (1..=3).flat_map(|c| (0..3).map(move |i| format!("web-{i}_member{c}"))).collect();
-    for round in 0..3 {
-        let (ok, out, err) = kubectl(&["--server", &kf.url, "get", "pods", "-A", "--chunk-size=3", "--no-headers"], None);
-        assert!(ok, "{err}");
-        let names: Vec<&str> = out.lines().map(|l| l.split_whitespace().nth(1).unwrap()).collect();
-        let unique: BTreeSet<&&str> = names.iter().collect();
-        assert_eq!(unique.len(), names.len(), "round {round}: duplicates across chunks");
-        for s in &stable {
-            assert!(names.contains(&s.as_str()), "round {round}: {s} missing");
+    for bin in ["kubectl".to_string(), kubectl_version("1.27")] {
+        // Every pod change while we look, to tell churn from a lost or
+        // invented pod.
+        let from = rv_of(&kf.get_json("/api/v1/pods"));
+        let url = format!("{}/api/v1/pods?watch=1&resourceVersion={from}&timeoutSeconds=20", kf.url);
+        let changes = std::thread::spawn(move || watch_lines(&url));
+        let before = member_pods(&members);
+        let (ok, out, err) = kubectl_bin(&bin, &["--server", &kf.url, "get", "pods", "-A", "--chunk-size=3", "--no-headers"], None);
+        assert!(ok, "{bin}: {err}");
+        let after = member_pods(&members);
+        let printed: Vec<&str> = out.lines().map(|l| l.split_whitespace().nth(1).unwrap()).collect();
+        let unique: BTreeSet<String> = printed.iter().map(|n| n.to_string()).collect();
+        assert_eq!(unique.len(), printed.len(), "{bin}: duplicates across chunks");
+        assert!(printed.len() > 3 * 3, "{bin}: more pods than one chunk: {}", printed.len());
+        let changes = changes.join().unwrap();
+        let changed = |event_type: &str, name: &str| changes.iter().any(|e| e["type"] == event_type && e["object"]["metadata"]["name"] == name);
+        // Held by the members before and after: listed, unless deleted (and
+        // perhaps recreated) meanwhile.
+        for name in before.intersection(&after) {
+            assert!(unique.contains(name) || changed("DELETED", name), "{bin}: {name} missing");
         }
+        // Listed: held before or after, or created meanwhile.
+        for name in &unique {
+            assert!(before.contains(name) || after.contains(name) || changed("ADDED", name), "{bin}: {name} listed but never held");
+        }
+        let churned = changes.iter().filter(|e| e["type"] != "BOOKMARK").count();
+        assert!(churned > 0, "{bin}: the members churned while kubectl listed");
     }
 }
 
