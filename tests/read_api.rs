@@ -710,48 +710,95 @@ fn fixtures_keep_every_field() {
     let (_tmp, dir) = data_dir();
     let kf = Kubefold::serve(&dir, &cluster_flags(&members), &[]);
     kf.wait_ready();
-    let sim = members[0].1.url();
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/kubernetes-api-testdata");
+    // Every fixture of the folder, stored in the member as etcd would hold
+    // it (no admission or defaulting), then read back through kubefold.
     let cases = [
-        ("core.v1.ConfigMap.json", "/api/v1", "configmaps", true),
-        ("core.v1.Service.json", "/api/v1", "services", true),
         ("apps.v1.Deployment.json", "/apis/apps/v1", "deployments", true),
+        ("apps.v1.ReplicaSet.json", "/apis/apps/v1", "replicasets", true),
+        ("apps.v1.StatefulSet.json", "/apis/apps/v1", "statefulsets", true),
+        ("core.v1.ConfigMap.json", "/api/v1", "configmaps", true),
+        ("core.v1.Event.json", "/api/v1", "events", true),
+        ("core.v1.Namespace.json", "/api/v1", "namespaces", false),
+        ("core.v1.Node.json", "/api/v1", "nodes", false),
         ("core.v1.Pod.json", "/api/v1", "pods", true),
+        ("core.v1.Service.json", "/api/v1", "services", true),
+        ("discovery.k8s.io.v1.EndpointSlice.json", "/apis/discovery.k8s.io/v1", "endpointslices", true),
     ];
+    let files = std::fs::read_dir(&fixtures).unwrap().filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "json")).count();
+    assert_eq!(files, cases.len(), "every fixture file is a case");
     for (file, gv, plural, namespaced) in cases {
-        let name = format!("fixture-{}", plural);
-        let object = fixture(file, &name);
-        let path = if namespaced { format!("{gv}/namespaces/default/{plural}") } else { format!("{gv}/{plural}") };
-        let resp = reqwest::blocking::Client::new().post(format!("{sim}{path}")).json(&object).send().unwrap();
-        let code = resp.status();
-        let created: Value = resp.json().unwrap();
-        assert!(code.is_success(), "{file}: {created}");
-        let qualified = format!("{name}_member1");
-        // Compare with the member's object at the same member RV (its own
-        // controllers may change it after creation).
-        let mut member = Value::Null;
-        let mut served = Value::Null;
-        wait_for(Duration::from_secs(20), file, || {
-            let (code, body) = kf.get(&format!("{path}/{qualified}"));
-            if code != 200 {
-                return false;
-            }
-            served = serde_json::from_str(&body).unwrap();
-            member = serde_json::from_str(&http_get(&format!("{sim}{path}/{name}")).1).unwrap();
-            served["metadata"]["annotations"]["kubefold.io/member-resource-version"] == member["metadata"]["resourceVersion"]
-        });
-        let mut expected = member.clone();
-        let mut got = served.clone();
-        for v in [&mut expected, &mut got] {
-            let meta = v["metadata"].as_object_mut().unwrap();
-            meta.remove("name");
-            meta.remove("resourceVersion");
-            if let Some(a) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
-                a.retain(|k, _| !k.starts_with("kubefold.io/"));
-            }
+        let mut fixture: Value = serde_json::from_str(&std::fs::read_to_string(fixtures.join(file)).unwrap()).unwrap();
+        // The only changes made to the fixture: a valid name, and a
+        // namespace that exists (none for cluster-scoped types).
+        let name = format!("fixture-{plural}");
+        fixture["metadata"]["name"] = json!(name);
+        let meta = fixture["metadata"].as_object_mut().unwrap();
+        if namespaced {
+            meta.insert("namespace".into(), json!("default"));
+        } else {
+            meta.remove("namespace");
         }
-        assert_eq!(got, expected, "{file}: only kubefold's fields may differ");
-        assert_eq!(served["metadata"]["name"], qualified);
+        members[0].1.put_object(fixture.clone()).unwrap_or_else(|| panic!("{file}: the simulator lacks the type"));
+        let path = if namespaced { format!("{gv}/namespaces/default/{plural}") } else { format!("{gv}/{plural}") };
+        let qualified = format!("{name}_member1");
+        wait_for(Duration::from_secs(20), file, || kf.get(&format!("{path}/{qualified}")).0 == 200);
+        let got = kf.get_json(&format!("{path}/{qualified}"));
+        let listed = kf.get_json(&path)["items"].as_array().unwrap().iter().find(|i| i["metadata"]["name"] == qualified.as_str()).cloned();
+        let watched = watch_lines(&format!("{}{path}?watch=1&resourceVersion=0&fieldSelector=metadata.name%3D{qualified}&timeoutSeconds=1", kf.url));
+        // A list item and a watch object carry no kind and apiVersion of
+        // their own in a list; kube-apiserver sends both in watch events.
+        let mut listed = listed.unwrap_or_else(|| panic!("{file}: not listed"));
+        for (k, v) in [("kind", &fixture["kind"]), ("apiVersion", &fixture["apiVersion"])] {
+            listed.as_object_mut().unwrap().entry(k).or_insert_with(|| v.clone());
+        }
+        assert_eq!(watched.len(), 1, "{file}: {watched:?}");
+        assert_eq!(watched[0]["type"], "ADDED");
+        for (how, served) in [("get", &got), ("list", &listed), ("watch", &watched[0]["object"])] {
+            assert_eq!(served["metadata"]["name"], qualified, "{file} {how}");
+            assert_eq!(served["metadata"]["annotations"]["kubefold.io/cluster"], "member1", "{file} {how}");
+            // Fields kubefold owns: the name qualification, the global
+            // resourceVersion and its kubefold.io/ annotations.
+            let mut served = served.clone();
+            let mut expected = fixture.clone();
+            for v in [&mut served, &mut expected] {
+                let meta = v["metadata"].as_object_mut().unwrap();
+                meta.remove("name");
+                meta.remove("resourceVersion");
+                if let Some(a) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+                    a.retain(|k, _| !k.starts_with("kubefold.io/"));
+                }
+            }
+            if served != expected {
+                panic!("{file} {how}: only kubefold's fields may differ\n{}", diff(&expected, &served));
+            }
+            // Field order is kept too.
+            assert_eq!(served.to_string(), expected.to_string(), "{file} {how}: field order");
+        }
     }
+}
+
+/// The paths at which two JSON values differ, with both sides.
+fn diff(expected: &Value, got: &Value) -> String {
+    fn walk(path: String, a: &Value, b: &Value, out: &mut Vec<String>) {
+        match (a, b) {
+            (Value::Object(x), Value::Object(y)) => {
+                for k in x.keys().chain(y.keys().filter(|k| !x.contains_key(*k))) {
+                    walk(format!("{path}.{k}"), x.get(k).unwrap_or(&Value::Null), y.get(k).unwrap_or(&Value::Null), out);
+                }
+            }
+            (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+                for (i, (a, b)) in x.iter().zip(y).enumerate() {
+                    walk(format!("{path}[{i}]"), a, b, out);
+                }
+            }
+            _ if a != b => out.push(format!("{path}: fixture {a} served {b}")),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(String::new(), expected, got, &mut out);
+    out.join("\n")
 }
 
 fn urlencode(s: &str) -> String {
