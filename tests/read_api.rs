@@ -669,6 +669,61 @@ fn member_pods(members: &[(String, kubefold_testdata::SimHandle)]) -> BTreeSet<S
 }
 
 #[test]
+fn version_discovery_cluster_scope_and_table_objects() {
+    let f = fleet(&[]);
+    let kf = &f.kf;
+    // /version: a Kubernetes-style gitVersion.
+    let version = kf.get_json("/version");
+    let git = version["gitVersion"].as_str().unwrap();
+    assert!(git.starts_with("v1.") && git[3..].split(['.', '-', '+']).next().unwrap().parse::<u32>().is_ok(), "{version}");
+    assert_eq!(version["major"], "1");
+    // Short names and verbs in discovery.
+    let core = kf.get_json("/api/v1");
+    let resource = |name: &str| core["resources"].as_array().unwrap().iter().find(|r| r["name"] == name).cloned().unwrap_or_else(|| panic!("{name} missing"));
+    for (name, short) in [("pods", "po"), ("nodes", "no"), ("namespaces", "ns"), ("configmaps", "cm"), ("events", "ev"), ("services", "svc")] {
+        assert!(resource(name)["shortNames"].as_array().unwrap().contains(&json!(short)), "{name}: {}", resource(name));
+    }
+    let verbs: BTreeSet<String> = resource("pods")["verbs"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+    for verb in ["get", "list", "watch", "update", "patch", "delete"] {
+        assert!(verbs.contains(verb), "pods verbs {verbs:?}");
+    }
+    // The cluster search key with notin.
+    let clusters = |selector: &str| -> BTreeSet<String> {
+        kf.get_json(&format!("/api/v1/pods?labelSelector={}", urlencode(selector)))["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["metadata"]["annotations"]["kubefold.io/cluster"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(clusters("kubefold.io/cluster notin (member1,member3)"), BTreeSet::from(["member2".to_string()]));
+    assert_eq!(clusters("kubefold.io/cluster notin (member1)"), BTreeSet::from(["member2".to_string(), "member3".to_string()]));
+    // /clusters/{c}/apis/...: one member, original names.
+    let deployments = kf.get_json("/clusters/member2/apis/apps/v1/deployments");
+    assert!(!names(&deployments).is_empty());
+    assert!(names(&deployments).iter().all(|n| !n.contains('_')), "{:?}", names(&deployments));
+    assert!(deployments["items"].as_array().unwrap().iter().all(|d| d["metadata"]["annotations"]["kubefold.io/cluster"] == "member2"));
+    let one = &names(&deployments)[0];
+    let namespace = deployments["items"][0]["metadata"]["namespace"].as_str().unwrap();
+    let got = kf.get_json(&format!("/clusters/member2/apis/apps/v1/namespaces/{namespace}/deployments/{one}"));
+    assert_eq!(&got["metadata"]["name"], one.as_str());
+    let group = kf.get_json("/clusters/member2/apis/apps/v1");
+    assert!(group["resources"].as_array().unwrap().iter().any(|r| r["name"] == "deployments"), "{group}");
+    // includeObject=Object: each row carries the whole object.
+    let table: Value = reqwest::blocking::Client::new()
+        .get(format!("{}/api/v1/namespaces/default/pods?includeObject=Object", kf.url))
+        .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let row = &table["rows"][0];
+    assert_eq!(row["object"]["kind"], "Pod", "{row}");
+    assert_eq!(row["object"]["metadata"]["name"], row["cells"][0]);
+    assert!(row["object"]["spec"]["containers"].is_array(), "the whole object: {row}");
+}
+
+#[test]
 fn chunked_kubectl_get_while_members_churn() {
     let members = demo_members(3, 30.0);
     let (_tmp, dir) = data_dir();
