@@ -472,8 +472,10 @@ fn per_type_field_selectors() {
     });
     std::thread::sleep(Duration::from_secs(1)); // the member's controllers settle
 
-    // (collection, fieldSelector, what the selector means for one served item).
-    let cases: Vec<(&str, String, Box<dyn Fn(&Value) -> bool>)> = vec![
+    /// What a selector means for one served item.
+    type Meaning = Box<dyn Fn(&Value) -> bool>;
+    // (collection, fieldSelector, meaning).
+    let cases: Vec<(&str, String, Meaning)> = vec![
         ("/api/v1/pods", "spec.nodeName=node-x".into(), Box::new(|p: &Value| p["spec"]["nodeName"] == "node-x")),
         ("/api/v1/pods", format!("spec.nodeName={node}"), Box::new({ let node = node.clone(); move |p: &Value| p["spec"]["nodeName"] == node.as_str() })),
         ("/api/v1/pods", "spec.nodeName!=node-x".into(), Box::new(|p: &Value| p["spec"]["nodeName"] != "node-x")),
