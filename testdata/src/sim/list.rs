@@ -491,6 +491,21 @@ mod tests {
     }
 
     #[test]
+    fn a_limit_with_a_resource_version_and_no_match_reads_exactly_there() {
+        let (mut store, pods) = store_with(&[("a", "p1", "x"), ("a", "p2", "x")]);
+        let at = store.rv().to_string();
+        store.put(pods, "a/p3", json!({"metadata": {"name": "p3", "namespace": "a", "uid": "u3"}}));
+        let paged = ListOptions { limit: Some(10), resource_version: Some(at.clone()), ..Default::default() };
+        let page = list(&store, pods, None, &paged).unwrap();
+        assert_eq!((names(&page), page.rv.to_string()), (vec!["p1".to_string(), "p2".to_string()], at.clone()));
+        // Without a limit, or with NotOlderThan: the latest state.
+        let unpaged = ListOptions { resource_version: Some(at.clone()), ..Default::default() };
+        assert_eq!(names(&list(&store, pods, None, &unpaged).unwrap()), ["p1", "p2", "p3"]);
+        let newer = ListOptions { resource_version_match: Some(RvMatch::NotOlderThan), ..paged };
+        assert_eq!(names(&list(&store, pods, None, &newer).unwrap()), ["p1", "p2", "p3"]);
+    }
+
+    #[test]
     fn exact_reads_past_the_history_are_expired() {
         let (mut store, pods) = store_with(&[("a", "p1", "x")]);
         for i in 0..150 {
