@@ -58,7 +58,8 @@ pub struct Config {
     /// Services are read from and how endpoints are probed.
     #[serde(default)]
     pub estimator: kubefold_actors::resolver::EstimatorConfig,
-    /// Seconds between watch bookmarks for clients that allow them.
+    /// Seconds between watch bookmarks for clients that allow them; each
+    /// such watch also gets one 2 s before its timeout.
     #[serde(default = "default_bookmark_interval_seconds")]
     pub bookmark_interval_seconds: u64,
     /// Lower bound of the randomised default watch timeout, in seconds

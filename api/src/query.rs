@@ -171,10 +171,16 @@ impl Query {
             return Err(invalid_list_options(errors));
         }
         let n = self.resource_version()?;
+        // "Semantics for get and list": with `limit` set and no
+        // resourceVersionMatch, a resourceVersion other than "0" is Exact
+        // (the first page of a chunked list read at that version).
+        // <https://kubernetes.io/docs/reference/using-api/api-concepts/#semantics-for-get-and-list>
+        let paged = self.limit()?.is_some();
         Ok(match (n, matching) {
             (None, _) => ReadAt::Latest,
             (Some(0), _) => ReadAt::Any,
             (Some(n), "Exact") => ReadAt::Exact(n),
+            (Some(n), "") if paged => ReadAt::Exact(n),
             (Some(n), _) => ReadAt::NotOlderThan(n),
         })
     }
@@ -221,6 +227,10 @@ mod read_at_tests {
         assert_eq!(q("resourceVersion=7&resourceVersionMatch=NotOlderThan").list_read_at().unwrap(), ReadAt::NotOlderThan(7));
         assert_eq!(q("resourceVersion=0&resourceVersionMatch=NotOlderThan").list_read_at().unwrap(), ReadAt::Any);
         assert_eq!(q("resourceVersion=7&resourceVersionMatch=Exact").list_read_at().unwrap(), ReadAt::Exact(7));
+        assert_eq!(q("resourceVersion=7&limit=2").list_read_at().unwrap(), ReadAt::Exact(7));
+        assert_eq!(q("resourceVersion=7&limit=2&resourceVersionMatch=NotOlderThan").list_read_at().unwrap(), ReadAt::NotOlderThan(7));
+        assert_eq!(q("resourceVersion=0&limit=2").list_read_at().unwrap(), ReadAt::Any);
+        assert_eq!(q("limit=2").list_read_at().unwrap(), ReadAt::Latest);
         for bad in [
             "resourceVersionMatch=Exact",
             "resourceVersionMatch=NotOlderThan",

@@ -90,6 +90,16 @@ impl Filter {
         !self.labels.is_empty() || !self.fields.is_empty()
     }
 
+    /// Whether the request has a label or field selector (the cluster
+    /// search key counts: it was written in the label selector).
+    /// kube-apiserver leaves `remainingItemCount` out of such a list page,
+    /// as its count of the rest would be a guess ("Retrieving large results
+    /// sets in chunks", API Concepts).
+    /// <https://kubernetes.io/docs/reference/using-api/api-concepts/#retrieving-large-results-sets-in-chunks>
+    pub fn has_selector(&self) -> bool {
+        self.depends_on_content() || !self.clusters.is_empty()
+    }
+
     /// Whether an object passes the filter and the scope.
     pub fn matches(&self, scope: &Scope, key: &ObjectKey, entry: &IndexEntry) -> bool {
         if let Some(c) = &scope.cluster {
@@ -293,6 +303,7 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
         }
         selected.push((key.clone(), entry.rv));
     }
+    let count_remaining = !filter.has_selector();
     let rv = snapshot.head_rv();
     let token = if more { selected.last().map(|(k, _)| paging::encode(&state.token_secret, rv, k)) } else { None };
     // Each item's name suffix, computed once per cluster.
@@ -308,7 +319,7 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
     let (head, writer) = if wants_table(req) {
         let printer = TablePrinter::new(&scope.resource, IncludeObject::parse(query.include_object.as_deref())?);
         let mut table = printer.table(Vec::new(), rv, token.as_deref(), false);
-        if more {
+        if more && count_remaining {
             table["metadata"]["remainingItemCount"] = remaining.into();
         }
         // `rows` is the last member (insertion order is kept): the rows follow its `[`.
@@ -324,7 +335,10 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
         )
         .into_bytes();
         if let Some(t) = &token {
-            head.extend_from_slice(format!(",\"continue\":\"{t}\",\"remainingItemCount\":{remaining}").as_bytes());
+            head.extend_from_slice(format!(",\"continue\":\"{t}\"").as_bytes());
+            if count_remaining {
+                head.extend_from_slice(format!(",\"remainingItemCount\":{remaining}").as_bytes());
+            }
         }
         head.extend_from_slice(b"},\"items\":[");
         (head, ItemWriter::Json)

@@ -184,11 +184,12 @@ pub fn watch(
     let compacted = state.fleet.compacted_rv();
     let watch = Watch { state, scope, filter, table, headers_sent: false, bookmarks, tx, queued: queued.clone(), sent_rv: 0 };
     let registered = Registered::new(user_agent);
+    let deadline = tokio::time::Instant::now() + timeout;
     actix_web::rt::spawn(async move {
         let _registered = registered;
-        let end = tokio::time::sleep(timeout);
+        let end = tokio::time::sleep_until(deadline);
         tokio::pin!(end);
-        let run = watch.run(start, snapshot, compacted, events);
+        let run = watch.run(start, snapshot, compacted, events, deadline);
         tokio::select! {
             _ = run => {}
             _ = &mut end => {}
@@ -212,6 +213,7 @@ impl Watch {
         snapshot: Arc<kubefold_engine::index::Index>,
         compacted: u64,
         mut events: broadcast::Receiver<Arc<StoredEvent>>,
+        deadline: tokio::time::Instant,
     ) {
         let mut last = snapshot.head_rv();
         match start {
@@ -259,7 +261,11 @@ impl Watch {
             }
         }
         let interval = self.state.config.bookmark_interval;
-        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+        let mut next_bookmark = next_bookmark_time(tokio::time::Instant::now(), interval, deadline);
+        // Without a next bookmark time its branch is disabled and the sleep
+        // is not polled.
+        let bookmark_due = tokio::time::sleep_until(next_bookmark.unwrap_or(deadline));
+        tokio::pin!(bookmark_due);
         loop {
             tokio::select! {
                 received = events.recv() => match received {
@@ -283,9 +289,13 @@ impl Watch {
                     }
                     Err(broadcast::error::RecvError::Closed) => return,
                 },
-                _ = ticker.tick(), if self.bookmarks => {
+                _ = &mut bookmark_due, if self.bookmarks && next_bookmark.is_some() => {
                     if !self.send_bookmark(last, false).await {
                         return;
+                    }
+                    next_bookmark = next_bookmark_time(tokio::time::Instant::now(), interval, deadline);
+                    if let Some(at) = next_bookmark {
+                        bookmark_due.as_mut().reset(at);
                     }
                 }
                 _ = self.tx.closed() => return,
@@ -415,6 +425,32 @@ impl Watch {
     }
 }
 
+/// How long before its end a watch gets its last bookmark: kube-apiserver's
+/// watch cache sends bookmarks "periodically every bookmarkFrequency ... and
+/// at least 2s before the watcher timeout" (`cacheWatcher.nextBookmarkTime`
+/// in k8s.io/apiserver/pkg/storage/cacher), so that a client reconnecting
+/// after the timeout resumes from a recent resourceVersion instead of an
+/// old one that may have been compacted meanwhile ("Watch bookmarks", API
+/// Concepts).
+/// <https://kubernetes.io/docs/reference/using-api/api-concepts/#watch-bookmarks>
+const PRE_TIMEOUT_BOOKMARK: Duration = Duration::from_secs(2);
+
+/// When the next bookmark is due, seen at `now` (the start of the watch or
+/// the last bookmark): after `interval`, or [`PRE_TIMEOUT_BOOKMARK`] before
+/// `deadline` if that comes first; `None` once the pre-timeout bookmark is
+/// past (or the watch is too short to have one).
+fn next_bookmark_time(now: tokio::time::Instant, interval: Duration, deadline: tokio::time::Instant) -> Option<tokio::time::Instant> {
+    let pre_timeout = deadline.checked_sub(PRE_TIMEOUT_BOOKMARK)?;
+    let heartbeat = now + interval;
+    if heartbeat < pre_timeout {
+        Some(heartbeat)
+    } else if pre_timeout > now {
+        Some(pre_timeout)
+    } else {
+        None
+    }
+}
+
 /// Gives the worker thread back every [`YIELD_EVERY`] events while a watch
 /// sends a snapshot or a backlog to a client that keeps up: a large initial
 /// state would otherwise be sent in one turn, and the worker's other
@@ -427,3 +463,25 @@ async fn yield_every(i: usize) {
 
 /// Events sent per turn of the worker during initial state and replay.
 const YIELD_EVERY: usize = 256;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::time::Instant;
+
+    #[test]
+    fn bookmarks_every_interval_and_once_shortly_before_the_end() {
+        let start = Instant::now();
+        let s = |n: u64| Duration::from_secs(n);
+        let deadline = start + s(300);
+        // Every minute, then 2 s before the deadline, then none.
+        assert_eq!(next_bookmark_time(start, s(60), deadline), Some(start + s(60)));
+        assert_eq!(next_bookmark_time(start + s(240), s(60), deadline), Some(start + s(298)));
+        assert_eq!(next_bookmark_time(start + s(298), s(60), deadline), None);
+        assert_eq!(next_bookmark_time(start + s(299), s(60), deadline), None);
+        // A watch shorter than the interval still gets the pre-timeout one.
+        assert_eq!(next_bookmark_time(start, s(60), start + s(5)), Some(start + s(3)));
+        // One that ends within 2 s gets none.
+        assert_eq!(next_bookmark_time(start, s(60), start + s(1)), None);
+    }
+}

@@ -267,8 +267,12 @@ pub fn list(store: &Store, resource: usize, namespace: Option<&str>, options: &L
             (at, format!("{prefix}{}", token.start), true)
         }
         None => {
+            // "Semantics for get and list" (API Concepts): with a limit, a
+            // non-zero resourceVersion and no resourceVersionMatch is Exact.
+            // <https://kubernetes.io/docs/reference/using-api/api-concepts/#semantics-for-get-and-list>
             let at = match (options.resource_version.as_deref(), options.resource_version_match) {
                 (Some(rv), Some(RvMatch::Exact)) => parse_rv(rv)?,
+                (Some(rv), None) if rv != "0" && options.limit.is_some() => parse_rv(rv)?,
                 _ => store.rv(),
             };
             (at, prefix.clone(), false)
@@ -484,6 +488,21 @@ mod tests {
         let rest = list(&store, pods, None, &ListOptions { continue_token: first.continue_token, ..Default::default() }).unwrap();
         assert_eq!(names(&rest), ["p2", "p3"]);
         assert_eq!(rest.rv, first.rv);
+    }
+
+    #[test]
+    fn a_limit_with_a_resource_version_and_no_match_reads_exactly_there() {
+        let (mut store, pods) = store_with(&[("a", "p1", "x"), ("a", "p2", "x")]);
+        let at = store.rv().to_string();
+        store.put(pods, "a/p3", json!({"metadata": {"name": "p3", "namespace": "a", "uid": "u3"}}));
+        let paged = ListOptions { limit: Some(10), resource_version: Some(at.clone()), ..Default::default() };
+        let page = list(&store, pods, None, &paged).unwrap();
+        assert_eq!((names(&page), page.rv.to_string()), (vec!["p1".to_string(), "p2".to_string()], at.clone()));
+        // Without a limit, or with NotOlderThan: the latest state.
+        let unpaged = ListOptions { resource_version: Some(at.clone()), ..Default::default() };
+        assert_eq!(names(&list(&store, pods, None, &unpaged).unwrap()), ["p1", "p2", "p3"]);
+        let newer = ListOptions { resource_version_match: Some(RvMatch::NotOlderThan), ..paged };
+        assert_eq!(names(&list(&store, pods, None, &newer).unwrap()), ["p1", "p2", "p3"]);
     }
 
     #[test]

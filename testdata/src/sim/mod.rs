@@ -434,6 +434,22 @@ impl SimHandle {
         churn::burst_config_maps(&self.shared, count)
     }
 
+    /// Stores `object` as etcd would hold it, with a new resource version
+    /// and nothing else changed: no validation, defaulting, managedFields or
+    /// controller reaction, as for an object written by another server
+    /// version or a fuzzed round-trip fixture. Its type comes from `kind`
+    /// and `apiVersion`, its key from `metadata.namespace` and `name`.
+    /// Returns the stored object, `None` for a type the simulator lacks.
+    pub fn put_object(&self, object: serde_json::Value) -> Option<serde_json::Value> {
+        let mut store = self.shared.write().ok()?;
+        let resource = store.resource_index_of_kind(object["apiVersion"].as_str()?, object["kind"].as_str()?)?;
+        let name = object["metadata"]["name"].as_str()?.to_string();
+        let namespace = object["metadata"]["namespace"].as_str().map(str::to_string);
+        let key = store::key(namespace.as_deref(), &name);
+        let change = store.put(resource, &key, object);
+        Some(change.object.value())
+    }
+
     /// Stops the server gracefully (open watches end) and joins its thread.
     pub fn stop(mut self) {
         self.shutdown();
