@@ -510,7 +510,7 @@ mod tests {
 
     fn web_0() -> (ObjectKey, IndexEntry) {
         let key = ObjectKey { namespace: "default".into(), name: "web-0".into(), cluster: "member1".into() };
-        let entry = IndexEntry { rv: 42, member_rv: "1007".into(), uid: "u".into(), labels: Vec::new(), fields: Vec::new() };
+        let entry = IndexEntry::new(42, "1007", "u", [], []);
         (key, entry)
     }
 
