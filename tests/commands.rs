@@ -313,7 +313,7 @@ fn kubefold_demo_serves_three_members_and_its_estimator_table_follows_a_kubectl_
     Command::new("chmod").arg("+x").arg(&editor).status().unwrap();
     let edit_started = Instant::now();
     let out = Command::new("timeout")
-        .args(["60", "kubectl", "--server", control_plane, "-n", "karmada-system", "edit", "service", "karmada-scheduler-estimator-member1", "--validate=false"])
+        .args(["60", "kubectl", "--server", control_plane, "-n", "karmada-system", "edit", "service", "karmada-scheduler-estimator-member1"])
         .env("KUBECONFIG", "/dev/null")
         .env("TMPDIR", home.path())
         .env("HOME", home.path())

@@ -537,7 +537,7 @@ fn members_own_conflicts_come_back_unchanged() {
     sim.clear_requests();
     let (code, through) = send(client.put(format!("{}/api/v1/namespaces/default/pods/web-0_member1", kf.url)).json(&edited));
     let forwarded: Vec<_> = object_requests(sim, "web-0").into_iter().filter(|r| r.method == "PUT").collect();
-    assert_eq!(forwarded.len(), 1, "kubefold forwarded the PUT");
+    assert_eq!(forwarded.len(), 1, "kubefold forwarded the PUT (it answered {code}: {through})");
     let sent: Value = serde_json::from_str(&forwarded[0].body).unwrap();
     assert_eq!(sent["metadata"]["resourceVersion"], old_member_rv.as_str(), "with the member RV kubefold knew");
     let (mut direct_body, _) = as_member_sees_it(&edited, "member1");

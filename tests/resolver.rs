@@ -186,7 +186,7 @@ spec:
         m1 = svc("member1"),
         m2 = svc("member2"),
     );
-    kubectl(&server, home.path(), &["apply", "--validate=false", "-f", "-"], Some(&services)).await;
+    kubectl(&server, home.path(), &["apply", "-f", "-"], Some(&services)).await;
 
     let estimators = Estimators::new();
     let config = EstimatorConfig {
@@ -277,7 +277,7 @@ spec:
 "#,
         m4 = svc("member4")
     );
-    kubectl(&server, home.path(), &["apply", "--validate=false", "-f", "-"], Some(&headless)).await;
+    kubectl(&server, home.path(), &["apply", "-f", "-"], Some(&headless)).await;
     let event = watch.expect(Duration::from_secs(5), "member4 headless", |e| is(e, "MODIFIED", "member4") && e["object"]["rule"] == "headless").await;
     assert_eq!(
         event["object"]["error"],
@@ -306,7 +306,7 @@ endpoints:
 "#,
         m4 = svc("member4")
     );
-    kubectl(&server, home.path(), &["apply", "--validate=false", "-f", "-"], Some(&slice)).await;
+    kubectl(&server, home.path(), &["apply", "-f", "-"], Some(&slice)).await;
     watch
         .expect(Duration::from_secs(5), "member4's ready endpoint", |e| {
             is(e, "MODIFIED", "member4") && e["object"]["addresses"] == json!(["127.0.0.5:4100"])

@@ -83,7 +83,7 @@ fn kubectl_watch_prints_a_pod_created_in_a_member() {
 
     let pod = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"watched-pod","namespace":"default","labels":{"app":"watched"}},"spec":{"containers":[{"name":"c","image":"nginx:1.27"}]}}"#;
     let sim_url = members[1].1.url();
-    let (ok, _, err) = kubectl(&["--server", &sim_url, "create", "-f", "-", "--validate=false"], Some(pod));
+    let (ok, _, err) = kubectl(&["--server", &sim_url, "create", "-f", "-"], Some(pod));
     assert!(ok, "create in member2: {err}");
 
     let deadline = std::time::Instant::now() + Duration::from_secs(30);

@@ -214,125 +214,28 @@ pub fn aggregated(catalog: &[ResourceType], core: bool) -> Value {
     json!({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items})
 }
 
+/// The `info` of kubefold's OpenAPI documents.
+const OPENAPI_INFO: kubefold_engine::openapi::Info<'static> =
+    kubefold_engine::openapi::Info { title: "kubefold", version: KUBERNETES_VERSION.2 };
+
 /// `/openapi/v3`: the index of group-version documents.
 pub fn openapi_v3_index(catalog: &[ResourceType]) -> Value {
-    let mut paths = serde_json::Map::new();
-    for r in catalog {
-        let gv = if r.group.is_empty() { format!("api/{}", r.version) } else { format!("apis/{}/{}", r.group, r.version) };
-        paths.insert(gv.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{gv}?hash={}", openapi_hash(catalog))}));
-    }
-    json!({"paths": paths})
+    kubefold_engine::openapi::openapi_v3_index(catalog)
 }
 
-fn openapi_hash(catalog: &[ResourceType]) -> String {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    for r in catalog {
-        r.key().hash(&mut h);
-    }
-    format!("{:016X}", h.finish())
-}
-
-fn operation(r: &ResourceType, verb: &str, id: &str) -> Value {
-    json!({
-        "operationId": id,
-        "x-kubernetes-action": verb,
-        "x-kubernetes-group-version-kind": {"group": r.group, "version": r.version, "kind": r.kind},
-        "parameters": [
-            {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": true},
-             "description": "fieldValidation instructs the server on how to handle objects in the request containing unknown or duplicate fields."},
-            {"name": "fieldManager", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
-            {"name": "dryRun", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
-        ],
-        "responses": {"200": {"description": "OK"}},
-    })
-}
-
-/// `/openapi/v3/{api/v1 | apis/g/v}`: paths with their operations, enough for
-/// kubectl to validate on the server (`fieldValidation`) instead of
-/// client-side, so that `edit`, `create` and `apply` work with the default
-/// `--validate=strict`. `None` when nothing is served there.
+/// `/openapi/v3/{api/v1 | apis/g/v}` (see [`kubefold_engine::openapi`]).
 pub fn openapi_v3(catalog: &[ResourceType], group: &str, version: &str) -> Option<Value> {
-    let mut paths = serde_json::Map::new();
-    for r in catalog.iter().filter(|r| r.group == group && r.version == version) {
-        let base = r.group_version_path();
-        let (collection, object) = if r.namespaced {
-            (format!("{base}/namespaces/{{namespace}}/{}", r.plural), format!("{base}/namespaces/{{namespace}}/{}/{{name}}", r.plural))
-        } else {
-            (format!("{base}/{}", r.plural), format!("{base}/{}/{{name}}", r.plural))
-        };
-        let k = &r.kind;
-        paths.insert(collection, json!({
-            "get": operation(r, "list", &format!("list{k}")),
-            "post": operation(r, "post", &format!("create{k}")),
-            "delete": operation(r, "deletecollection", &format!("deleteCollection{k}")),
-        }));
-        paths.insert(object.clone(), json!({
-            "get": operation(r, "get", &format!("read{k}")),
-            "put": operation(r, "put", &format!("replace{k}")),
-            "patch": operation(r, "patch", &format!("patch{k}")),
-            "delete": operation(r, "delete", &format!("delete{k}")),
-        }));
-        for sub in r.subresources.iter().filter(|s| *s != "log") {
-            paths.insert(format!("{object}/{sub}"), json!({
-                "get": operation(r, "get", &format!("read{k}{sub}")),
-                "put": operation(r, "put", &format!("replace{k}{sub}")),
-                "patch": operation(r, "patch", &format!("patch{k}{sub}")),
-            }));
-        }
-    }
-    if paths.is_empty() {
-        return None;
-    }
-    Some(json!({
-        "openapi": "3.0.0",
-        "info": {"title": "kubefold", "version": KUBERNETES_VERSION.2},
-        "paths": paths,
-        "components": {"schemas": {}},
-    }))
+    kubefold_engine::openapi::openapi_v3(catalog, group, version, OPENAPI_INFO)
 }
 
-/// `/openapi/v2` in protobuf (gnostic `openapi_v2.Document`): `swagger`
-/// (field 1), `info` (field 2: `title` 1, `version` 2) and empty `paths`
-/// (field 8). Encoded by hand: three length-delimited fields.
+/// `/openapi/v2` in protobuf.
 pub fn openapi_v2_protobuf() -> Vec<u8> {
-    fn field(out: &mut Vec<u8>, number: u8, bytes: &[u8]) {
-        out.push((number << 3) | 2);
-        let mut len = bytes.len();
-        loop {
-            let byte = (len & 0x7f) as u8;
-            len >>= 7;
-            if len == 0 {
-                out.push(byte);
-                break;
-            }
-            out.push(byte | 0x80);
-        }
-        out.extend_from_slice(bytes);
-    }
-    let mut info = Vec::new();
-    field(&mut info, 1, b"kubefold");
-    field(&mut info, 2, KUBERNETES_VERSION.2.as_bytes());
-    let mut doc = Vec::new();
-    field(&mut doc, 1, b"2.0");
-    field(&mut doc, 2, &info);
-    field(&mut doc, 8, &[]);
-    doc
+    kubefold_engine::openapi::openapi_v2_protobuf(OPENAPI_INFO)
 }
 
-/// `/openapi/v2`: the same paths in Swagger 2.0 form.
+/// `/openapi/v2`.
 pub fn openapi_v2(catalog: &[ResourceType]) -> Value {
-    let mut paths = serde_json::Map::new();
-    let mut versions: Vec<(String, String)> = catalog.iter().map(|r| (r.group.clone(), r.version.clone())).collect();
-    versions.dedup();
-    for (g, v) in versions {
-        if let Some(doc) = openapi_v3(catalog, &g, &v) {
-            if let Some(p) = doc["paths"].as_object() {
-                paths.extend(p.clone());
-            }
-        }
-    }
-    json!({"swagger": "2.0", "info": {"title": "kubefold", "version": KUBERNETES_VERSION.2}, "paths": paths, "definitions": {}})
+    kubefold_engine::openapi::openapi_v2(catalog, OPENAPI_INFO)
 }
 
 #[cfg(test)]

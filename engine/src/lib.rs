@@ -20,6 +20,7 @@ pub mod fields;
 pub mod index;
 pub mod names;
 pub mod object;
+pub mod openapi;
 pub mod paging;
 pub mod resources;
 pub mod selection;

@@ -54,9 +54,9 @@ async fn core_and_group_discovery() {
 }
 
 #[tokio::test]
-async fn unknown_paths_are_status_404_and_openapi_is_not_served() {
+async fn unknown_paths_are_status_404() {
     let sim = demo();
-    for path in ["/apis/batch/v1", "/apis/apps/v1/cronjobs", "/openapi/v2", "/api/v1/namespaces/default/nodes"] {
+    for path in ["/apis/batch/v1", "/apis/apps/v1/cronjobs", "/openapi/v3/apis/batch/v1", "/api/v1/namespaces/default/nodes"] {
         let answer = get(&sim, path).await;
         assert_eq!(answer.code, 404, "{path}");
         assert_eq!(answer.body["kind"], "Status", "{path}");
@@ -66,4 +66,26 @@ async fn unknown_paths_are_status_404_and_openapi_is_not_served() {
     assert_eq!(post.code, 405);
     assert_eq!(post.body["reason"], "MethodNotAllowed");
     assert_eq!(get(&sim, "/healthz").await.code, 200);
+}
+
+/// kubectl's default `--validate=strict` reads the OpenAPI documents before
+/// edit, create and apply: they list every served path with its operations
+/// and the `fieldValidation` parameter.
+#[tokio::test]
+async fn openapi_documents_list_the_served_paths() {
+    let sim = demo();
+    let index = get(&sim, "/openapi/v3").await;
+    assert_eq!(index.code, 200);
+    let url = index.body["paths"]["api/v1"]["serverRelativeURL"].as_str().expect("api/v1 in the index").to_string();
+    assert!(url.starts_with("/openapi/v3/api/v1?hash="), "{url}");
+    assert!(index.body["paths"]["apis/apps/v1"].is_object());
+    let core = get(&sim, "/openapi/v3/api/v1").await;
+    assert_eq!(core.code, 200);
+    let pods = &core.body["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"];
+    assert_eq!(pods["patch"]["x-kubernetes-group-version-kind"]["kind"], "Pod");
+    assert!(pods["put"]["parameters"].as_array().unwrap().iter().any(|p| p["name"] == "fieldValidation"));
+    let v2 = get(&sim, "/openapi/v2").await;
+    assert_eq!(v2.code, 200);
+    assert_eq!(v2.body["swagger"], "2.0");
+    assert!(v2.body["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments/{name}"]["get"].is_object());
 }

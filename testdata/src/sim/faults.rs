@@ -521,6 +521,10 @@ impl WatchFaults {
                 }
             };
             tokio::select! {
+                // A change of the faults first: a chunk that became ready
+                // together with it must meet the new faults (a watch held
+                // from now on must not let it through).
+                biased;
                 changed = self.faults.changed() => {
                     if changed.is_err() {
                         return None;

@@ -40,7 +40,18 @@ pub enum Route {
     Restore,
     /// `/sim/burst`: many pods at once.
     Burst,
-    /// Anything else (including `/openapi/v2` and `/openapi/v3`).
+    /// `/openapi/v2`.
+    OpenApiV2,
+    /// `/openapi/v3`: the index of group-version documents.
+    OpenApiV3Index,
+    /// `/openapi/v3/api/v1` or `/openapi/v3/apis/{group}/{version}`.
+    OpenApiV3 {
+        /// The group, empty for core.
+        group: String,
+        /// The version.
+        version: String,
+    },
+    /// Anything else.
     NotFound,
 }
 
@@ -85,6 +96,10 @@ pub fn parse(path: &str) -> Route {
         ["sim", "churn"] => Route::Churn,
         ["sim", "restore"] => Route::Restore,
         ["sim", "burst"] => Route::Burst,
+        ["openapi", "v2"] => Route::OpenApiV2,
+        ["openapi", "v3"] => Route::OpenApiV3Index,
+        ["openapi", "v3", "api", version] => Route::OpenApiV3 { group: String::new(), version: version.to_string() },
+        ["openapi", "v3", "apis", group, version] => Route::OpenApiV3 { group: group.to_string(), version: version.to_string() },
         _ => Route::NotFound,
     }
 }
@@ -139,7 +154,11 @@ mod tests {
         assert_eq!(parse("/apis/"), Route::GroupList);
         assert_eq!(parse("/apis/apps"), Route::Group("apps".into()));
         assert_eq!(parse("/apis/apps/v1"), Route::ResourceList { group: "apps".into(), version: "v1".into() });
-        assert_eq!(parse("/openapi/v2"), Route::NotFound);
+        assert_eq!(parse("/openapi/v2"), Route::OpenApiV2);
+        assert_eq!(parse("/openapi/v3"), Route::OpenApiV3Index);
+        assert_eq!(parse("/openapi/v3/api/v1"), Route::OpenApiV3 { group: String::new(), version: "v1".into() });
+        assert_eq!(parse("/openapi/v3/apis/apps/v1"), Route::OpenApiV3 { group: "apps".into(), version: "v1".into() });
+        assert_eq!(parse("/openapi/v4"), Route::NotFound);
         assert_eq!(parse("/sim/requests"), Route::RequestLog);
         assert_eq!(parse("/sim/faults"), Route::Faults);
     }

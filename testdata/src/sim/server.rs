@@ -233,6 +233,24 @@ async fn handle(req: &HttpRequest, payload: RequestBody, shared: Arc<Shared>) ->
         Route::Churn => churn_endpoint(&method, payload, &shared).await,
         Route::Restore => restore_endpoint(&method, payload, &shared).await,
         Route::Burst => burst_endpoint(&method, payload, shared).await,
+        // kubectl's default `--validate=strict` reads these before edit,
+        // create and apply (up to 1.29 /openapi/v2 in protobuf only); the
+        // same documents as kubefold's (see kubefold_engine::openapi).
+        Route::OpenApiV2 => get_only(&method, || {
+            let info = kubefold_engine::openapi::Info { title: "Kubernetes", version: &shared.config.git_version };
+            let accept = req.headers().get(actix_web::http::header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+            if accept.contains("protobuf") && !accept.contains("json") {
+                return Ok(HttpResponse::Ok()
+                    .content_type("application/octet-stream")
+                    .body(kubefold_engine::openapi::openapi_v2_protobuf(info)));
+            }
+            Ok(json_value(&kubefold_engine::openapi::openapi_v2(&catalog, info)))
+        }),
+        Route::OpenApiV3Index => get_only(&method, || Ok(json_value(&kubefold_engine::openapi::openapi_v3_index(&catalog)))),
+        Route::OpenApiV3 { group, version } => get_only(&method, || {
+            let info = kubefold_engine::openapi::Info { title: "Kubernetes", version: &shared.config.git_version };
+            kubefold_engine::openapi::openapi_v3(&catalog, &group, &version, info).map(|d| json_value(&d)).ok_or(ApiError::PathNotFound)
+        }),
         Route::NotFound => Err(ApiError::PathNotFound),
         Route::Resource(path) => resource(req, payload, shared, path, query).await,
     }
