@@ -725,10 +725,10 @@ fn chaos_soak() {
 /// not hold up the other requests of the HTTP worker producing it. With one
 /// worker thread, two clients stream the list of 20,000 pods (about 70 MB)
 /// and, once both are receiving, a get of one pod on a new connection must
-/// be answered while both lists are still being sent: the worker produces
-/// one chunk of a list per turn and serves its other connections between
-/// chunks. (A worker that kept producing a list while the socket accepted
-/// bytes answered the get only after the lists were done.)
+/// be answered while both lists are still being sent: lists are produced
+/// beside the worker, which only passes their chunks on. (A worker that kept
+/// producing a list while the socket accepted bytes answered the get only
+/// after the lists were done.)
 #[test]
 fn a_get_is_answered_while_large_lists_stream_to_fast_clients() {
     let tmp = tempfile::tempdir().unwrap();

@@ -352,24 +352,31 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
     if list.done {
         return Ok(respond::json_bytes(first));
     }
-    let rest = futures::stream::unfold(list, |mut list| async move {
-        if list.done {
-            return None;
+    // The rest is produced on a blocking thread, a few chunks ahead of the
+    // client: the HTTP worker only passes bytes on, so a large list never
+    // holds up the worker's other requests (gets, watch events), and the
+    // list is not slowed down by them either: the OS shares the cores
+    // between the threads. Memory: the chunks in the channel, per list.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, String>>(LIST_CHUNKS_AHEAD);
+    tokio::task::spawn_blocking(move || {
+        while !list.done {
+            let chunk = list.chunk().map_err(|status| status.message);
+            let failed = chunk.is_err();
+            if tx.blocking_send(chunk).is_err() || failed {
+                // The client went away, or the list ended early.
+                return;
+            }
         }
-        // actix's HTTP/1 dispatcher keeps polling the body while the socket
-        // accepts bytes, so a client that reads fast would have the whole
-        // list produced in one turn of the worker, and every other request
-        // on that worker (a get, a watch event) would wait behind it. One
-        // chunk per turn keeps the worker's other connections served.
-        tokio::task::yield_now().await;
-        let chunk = list.chunk().map(web::Bytes::from).map_err(|status| {
-            tracing::warn!(message = %status.message, "List ended early.");
-            actix_web::error::ErrorInternalServerError(status.message)
-        });
-        if chunk.is_err() {
-            list.done = true;
-        }
-        Some((chunk, list))
+    });
+    let rest = futures::stream::poll_fn(move |cx| {
+        rx.poll_recv(cx).map(|chunk| {
+            chunk.map(|chunk| {
+                chunk.map(web::Bytes::from).map_err(|message| {
+                    tracing::warn!(%message, "List ended early.");
+                    actix_web::error::ErrorInternalServerError(message)
+                })
+            })
+        })
     });
     let body = futures::stream::once(async move { Ok::<_, actix_web::Error>(web::Bytes::from(first)) }).chain(rest);
     Ok(HttpResponse::Ok().content_type("application/json").streaming(body))
@@ -377,6 +384,9 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
 
 /// Bytes of a list response produced per chunk.
 const LIST_CHUNK_BYTES: usize = 1 << 20;
+
+/// Chunks of a list produced ahead of the client.
+const LIST_CHUNKS_AHEAD: usize = 2;
 
 /// One object of a list: its cluster, name suffix and version.
 struct ListItem {
