@@ -115,7 +115,6 @@ pub fn key_of(o: &Value) -> String {
 /// replay and end).
 pub fn probe_reads(kf: &Kubefold, cluster: &str) -> Result<(), String> {
     let http = client(READ_TIMEOUT);
-    let started = Instant::now();
     let list = client(LIST_TIMEOUT).get(format!("{}/api/v1/pods", kf.url)).send().map_err(|e| format!("list: {e}"))?;
     if list.status() != 200 {
         return Err(format!("list answered {}", list.status()));
@@ -147,9 +146,6 @@ pub fn probe_reads(kf: &Kubefold, cluster: &str) -> Result<(), String> {
         if event["type"] == "ERROR" {
             return Err(format!("watch from {from} failed: {line}"));
         }
-    }
-    if started.elapsed() > LIST_TIMEOUT + 2 * READ_TIMEOUT {
-        return Err(format!("reads took {:?}", started.elapsed()));
     }
     Ok(())
 }

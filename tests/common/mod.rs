@@ -271,6 +271,20 @@ pub fn fixture(file: &str, name: &str) -> Value {
 /// with that RV, and every object of the member's list is in kubefold at the
 /// same or a later member RV (or was deleted since, per a fresh GET).
 pub fn assert_converged(kf: &Kubefold, members: &[(String, SimHandle)], resource_path: &str, resource_key: &str) {
+    // A change lost with a bad member object comes back with the healing
+    // relist (15 s after the last bad object, doubling while they keep
+    // coming), so convergence is awaited, not only checked once.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        match converged(kf, members, resource_path, resource_key) {
+            Ok(()) => return,
+            Err(e) if Instant::now() >= deadline => panic!("not converged within 120 s: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_secs(1)),
+        }
+    }
+}
+
+fn converged(kf: &Kubefold, members: &[(String, SimHandle)], resource_path: &str, resource_key: &str) -> Result<(), String> {
     for (cluster, sim) in members {
         let member: Value = serde_json::from_str(&http_get(&format!("{}{resource_path}", sim.url())).1).unwrap();
         let x: u64 = member["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
@@ -297,12 +311,15 @@ pub fn assert_converged(kf: &Kubefold, members: &[(String, SimHandle)], resource
             .collect();
         for (k, rv) in &kf_rvs {
             if *rv <= x {
-                assert_eq!(member_rvs.get(k), Some(rv), "{cluster}: kubefold holds {k} at member RV {rv}, the member at {x} does not");
+                if member_rvs.get(k) != Some(rv) {
+                    return Err(format!("{cluster}: kubefold holds {k} at member RV {rv}, the member at {x} does not (it has {:?})", member_rvs.get(k)));
+                }
             }
         }
         for (k, rv) in &member_rvs {
             match kf_rvs.get(k) {
-                Some(mine) => assert!(mine >= rv, "{cluster}: kubefold holds {k} at {mine}, older than the member's {rv}"),
+                Some(mine) if mine < rv => return Err(format!("{cluster}: kubefold holds {k} at {mine}, older than the member's {rv}")),
+                Some(_) => {}
                 None => {
                     let (ns, name) = k.split_once('/').unwrap();
                     let path = if ns.is_empty() {
@@ -311,9 +328,12 @@ pub fn assert_converged(kf: &Kubefold, members: &[(String, SimHandle)], resource
                         format!("{}/namespaces/{ns}/{}/{name}", resource_path.rsplit_once('/').unwrap().0, resource_path.rsplit_once('/').unwrap().1)
                     };
                     let (code, _) = http_get(&format!("{}{path}", sim.url()));
-                    assert_eq!(code, 404, "{cluster}: {k} exists in the member but not in kubefold");
+                    if code != 404 {
+                        return Err(format!("{cluster}: {k} exists in the member but not in kubefold"));
+                    }
                 }
             }
         }
     }
+    Ok(())
 }
