@@ -8,7 +8,7 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -45,18 +45,7 @@ impl Process {
                 sink.lock().unwrap().push(line);
             }
         });
-        let logs = Arc::new(Mutex::new(String::new()));
-        let sink = logs.clone();
-        let mut stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 8192];
-            while let Ok(n) = stderr.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
+        let logs = common::capture(child.stderr.take().unwrap());
         Process { child, lines, logs }
     }
 

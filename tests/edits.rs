@@ -379,18 +379,7 @@ fn fixtures_survive_get_and_put_field_for_field() {
         .filter(|f| f.ends_with(".json"))
         .collect();
     files.sort();
-    let cases = [
-        ("apps.v1.Deployment.json", "/apis/apps/v1", "deployments", true),
-        ("apps.v1.ReplicaSet.json", "/apis/apps/v1", "replicasets", true),
-        ("apps.v1.StatefulSet.json", "/apis/apps/v1", "statefulsets", true),
-        ("core.v1.ConfigMap.json", "/api/v1", "configmaps", true),
-        ("core.v1.Event.json", "/api/v1", "events", true),
-        ("core.v1.Namespace.json", "/api/v1", "namespaces", false),
-        ("core.v1.Node.json", "/api/v1", "nodes", false),
-        ("core.v1.Pod.json", "/api/v1", "pods", true),
-        ("core.v1.Service.json", "/api/v1", "services", true),
-        ("discovery.k8s.io.v1.EndpointSlice.json", "/apis/discovery.k8s.io/v1", "endpointslices", true),
-    ];
+    let cases = common::FIXTURES;
     assert_eq!(files, cases.iter().map(|c| c.0.to_string()).collect::<Vec<_>>(), "every fixture is covered");
     for (file, gv, plural, namespaced) in cases {
         let name = format!("put-{plural}");

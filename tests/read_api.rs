@@ -770,18 +770,7 @@ fn fixtures_keep_every_field() {
     let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/kubernetes-api-testdata");
     // Every fixture of the folder, stored in the member as etcd would hold
     // it (no admission or defaulting), then read back through kubefold.
-    let cases = [
-        ("apps.v1.Deployment.json", "/apis/apps/v1", "deployments", true),
-        ("apps.v1.ReplicaSet.json", "/apis/apps/v1", "replicasets", true),
-        ("apps.v1.StatefulSet.json", "/apis/apps/v1", "statefulsets", true),
-        ("core.v1.ConfigMap.json", "/api/v1", "configmaps", true),
-        ("core.v1.Event.json", "/api/v1", "events", true),
-        ("core.v1.Namespace.json", "/api/v1", "namespaces", false),
-        ("core.v1.Node.json", "/api/v1", "nodes", false),
-        ("core.v1.Pod.json", "/api/v1", "pods", true),
-        ("core.v1.Service.json", "/api/v1", "services", true),
-        ("discovery.k8s.io.v1.EndpointSlice.json", "/apis/discovery.k8s.io/v1", "endpointslices", true),
-    ];
+    let cases = common::FIXTURES;
     let files = std::fs::read_dir(&fixtures).unwrap().filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "json")).count();
     assert_eq!(files, cases.len(), "every fixture file is a case");
     for (file, gv, plural, namespaced) in cases {

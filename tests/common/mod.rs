@@ -50,18 +50,7 @@ impl Kubefold {
                 }
             }
         });
-        let logs = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        let mut stderr = child.stderr.take().unwrap();
-        let sink = logs.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 8192];
-            while let Ok(n) = stderr.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
+        let logs = capture(child.stderr.take().unwrap());
         let url = match rx.recv_timeout(Duration::from_secs(60)) {
             Ok(url) => url,
             Err(_) => {
@@ -337,3 +326,34 @@ fn converged(kf: &Kubefold, members: &[(String, SimHandle)], resource_path: &str
     }
     Ok(())
 }
+
+/// Collects what a child process writes to a pipe (its logs), as it comes.
+pub fn capture(mut pipe: impl Read + Send + 'static) -> std::sync::Arc<std::sync::Mutex<String>> {
+    let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let sink = text.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = pipe.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    text
+}
+
+/// The fixtures of kubernetes/api (`../shared/fixtures/kubernetes-api-testdata`):
+/// file, group-version path, plural, namespaced.
+pub const FIXTURES: [(&str, &str, &str, bool); 10] = [
+    ("apps.v1.Deployment.json", "/apis/apps/v1", "deployments", true),
+    ("apps.v1.ReplicaSet.json", "/apis/apps/v1", "replicasets", true),
+    ("apps.v1.StatefulSet.json", "/apis/apps/v1", "statefulsets", true),
+    ("core.v1.ConfigMap.json", "/api/v1", "configmaps", true),
+    ("core.v1.Event.json", "/api/v1", "events", true),
+    ("core.v1.Namespace.json", "/api/v1", "namespaces", false),
+    ("core.v1.Node.json", "/api/v1", "nodes", false),
+    ("core.v1.Pod.json", "/api/v1", "pods", true),
+    ("core.v1.Service.json", "/api/v1", "services", true),
+    ("discovery.k8s.io.v1.EndpointSlice.json", "/apis/discovery.k8s.io/v1", "endpointslices", true),
+];
