@@ -684,6 +684,42 @@ fn scale_status_and_json_patch_translate_the_resource_version() {
     assert_eq!(after["spec"]["replicas"], 4);
     assert_eq!(member_get(&m1, &format!("/apis/apps/v1/namespaces/shop/deployments/{member_name}"))["spec"]["replicas"], 4);
 
+    // A merge patch and a JSON patch of the Scale carry kubefold's RV too:
+    // stale is 409 unsent, the current one reaches the member as its own.
+    // First kubefold holds the member's latest version (its controller may
+    // have written the deployment's status after the scale).
+    let deploy_path = format!("/apis/apps/v1/namespaces/shop/deployments/{qualified}");
+    let member_path = format!("/apis/apps/v1/namespaces/shop/deployments/{member_name}");
+    wait_for(Duration::from_secs(10), "kubefold holds the member's deployment", || {
+        as_member_sees_it(&kf.get_json(&deploy_path), "member1").1 == member_get(&m1, &member_path)["metadata"]["resourceVersion"]
+    });
+    let scale = kf.get_json(&format!("/apis/apps/v1/namespaces/shop/deployments/{qualified}/scale"));
+    let global = rv_of(&scale);
+    let merge = |rv: u64, replicas: u64| {
+        send(client.patch(&scale_url).header("Content-Type", "application/merge-patch+json").json(&json!({
+            "metadata": {"resourceVersion": rv.to_string()},
+            "spec": {"replicas": replicas},
+        })))
+    };
+    sim.clear_requests();
+    let (code, status) = merge(global - 1, 9);
+    assert_eq!((code, &status["reason"]), (409, &json!("Conflict")), "{status}");
+    let (code, status) = send(client.patch(&scale_url).header("Content-Type", "application/json-patch+json").json(&json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": (global - 1).to_string()},
+        {"op": "replace", "path": "/spec/replicas", "value": 9},
+    ])));
+    assert_eq!(code, 422, "{status}");
+    assert_eq!(puts(&member_name), 0, "a stale scale patch never reaches the member");
+    let member_rv = member_get(&m1, &member_path)["metadata"]["resourceVersion"].clone();
+    let (code, answer) = merge(global, 3);
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!(answer["metadata"]["name"], qualified.as_str());
+    assert!(rv_of(&answer) > global);
+    let sent: Vec<_> = object_requests(sim, &member_name).into_iter().filter(|r| r.method == "PATCH").collect();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(serde_json::from_str::<Value>(&sent[0].body).unwrap()["metadata"]["resourceVersion"], member_rv, "the member's own RV");
+    assert_eq!(member_get(&m1, &member_path)["spec"]["replicas"], 3);
+
     // Status PUT and object PUT/PATCH: stale is 409 unsent; the answer is the
     // object as kubefold serves it, at a higher global RV, the same a get
     // returns right after.

@@ -262,9 +262,9 @@ pub async fn patch(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &st
     let forwarded: Vec<u8> = match ct.as_str() {
         "application/json-patch+json" => {
             let mut operations: Value = serde_json::from_slice(body).map_err(|e| Status::bad_request(format!("invalid JSON patch: {e}")))?;
-            if sub != Some("scale") {
-                translate_json_patch(scope, &key, &entry, &mut operations, name)?;
-            }
+            // A Scale's name and resourceVersion are its object's, so a
+            // patch of `scale` is translated as one of the object.
+            translate_json_patch(scope, &key, &entry, &mut operations, name)?;
             serde_json::to_vec(&operations).map_err(|e| Status::internal(e.to_string()))?
         }
         "application/merge-patch+json" | "application/strategic-merge-patch+json" | "application/apply-patch+yaml" | "application/apply-patch+cbor" => {
@@ -273,7 +273,7 @@ pub async fn patch(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &st
             } else {
                 serde_json::from_slice(body).map_err(|e| Status::bad_request(format!("invalid patch: {e}")))?
             };
-            if sub != Some("scale") && patch["metadata"].is_object() {
+            if patch["metadata"].is_object() {
                 let member_rv = translate_rv(scope, &key, &entry, &patch)?;
                 if patch["metadata"]["name"].is_string() {
                     check_body_name(scope, &key, &patch, name)?;
