@@ -26,7 +26,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// page clearing was half of kubefold's CPU samples in a profiled sync. Side
 /// by side on the same data dir, a warm restart at 1M objects took 3.4 to
 /// 13.3 s with THP and 3.8 to 5.2 s without (BENCHMARKS.md, "Changes since
-/// the run"). Best effort: a kernel without the prctl leaves it as it is.
+/// the previous full run"). Best effort: a kernel without the prctl leaves it as it is.
 fn disable_transparent_huge_pages() {
     let _ = rustix::thread::disable_transparent_huge_pages(true);
 }
