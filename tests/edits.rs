@@ -18,6 +18,15 @@ fn hold_watches(sim: &SimHandle) {
     sim.set_faults(Faults { hold_watch_events: true, ..Faults::default() });
 }
 
+/// Lets the member's watch events flow again, then waits until kubefold
+/// serves member1's `web-0` with the label `key=value`.
+fn release_watches_until_label(kf: &Kubefold, sim: &SimHandle, key: &str, value: &str, what: &str) {
+    sim.set_faults(Faults::default());
+    wait_for(Duration::from_secs(20), what, || {
+        kf.get_json("/api/v1/namespaces/default/pods/web-0_member1")["metadata"]["labels"][key] == value
+    });
+}
+
 fn send(request: reqwest::blocking::RequestBuilder) -> (u16, Value) {
     let resp = request.send().unwrap();
     let code = resp.status().as_u16();
@@ -536,10 +545,7 @@ fn members_own_conflicts_come_back_unchanged() {
     assert_eq!(through["reason"], "Conflict");
     assert_eq!(through, direct, "the member's Conflict passes through unchanged");
     assert!(member_get(&m1, path)["metadata"]["labels"].get("through").is_none());
-    sim.set_faults(Faults::default());
-    wait_for(Duration::from_secs(20), "the member's change reaches kubefold", || {
-        kf.get_json("/api/v1/namespaces/default/pods/web-0_member1")["metadata"]["labels"]["moved"] == "on"
-    });
+    release_watches_until_label(&kf, sim, "moved", "on", "the member's change reaches kubefold");
 }
 
 #[test]
@@ -574,10 +580,7 @@ fn an_edit_not_ingested_in_time_succeeds_with_a_warning() {
     assert_eq!(body["metadata"]["name"], "web-0_member1");
     assert_eq!(member_get(&sim.url(), "/api/v1/namespaces/default/pods/web-0")["metadata"]["labels"]["wait"], "slow");
     assert_eq!(kf.get_json("/api/v1/namespaces/default/pods/web-0_member1"), before, "not ingested yet");
-    sim.set_faults(Faults::default());
-    wait_for(Duration::from_secs(20), "the edit is ingested once the watch catches up", || {
-        kf.get_json("/api/v1/namespaces/default/pods/web-0_member1")["metadata"]["labels"]["wait"] == "slow"
-    });
+    release_watches_until_label(&kf, sim, "wait", "slow", "the edit is ingested once the watch catches up");
 }
 
 #[test]
