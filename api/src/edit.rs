@@ -465,7 +465,8 @@ pub async fn delete_collection(state: &ApiState, req: &HttpRequest, scope: &Scop
         }
         let list: Value = serde_json::from_slice(&response.body).unwrap_or(Value::Null);
         for item in list["items"].as_array().cloned().unwrap_or_default() {
-            if let Ok(ingested) = object::ingest_value(&scope.resource, &cluster, item) {
+            let Ok(raw) = serde_json::to_vec(&item) else { continue };
+            if let Ok(ingested) = object::ingest(&scope.resource, &cluster, &raw) {
                 let bytes = ingested.body.to_bytes(scope.name_suffix(&cluster).as_deref(), state.fleet.snapshot().head_rv());
                 items.push(serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null));
             }

@@ -14,6 +14,7 @@
 use serde_json::Value;
 
 use crate::selector::{FieldSelector, Result, SelectorError};
+use crate::table::Keep;
 
 /// Types that accept only object metadata fields.
 const METADATA_ONLY: &[&str] = &["metadata.name", "metadata.namespace"];
@@ -94,6 +95,48 @@ fn registered(group: &str, plural: &str) -> Option<&'static [&'static str]> {
         ("certificates.k8s.io", "certificatesigningrequests") => CSR,
         _ => return None,
     })
+}
+
+/// What [`extract`] reads of an object of a type, for a pruned parse
+/// ([`crate::table::parse_for_row`] of each top-level member named here);
+/// `metadata.name` and `metadata.namespace` are read apart.
+pub fn keep(group: &str, plural: &str) -> &'static Keep {
+    use Keep::{All, Fields};
+    static POD_KEEP: Keep = Fields(&[
+        (
+            "spec",
+            Fields(&[
+                ("nodeName", All),
+                ("restartPolicy", All),
+                ("schedulerName", All),
+                ("serviceAccountName", All),
+                ("hostNetwork", All),
+            ]),
+        ),
+        ("status", Fields(&[("phase", All), ("podIP", All), ("podIPs", All), ("nominatedNodeName", All)])),
+    ]);
+    static NODE_KEEP: Keep = Fields(&[("spec", Fields(&[("unschedulable", All)]))]);
+    static EVENT_KEEP: Keep =
+        Fields(&[("involvedObject", All), ("reason", All), ("reportingComponent", All), ("source", All), ("type", All)]);
+    static SECRET_KEEP: Keep = Fields(&[("type", All)]);
+    static NAMESPACE_KEEP: Keep = Fields(&[("status", Fields(&[("phase", All)]))]);
+    static REPLICAS_KEEP: Keep = Fields(&[("status", Fields(&[("replicas", All)]))]);
+    static SERVICE_KEEP: Keep = Fields(&[("spec", Fields(&[("clusterIP", All), ("type", All)]))]);
+    static JOB_KEEP: Keep = Fields(&[("status", Fields(&[("succeeded", All)]))]);
+    static CSR_KEEP: Keep = Fields(&[("spec", Fields(&[("signerName", All)]))]);
+    static NOTHING: Keep = Fields(&[]);
+    match (group, plural) {
+        ("", "pods") => &POD_KEEP,
+        ("", "nodes") => &NODE_KEEP,
+        ("", "events") => &EVENT_KEEP,
+        ("", "secrets") => &SECRET_KEEP,
+        ("", "namespaces") => &NAMESPACE_KEEP,
+        ("", "services") => &SERVICE_KEEP,
+        ("", "replicationcontrollers") | ("apps", "replicasets") => &REPLICAS_KEEP,
+        ("batch", "jobs") => &JOB_KEEP,
+        ("certificates.k8s.io", "certificatesigningrequests") => &CSR_KEEP,
+        _ => &NOTHING,
+    }
 }
 
 /// Fields `fieldSelector` accepts for a type: always metadata.name and metadata.namespace (namespaced types), plus the type's own.

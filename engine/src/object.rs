@@ -7,6 +7,9 @@
 //! known only when the aggregator numbers the event). Serving an object is then
 //! a splice of byte slices, with no JSON parsing on the read path.
 
+use std::borrow::Cow;
+
+use serde_json::value::RawValue;
 use serde_json::Value;
 use thiserror::Error;
 
@@ -19,8 +22,6 @@ pub const MEMBER_RV_ANNOTATION: &str = "kubefold.io/member-resource-version";
 /// Prefix of every annotation kubefold owns; stripped from bodies forwarded to members.
 pub const KUBEFOLD_ANNOTATION_PREFIX: &str = "kubefold.io/";
 
-const NAME_SENTINEL: &str = "\u{1}kubefold-name\u{1}";
-const RV_SENTINEL: &str = "\u{1}kubefold-rv\u{1}";
 
 /// Errors of ingesting a member's object.
 #[derive(Debug, Error)]
@@ -31,10 +32,6 @@ pub enum Error {
     /// The object has no `metadata.name`.
     #[error("object has no metadata.name")]
     MissingName,
-    /// The object contains the marker kubefold uses internally to find its
-    /// name and resourceVersion (never the case for a real object).
-    #[error("object contains kubefold's reserved marker characters")]
-    ReservedMarker,
     /// The object is larger than kubefold accepts.
     #[error("object is {size} bytes, over the limit of {limit}")]
     TooLarge {
@@ -147,83 +144,72 @@ fn itoa_u64(mut n: u64) -> RvDigits {
 /// `kind` and `apiVersion` are set when missing (list items of some servers
 /// omit them), the `kubefold.io/` annotations are added, and every other field
 /// is kept in its order.
+///
+/// The object is not built as a `serde_json::Value`: its members are read
+/// as raw JSON text (which validates all of it) and written back compacted,
+/// with only `metadata` taken apart; what the type's field selectors read is
+/// parsed on its own, skipping the rest. A repeated key keeps its first place
+/// and its last value, as a `Value` reads it.
 pub fn ingest(resource: &ResourceType, cluster: &str, raw: &[u8]) -> Result<Ingested> {
     if raw.len() > MAX_OBJECT_BYTES {
         return Err(Error::TooLarge { size: raw.len(), limit: MAX_OBJECT_BYTES });
     }
-    let value: Value = serde_json::from_slice(raw).map_err(Error::InvalidJson)?;
-    ingest_value(resource, cluster, value)
-}
-
-/// [`ingest`] for an already parsed object.
-pub fn ingest_value(resource: &ResourceType, cluster: &str, mut value: Value) -> Result<Ingested> {
-    let Some(obj) = value.as_object_mut() else {
-        return Err(Error::MissingName);
+    let top = Members::parse(raw)?.ok_or(Error::MissingName)?;
+    let meta_raw = top.get("metadata").ok_or(Error::MissingName)?;
+    let meta = Members::parse(meta_raw.get().as_bytes())?.ok_or(Error::MissingName)?;
+    let text = |member: &str| meta.get(member).and_then(|raw| serde_json::from_str::<String>(raw.get()).ok());
+    let name = text("name").filter(|n| !n.is_empty()).ok_or(Error::MissingName)?;
+    let namespace = text("namespace").unwrap_or_default();
+    let member_rv = text("resourceVersion").unwrap_or_default();
+    let uid = text("uid").unwrap_or_default();
+    let mut labels: Vec<(String, String)> = match meta.get("labels").map(|raw| serde_json::from_str::<Value>(raw.get())) {
+        Some(Ok(Value::Object(m))) => m.into_iter().map(|(k, v)| (k, v.as_str().unwrap_or("").to_string())).collect(),
+        _ => Vec::new(),
     };
-    if !obj.contains_key("kind") || !obj.contains_key("apiVersion") {
-        // Keep kind and apiVersion first, as Kubernetes serialises them.
-        let mut fixed = serde_json::Map::with_capacity(obj.len() + 2);
-        fixed.insert("kind".into(), Value::String(resource.kind.clone()));
-        fixed.insert("apiVersion".into(), Value::String(resource.api_version()));
-        for (k, v) in std::mem::take(obj) {
-            if k != "kind" && k != "apiVersion" {
-                fixed.insert(k, v);
-            }
-        }
-        *obj = fixed;
-    }
-    let fields = crate::fields::extract(&resource.group, &resource.plural, &value);
-    let meta = value
-        .get_mut("metadata")
-        .and_then(Value::as_object_mut)
-        .ok_or(Error::MissingName)?;
-    let name = match meta.get("name").and_then(Value::as_str) {
-        Some(n) if !n.is_empty() => n.to_string(),
-        _ => return Err(Error::MissingName),
-    };
-    let namespace = meta.get("namespace").and_then(Value::as_str).unwrap_or("").to_string();
-    let member_rv = meta.get("resourceVersion").and_then(Value::as_str).unwrap_or("").to_string();
-    let uid = meta.get("uid").and_then(Value::as_str).unwrap_or("").to_string();
-    let mut labels: Vec<(String, String)> = meta
-        .get("labels")
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
-                .collect()
-        })
-        .unwrap_or_default();
     labels.sort();
 
-    meta.insert("name".into(), Value::String(format!("{name}{NAME_SENTINEL}")));
-    meta.insert("resourceVersion".into(), Value::String(RV_SENTINEL.to_string()));
-    let annotations = meta
-        .entry("annotations")
-        .or_insert_with(|| Value::Object(Default::default()));
-    if !annotations.is_object() {
-        *annotations = Value::Object(Default::default());
-    }
-    if let Some(a) = annotations.as_object_mut() {
-        a.insert(CLUSTER_ANNOTATION.into(), Value::String(cluster.to_string()));
-        a.insert(MEMBER_RV_ANNOTATION.into(), Value::String(member_rv.clone()));
-    }
-    let mut json = serde_json::to_vec(&value).map_err(Error::InvalidJson)?;
-    // Each marker must occur exactly once: a member's object that carries the
-    // marker text itself is refused rather than spliced at the wrong place.
-    if occurrences(&json, NAME_SENTINEL) != 1 || occurrences(&json, RV_SENTINEL) != 1 {
-        return Err(Error::ReservedMarker);
-    }
-    let name_end = cut(&mut json, NAME_SENTINEL);
-    let rv_at = cut(&mut json, RV_SENTINEL);
-    let (name_end, rv_at) = match (name_end, rv_at) {
-        (Some(n), Some(r)) => {
-            // The later cut shifted nothing before it; fix the earlier offset
-            // if the RV hole came first.
-            let n = if r < n { n - sentinel_len(RV_SENTINEL) } else { n };
-            (n as u32, r as u32)
+    // What the type's field selectors read, and the metadata they name.
+    let mut selectable = serde_json::Map::new();
+    if let crate::table::Keep::Fields(kept) = crate::fields::keep(&resource.group, &resource.plural) {
+        for (member, keep) in kept.iter() {
+            if let Some(raw) = top.get(member) {
+                let value = crate::table::parse_for_row(raw.get().as_bytes(), keep).map_err(Error::InvalidJson)?;
+                selectable.insert((*member).to_string(), value);
+            }
         }
-        _ => return Err(Error::ReservedMarker),
-    };
+    }
+    selectable.insert("metadata".into(), serde_json::json!({"name": name, "namespace": namespace}));
+    let fields = crate::fields::extract(&resource.group, &resource.plural, &Value::Object(selectable));
+
+    let mut json = Vec::with_capacity(raw.len() + 128);
+    let mut holes = (0, 0);
+    json.push(b'{');
+    let fix_kind = top.get("kind").is_none() || top.get("apiVersion").is_none();
+    if fix_kind {
+        // Kind and apiVersion first, as Kubernetes serialises them.
+        json.extend_from_slice(b"\"kind\":");
+        write_str(&mut json, &resource.kind);
+        json.extend_from_slice(b",\"apiVersion\":");
+        write_str(&mut json, &resource.api_version());
+    }
+    let mut first = !fix_kind;
+    for (key, value) in &top.0 {
+        if fix_kind && (key == "kind" || key == "apiVersion") {
+            continue;
+        }
+        if !std::mem::take(&mut first) {
+            json.push(b',');
+        }
+        write_str(&mut json, key);
+        json.push(b':');
+        if key == "metadata" {
+            holes = write_metadata(&mut json, &meta, &name, cluster, &member_rv)?;
+        } else {
+            push_compact(&mut json, value.get().as_bytes());
+        }
+    }
+    json.push(b'}');
+    let (name_end, rv_at) = holes;
     Ok(Ingested {
         namespace,
         name,
@@ -231,28 +217,246 @@ pub fn ingest_value(resource: &ResourceType, cluster: &str, mut value: Value) ->
         uid,
         labels,
         fields,
-        body: ServedBody { json, name_end, rv_at },
+        body: ServedBody { json, name_end: name_end as u32, rv_at: rv_at as u32 },
     })
 }
 
-fn sentinel_len(sentinel: &str) -> usize {
-    serde_json::to_string(sentinel).map(|s| s.len() - 2).unwrap_or(0)
+/// Writes the served `metadata`: the name with its hole for the cluster
+/// suffix, an empty resourceVersion with its hole for the global RV, and the
+/// annotations with kubefold's two; returns where the holes are.
+fn write_metadata(json: &mut Vec<u8>, meta: &Members<'_>, name: &str, cluster: &str, member_rv: &str) -> Result<(usize, usize)> {
+    let mut name_end = 0;
+    let mut rv_at = 0;
+    let mut write_rv = |json: &mut Vec<u8>| {
+        json.extend_from_slice(b"\"resourceVersion\":\"");
+        rv_at = json.len();
+        json.push(b'"');
+    };
+    json.push(b'{');
+    for (i, (key, value)) in meta.0.iter().enumerate() {
+        if i > 0 {
+            json.push(b',');
+        }
+        match key.as_ref() {
+            "name" => {
+                json.extend_from_slice(b"\"name\":");
+                write_str(json, name);
+                json.pop();
+                name_end = json.len();
+                json.push(b'"');
+            }
+            "resourceVersion" => write_rv(json),
+            "annotations" => {
+                json.extend_from_slice(b"\"annotations\":");
+                write_annotations(json, Members::parse(value.get().as_bytes())?.as_ref(), cluster, member_rv);
+            }
+            _ => {
+                write_str(json, key);
+                json.push(b':');
+                push_compact(json, value.get().as_bytes());
+            }
+        }
+    }
+    // Members kubefold adds go last, in the order a `Value` would append them.
+    if meta.get("resourceVersion").is_none() {
+        json.push(b',');
+        write_rv(json);
+    }
+    if meta.get("annotations").is_none() {
+        json.extend_from_slice(b",\"annotations\":");
+        write_annotations(json, None, cluster, member_rv);
+    }
+    json.push(b'}');
+    Ok((name_end, rv_at))
 }
 
-/// How often the JSON-escaped `sentinel` occurs in `json`.
-fn occurrences(json: &[u8], sentinel: &str) -> usize {
-    let Ok(escaped) = serde_json::to_string(sentinel) else { return 0 };
-    let needle = &escaped.as_bytes()[1..escaped.len() - 1];
-    json.windows(needle.len()).filter(|w| *w == needle).count()
+/// Writes the annotations (`None` or not an object: none) with kubefold's
+/// two set: in place when the member's object has them, else last.
+fn write_annotations(json: &mut Vec<u8>, annotations: Option<&Members<'_>>, cluster: &str, member_rv: &str) {
+    let ours = [(CLUSTER_ANNOTATION, cluster), (MEMBER_RV_ANNOTATION, member_rv)];
+    let mut written = [false; 2];
+    json.push(b'{');
+    let mut first = true;
+    let mut member = |json: &mut Vec<u8>, key: &str| {
+        if !std::mem::take(&mut first) {
+            json.push(b',');
+        }
+        write_str(json, key);
+        json.push(b':');
+    };
+    for (key, value) in annotations.map_or(&[][..], |a| &a.0[..]) {
+        member(json, key);
+        match ours.iter().position(|(k, _)| k == key) {
+            Some(i) => {
+                write_str(json, ours[i].1);
+                written[i] = true;
+            }
+            None => push_compact(json, value.get().as_bytes()),
+        }
+    }
+    for (i, (key, value)) in ours.iter().enumerate() {
+        if !written[i] {
+            member(json, key);
+            write_str(json, value);
+        }
+    }
+    json.push(b'}');
 }
 
-/// Removes the JSON-escaped `sentinel` from `json`; returns where it was.
-fn cut(json: &mut Vec<u8>, sentinel: &str) -> Option<usize> {
-    let escaped = serde_json::to_string(sentinel).ok()?;
-    let needle = &escaped.as_bytes()[1..escaped.len() - 1];
-    let at = json.windows(needle.len()).position(|w| w == needle)?;
-    json.drain(at..at + needle.len());
-    Some(at)
+/// Writes `s` as a JSON string.
+fn write_str(json: &mut Vec<u8>, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        json.push(b'"');
+        json.extend_from_slice(s.as_bytes());
+        json.push(b'"');
+    } else {
+        serde_json::to_writer(&mut *json, s).expect("a string serializes");
+    }
+}
+
+/// Appends valid JSON text without the whitespace between its tokens (a
+/// served body is one line: watch events are newline-delimited).
+fn push_compact(json: &mut Vec<u8>, text: &[u8]) {
+    if !text.iter().any(|b| matches!(b, b' ' | b'\n' | b'\r' | b'\t')) {
+        json.extend_from_slice(text);
+        return;
+    }
+    json.reserve(text.len());
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in text {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+        } else if matches!(b, b' ' | b'\n' | b'\r' | b'\t') {
+            continue;
+        } else if b == b'"' {
+            in_string = true;
+        }
+        json.push(b);
+    }
+}
+
+/// The members of a JSON object as written: keys decoded, values as raw
+/// text borrowed from the input, in order; a repeated key keeps its first
+/// place and takes its last value.
+struct Members<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+
+impl<'a> Members<'a> {
+    /// Parses `json`: `None` when it is valid JSON but not an object.
+    fn parse(json: &'a [u8]) -> Result<Option<Members<'a>>> {
+        use serde::Deserializer as _;
+        let mut de = serde_json::Deserializer::from_slice(json);
+        let members = (&mut de).deserialize_any(MembersVisitor).map_err(Error::InvalidJson)?;
+        de.end().map_err(Error::InvalidJson)?;
+        Ok(members)
+    }
+
+    /// The value of a member.
+    fn get(&self, key: &str) -> Option<&'a RawValue> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+    }
+}
+
+struct MembersVisitor;
+
+impl<'de> serde::de::Visitor<'de> for MembersVisitor {
+    type Value = Option<Members<'de>>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut members: Vec<(Cow<'de, str>, &'de RawValue)> = Vec::new();
+        // Where each key is, once there are too many to search.
+        let mut places: Option<std::collections::HashMap<String, usize>> = None;
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            let value: &'de RawValue = map.next_value()?;
+            let found = match &mut places {
+                Some(places) => places.get(key.as_ref()).copied(),
+                None => members.iter().position(|(k, _)| *k == key),
+            };
+            match found {
+                Some(i) => members[i].1 = value,
+                None => {
+                    if let Some(places) = &mut places {
+                        places.insert(key.to_string(), members.len());
+                    }
+                    members.push((key, value));
+                    if places.is_none() && members.len() > 32 {
+                        places = Some(members.iter().enumerate().map(|(i, (k, _))| (k.to_string(), i)).collect());
+                    }
+                }
+            }
+        }
+        Ok(Some(Members(members)))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+}
+
+/// A member name, borrowed from the input when it has no escapes.
+struct KeySeed;
+
+impl<'de> serde::de::DeserializeSeed<'de> for KeySeed {
+    type Value = Cow<'de, str>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Cow<'de, str>, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for KeySeed {
+    type Value = Cow<'de, str>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a member name")
+    }
+
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Borrowed(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Owned(v.to_string()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Owned(v))
+    }
 }
 
 /// Prepares a client's object for its member: the name unqualified, the
@@ -288,6 +492,7 @@ pub fn to_member(object: &mut Value, member_name: &str, member_rv: Option<&str>)
 mod tests {
     use super::*;
     use crate::resources;
+    use serde_json::json;
 
     fn pods() -> ResourceType {
         resources::find(&resources::builtin(), "", "v1", "pods").unwrap().clone()
@@ -335,12 +540,102 @@ mod tests {
     }
 
     #[test]
-    fn objects_carrying_the_marker_are_refused() {
-        // Found by fuzzing: a name holding the resourceVersion marker text.
+    fn objects_carrying_any_text_are_served_as_written() {
+        // Text that an earlier ingest used as its hole markers is plain text.
         let raw = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"Cfgfu0000\u0001kubefold-rv\u0001"}}"#;
-        assert!(matches!(ingest(&pods(), "c", raw), Err(Error::ReservedMarker)));
-        let raw = br#"{"metadata":{"name":"a","annotations":{"x":"\u0001kubefold-name\u0001"}}}"#;
-        assert!(matches!(ingest(&pods(), "c", raw), Err(Error::ReservedMarker)));
+        let ing = ingest(&pods(), "c", raw).unwrap();
+        let served: Value = serde_json::from_slice(&ing.body.to_bytes(Some("_c"), 9)).unwrap();
+        assert_eq!(served["metadata"]["name"], "Cfgfu0000\u{1}kubefold-rv\u{1}_c");
+        assert_eq!(served["metadata"]["resourceVersion"], "9");
+    }
+
+    #[test]
+    fn served_bodies_are_compact_and_keep_the_first_place_of_a_repeated_key() {
+        let raw = b"{ \"metadata\" : {\n \"name\": \"a b\",\t\"labels\": {\"x\": \"1\", \"x\": \"2\"}, \"annotations\": {\"kubefold.io/cluster\": \"old\", \"k\": \" v \"}},\r\n \"spec\": [1, 2.50, {\"s\": \"a\\\" b\"}], \"kind\": \"X\", \"apiVersion\": \"v9\", \"spec\": [3] }";
+        let ing = ingest(&pods(), "c", raw).unwrap();
+        let served = ing.body.to_bytes(None, 5);
+        let text = String::from_utf8(served.clone()).unwrap();
+        assert_eq!(
+            text,
+            r#"{"metadata":{"name":"a b","labels":{"x":"1","x":"2"},"annotations":{"kubefold.io/cluster":"c","k":" v ","kubefold.io/member-resource-version":""},"resourceVersion":"5"},"spec":[3],"kind":"X","apiVersion":"v9"}"#
+        );
+        assert_eq!(ing.labels, vec![("x".to_string(), "2".to_string())]);
+    }
+    /// The fields a type's selectors read, from the pruned parse, equal
+    /// those of the whole object, and the served body is the object with
+    /// only kubefold's changes: every fixture (kubernetes/api testdata) and
+    /// objects of each type with field selectors, with and without the
+    /// fields set.
+    #[test]
+    fn ingest_reads_fields_and_serves_bodies_as_the_whole_object_says() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/kubernetes-api-testdata");
+        let catalog = resources::builtin();
+        // Types outside the built-in catalog (it serves what kubectl shows
+        // most) are described here; only group and plural matter to fields.
+        let find = |group: &str, plural: &str| {
+            catalog.iter().find(|r| r.group == group && r.plural == plural).cloned().unwrap_or_else(|| ResourceType {
+                group: group.into(),
+                plural: plural.into(),
+                ..catalog[0].clone()
+            })
+        };
+        let mut objects: Vec<(ResourceType, Value)> = [
+            ("apps.v1.Deployment.json", "apps", "deployments"),
+            ("apps.v1.ReplicaSet.json", "apps", "replicasets"),
+            ("apps.v1.StatefulSet.json", "apps", "statefulsets"),
+            ("core.v1.ConfigMap.json", "", "configmaps"),
+            ("core.v1.Event.json", "", "events"),
+            ("core.v1.Namespace.json", "", "namespaces"),
+            ("core.v1.Node.json", "", "nodes"),
+            ("core.v1.Pod.json", "", "pods"),
+            ("core.v1.Service.json", "", "services"),
+            ("discovery.k8s.io.v1.EndpointSlice.json", "discovery.k8s.io", "endpointslices"),
+        ]
+        .iter()
+        .map(|(file, group, plural)| {
+            let path = dir.join(file);
+            let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (the fixtures are in ../shared beside the repository)", path.display()));
+            (find(group, plural), serde_json::from_slice(&bytes).unwrap())
+        })
+        .collect();
+        let with_fields = [
+            ("", "pods", json!({"spec": {"nodeName": "n", "hostNetwork": true, "restartPolicy": "Never"}, "status": {"phase": "Running", "podIPs": [{"ip": "10.0.0.2"}], "podIP": "10.0.0.1"}})),
+            ("", "pods", json!({"spec": {"containers": [{"name": "a"}]}, "status": {"podIP": "10.0.0.1"}})),
+            ("", "pods", json!({"spec": null, "status": "odd"})),
+            ("", "nodes", json!({"spec": {"unschedulable": true}})),
+            ("", "events", json!({"involvedObject": {"kind": "Pod", "name": "p", "uid": "u"}, "reason": "Started", "source": {"component": "kubelet"}, "type": "Normal"})),
+            ("", "events", json!({"reportingComponent": "ctrl", "source": {}})),
+            ("", "secrets", json!({"type": "Opaque", "data": {"k": "dg=="}})),
+            ("", "namespaces", json!({"status": {"phase": "Terminating"}})),
+            ("", "services", json!({"spec": {"clusterIP": "10.96.0.1", "type": "ClusterIP", "ports": [{"port": 443}]}})),
+            ("apps", "replicasets", json!({"status": {"replicas": 3}})),
+            ("", "replicationcontrollers", json!({"status": {"replicas": 2}})),
+            ("batch", "jobs", json!({"status": {"succeeded": 4}})),
+            ("certificates.k8s.io", "certificatesigningrequests", json!({"spec": {"signerName": "example.com/s"}})),
+        ];
+        for (group, plural, mut object) in with_fields {
+            let resource = find(group, plural);
+            object["kind"] = resource.kind.clone().into();
+            object["apiVersion"] = resource.api_version().into();
+            object["metadata"] = json!({"name": "x", "namespace": "ns", "resourceVersion": "3"});
+            objects.push((resource, object));
+        }
+        for (resource, object) in objects {
+            let bytes = serde_json::to_vec_pretty(&object).unwrap();
+            let ing = ingest(&resource, "m", &bytes).unwrap();
+            assert_eq!(ing.fields, crate::fields::extract(&resource.group, &resource.plural, &object), "{} fields", resource.plural);
+            let served = ing.body.to_bytes(Some("_m"), 77);
+            assert!(!served.contains(&b'\n'), "{}: a served body is one line", resource.plural);
+            let mut want = object.clone();
+            let meta = want["metadata"].as_object_mut().unwrap();
+            let member_rv = meta.get("resourceVersion").and_then(Value::as_str).unwrap_or("").to_string();
+            meta.insert("name".into(), Value::String(format!("{}_m", ing.name)));
+            meta.insert("resourceVersion".into(), "77".into());
+            let annotations = meta.entry("annotations").or_insert_with(|| json!({}));
+            annotations[CLUSTER_ANNOTATION] = "m".into();
+            annotations[MEMBER_RV_ANNOTATION] = member_rv.into();
+            assert_eq!(serde_json::from_slice::<Value>(&served).unwrap(), want, "{} served", resource.plural);
+        }
     }
 
     #[test]

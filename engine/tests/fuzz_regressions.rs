@@ -5,8 +5,9 @@
 //!
 //! `object_ingest` found that `ingest` spliced the name and resourceVersion
 //! at the first occurrence of its marker text, wherever the member's object
-//! carried that text; `ingest` now refuses such objects
-//! (`Error::ReservedMarker`), which the property allows.
+//! carried that text. `ingest` refused such objects for a while; it now
+//! writes the served body itself and knows where its holes are, so such
+//! objects are served as written.
 
 use kubefold_engine::object::{ingest, CLUSTER_ANNOTATION, MEMBER_RV_ANNOTATION};
 use kubefold_engine::resources::{self, ResourceType};
