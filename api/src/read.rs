@@ -68,6 +68,8 @@ impl Scope {
 pub struct Filter {
     clusters: Vec<Requirement>,
     labels: LabelSelector,
+    /// Bits of the labels every match has (checked before `labels`).
+    label_bits: u64,
     fields: FieldSelector,
 }
 
@@ -81,7 +83,8 @@ impl Filter {
             .map_err(|e| Status::bad_request(e.to_string()))?;
         kubefold_engine::fields::validate(&resource.group, &resource.plural, &fields)
             .map_err(|e| Status::bad_request(e.to_string()))?;
-        Ok(Filter { clusters, labels, fields })
+        let label_bits = labels.required_label_bits();
+        Ok(Filter { clusters, labels, label_bits, fields })
     }
 
     /// Whether the outcome can differ between two versions of one object
@@ -110,7 +113,7 @@ impl Filter {
         if !self.clusters.iter().all(|r| r.matches_value(Some(&key.cluster))) {
             return false;
         }
-        if !self.labels.is_empty() && !self.labels.matches(|key| entry.label(key)) {
+        if !self.labels.is_empty() && !(entry.may_have_labels(self.label_bits) && self.labels.matches(|key| entry.label(key))) {
             return false;
         }
         if self.fields.is_empty() {
@@ -173,40 +176,73 @@ impl TablePrinter {
         TablePrinter { resource: resource.clone(), include, now: chrono::Utc::now() }
     }
 
-    /// One row for an object as served.
-    pub fn row(&self, served: &[u8], cluster: &str) -> Value {
-        // Only the parts the row reads are parsed (the whole object when it
-        // is included in the row).
-        let keep = match self.include {
-            IncludeObject::Object => &kubefold_engine::table::Keep::All,
-            _ => kubefold_engine::table::row_keeps(&self.resource),
+    /// Writes one row for an object as served (its JSON) into `out`.
+    ///
+    /// Only what the cells read is parsed; the row's object is spliced from
+    /// the served bytes: their `metadata` for PartialObjectMetadata (as
+    /// kube-apiserver's `meta.AsPartialObjectMetadata`, the whole metadata),
+    /// the bytes themselves for includeObject=Object.
+    pub fn write_row(&self, served: &[u8], cluster: &str, out: &mut Vec<u8>) {
+        let source = kubefold_engine::table::parse_row_source(served, kubefold_engine::table::row_keeps(&self.resource));
+        let (object, metadata, valid) = match source {
+            Ok(source) => (source.object, source.metadata, true),
+            Err(_) => (Value::Null, None, false),
         };
-        let object: Value = kubefold_engine::table::parse_for_row(served, keep).unwrap_or(Value::Null);
-        let name = object["metadata"]["name"].as_str().unwrap_or("").to_string();
-        let cells = kubefold_engine::table::cells(&self.resource, &object, &name, cluster, self.now);
-        let mut row = json!({"cells": cells});
+        let name = object["metadata"]["name"].as_str().unwrap_or("");
+        let cells = kubefold_engine::table::cells(&self.resource, &object, name, cluster, self.now);
+        out.extend_from_slice(b"{\"cells\":");
+        serde_json::to_writer(&mut *out, &cells).expect("JSON values serialize");
+        // Pods that finished carry a `Completed` row condition.
+        let conditions = kubefold_engine::table::row_conditions(&self.resource, &object);
+        if !conditions.is_empty() {
+            out.extend_from_slice(b",\"conditions\":");
+            serde_json::to_writer(&mut *out, &conditions).expect("JSON values serialize");
+        }
         match self.include {
             IncludeObject::None => {}
-            IncludeObject::Metadata => row["object"] = kubefold_engine::table::partial_object_metadata(&object),
-            IncludeObject::Object => row["object"] = object,
+            IncludeObject::Metadata => {
+                out.extend_from_slice(b",\"object\":{\"kind\":\"PartialObjectMetadata\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":");
+                out.extend_from_slice(metadata.map_or("{}", |m| m.get()).as_bytes());
+                out.push(b'}');
+            }
+            IncludeObject::Object => {
+                out.extend_from_slice(b",\"object\":");
+                out.extend_from_slice(if valid { served } else { b"null" });
+            }
         }
-        row
+        out.push(b'}');
     }
 
-    /// A Table holding `rows`, with column definitions unless `no_headers`.
-    pub fn table(&self, rows: Vec<Value>, rv: u64, continue_token: Option<&str>, no_headers: bool) -> Value {
+    /// The start of a Table, up to and including the `[` of its rows; the
+    /// rows and `]}` follow. Column definitions unless `no_headers`.
+    pub fn head(&self, rv: u64, continue_token: Option<&str>, remaining: Option<usize>, no_headers: bool) -> Vec<u8> {
         let columns = if no_headers { Vec::new() } else { kubefold_engine::table::columns(&self.resource) };
         let mut metadata = json!({"resourceVersion": rv.to_string()});
         if let Some(t) = continue_token {
             metadata["continue"] = t.into();
         }
-        json!({
+        if let Some(remaining) = remaining {
+            metadata["remainingItemCount"] = remaining.into();
+        }
+        let table = json!({
             "kind": "Table",
             "apiVersion": "meta.k8s.io/v1",
             "metadata": metadata,
             "columnDefinitions": columns,
-            "rows": rows,
-        })
+            "rows": [],
+        });
+        // `rows` is the last member (insertion order is kept): the rows follow its `[`.
+        let mut head = table.to_string().into_bytes();
+        head.truncate(head.len() - b"]}".len());
+        head
+    }
+
+    /// A Table of one object as served.
+    pub fn single(&self, served: &[u8], cluster: &str, rv: u64, no_headers: bool) -> Vec<u8> {
+        let mut out = self.head(rv, None, None, no_headers);
+        self.write_row(served, cluster, &mut out);
+        out.extend_from_slice(b"]}");
+        out
     }
 }
 
@@ -265,8 +301,7 @@ pub fn get(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &str, query
     let bytes = body.to_bytes(scope.name_suffix(&key.cluster).as_deref(), entry.rv);
     if wants_table(req) {
         let printer = TablePrinter::new(&scope.resource, IncludeObject::parse(query.include_object.as_deref())?);
-        let row = printer.row(&bytes, &key.cluster);
-        return Ok(respond::json(&printer.table(vec![row], entry.rv, None, false)));
+        return Ok(respond::json_bytes(printer.single(&bytes, &key.cluster, entry.rv, false)));
     }
     Ok(respond::json_bytes(bytes))
 }
@@ -318,13 +353,7 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
         .collect();
     let (head, writer) = if wants_table(req) {
         let printer = TablePrinter::new(&scope.resource, IncludeObject::parse(query.include_object.as_deref())?);
-        let mut table = printer.table(Vec::new(), rv, token.as_deref(), false);
-        if more && count_remaining {
-            table["metadata"]["remainingItemCount"] = remaining.into();
-        }
-        // `rows` is the last member (insertion order is kept): the rows follow its `[`.
-        let mut head = table.to_string().into_bytes();
-        head.truncate(head.len() - b"]}".len());
+        let head = printer.head(rv, token.as_deref(), (more && count_remaining).then_some(remaining), false);
         (head, ItemWriter::Table(printer))
     } else {
         let mut head = format!(
@@ -437,8 +466,7 @@ impl ListBody {
             match &self.writer {
                 ItemWriter::Json => body.write(&mut out, item.suffix.as_deref(), item.rv),
                 ItemWriter::Table(printer) => {
-                    let row = printer.row(&body.to_bytes(item.suffix.as_deref(), item.rv), &item.cluster);
-                    serde_json::to_writer(&mut out, &row).map_err(|e| Status::internal(e.to_string()))?;
+                    printer.write_row(&body.to_bytes(item.suffix.as_deref(), item.rv), &item.cluster, &mut out)
                 }
             }
         }

@@ -347,10 +347,9 @@ impl Watch {
             Some(printer) => {
                 let mut line = Vec::with_capacity(event.body.json.len() + 64);
                 line.extend_from_slice(format!("{{\"type\":\"{}\",\"object\":", event_type.as_str()).as_bytes());
-                let row = printer.row(&event.body.to_bytes(suffix.as_deref(), event.rv), &event.key.cluster);
-                let table = printer.table(vec![row], event.rv, None, self.headers_sent);
+                let served = event.body.to_bytes(suffix.as_deref(), event.rv);
+                line.extend_from_slice(&printer.single(&served, &event.key.cluster, event.rv, self.headers_sent));
                 self.headers_sent = true;
-                line.extend_from_slice(table.to_string().as_bytes());
                 line.extend_from_slice(b"}\n");
                 Bytes::from(line)
             }

@@ -292,6 +292,19 @@ pub struct LabelSelector {
 }
 
 impl LabelSelector {
+    /// The [`crate::event::label_bit`]s of the labels every match must have
+    /// (`key=value`, `key==value`, `key in (value)`): an entry without all
+    /// of them cannot match.
+    pub fn required_label_bits(&self) -> u64 {
+        self.requirements
+            .iter()
+            .filter_map(|r| match (&r.operator, r.values.as_slice()) {
+                (Operator::Equals | Operator::DoubleEquals | Operator::In, [value]) => Some(crate::event::label_bit(&r.key, value)),
+                _ => None,
+            })
+            .fold(0, |bits, bit| bits | bit)
+    }
+
     /// Parses a `labelSelector` query parameter (`kubectl -l`) like
     /// `labels.Parse`. `""` selects everything.
     pub fn parse(input: &str) -> Result<LabelSelector> {
@@ -973,6 +986,35 @@ fn unescape_value(raw: &str) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An entry that a selector matches always has the selector's required
+    /// label bits, and entries ruled out by the bits do not match.
+    #[test]
+    fn required_label_bits_never_rule_out_a_match() {
+        let label_sets: Vec<Vec<(&str, &str)>> = vec![
+            vec![],
+            vec![("app", "web")],
+            vec![("app", "web"), ("shard", "s7"), ("tier", "")],
+            vec![("app", "load"), ("shard", "s70"), ("version", "v1.3")],
+            vec![("example.com/role", "db"), ("shard", "s7")],
+        ];
+        let selectors = [
+            "", "app=web", "app==web", "shard in (s7)", "shard in (s7,s70)", "app=web,shard=s7", "tier=", "app!=web",
+            "!tier", "shard notin (s7)", "example.com/role=db,shard=s7", "app", "app=load,version=v1.3",
+        ];
+        let mut ruled_out = 0;
+        for labels in &label_sets {
+            let entry = crate::event::IndexEntry::new(1, "", "", labels.iter().copied(), []);
+            for text in selectors {
+                let selector = LabelSelector::parse(text).unwrap();
+                let matches = selector.matches(|key| entry.label(key));
+                let may = entry.may_have_labels(selector.required_label_bits());
+                assert!(may || !matches, "{text:?} on {labels:?}: ruled out a match");
+                ruled_out += usize::from(!may);
+            }
+        }
+        assert!(ruled_out > 10, "the bits rule out entries ({ruled_out})");
+    }
 
     /// (selector, labels, selected)
     type MatchCase = (&'static str, &'static [(&'static str, &'static str)], bool);

@@ -417,8 +417,20 @@ pub enum Keep {
 /// readiness gates and node. The rest of a pod's spec (containers' env,
 /// probes, volumes, tolerations) is most of its bytes.
 static POD_ROW: Keep = Keep::Fields(&[
-    ("metadata", Keep::All),
-    ("status", Keep::All),
+    ("metadata", Keep::Fields(&[("name", Keep::All), ("creationTimestamp", Keep::All), ("deletionTimestamp", Keep::All)])),
+    (
+        "status",
+        Keep::Fields(&[
+            ("phase", Keep::All),
+            ("reason", Keep::All),
+            ("podIP", Keep::All),
+            ("podIPs", Keep::All),
+            ("nominatedNodeName", Keep::All),
+            ("conditions", Keep::Fields(&[("type", Keep::All), ("status", Keep::All), ("reason", Keep::All)])),
+            ("initContainerStatuses", CONTAINER_STATUS_ROW),
+            ("containerStatuses", CONTAINER_STATUS_ROW),
+        ]),
+    ),
     (
         "spec",
         Keep::Fields(&[
@@ -430,8 +442,19 @@ static POD_ROW: Keep = Keep::Fields(&[
     ),
 ]);
 
-/// What a row of a type without printer columns reads: its metadata.
-static METADATA_ROW: Keep = Keep::Fields(&[("metadata", Keep::All)]);
+/// What a pod's row reads of a container's status (see `pod_cells`): not
+/// its image, image ID or container ID.
+const CONTAINER_STATUS_ROW: Keep = Keep::Fields(&[
+    ("name", Keep::All),
+    ("restartCount", Keep::All),
+    ("lastState", Keep::All),
+    ("state", Keep::All),
+    ("ready", Keep::All),
+    ("started", Keep::All),
+]);
+
+/// What a row of a type without printer columns reads: its name and age.
+static METADATA_ROW: Keep = Keep::Fields(&[("metadata", Keep::Fields(&[("name", Keep::All), ("creationTimestamp", Keep::All)]))]);
 
 /// The parts of an object of `resource` its Table row reads.
 pub fn row_keeps(resource: &ResourceType) -> &'static Keep {
@@ -451,6 +474,106 @@ pub fn parse_for_row(json: &[u8], keep: &'static Keep) -> serde_json::Result<Val
     let value = Pruned(keep).deserialize(&mut de)?;
     de.end()?;
     Ok(value)
+}
+
+/// An object parsed for its Table row ([`parse_row_source`]).
+pub struct RowSource<'a> {
+    /// What the row's cells and conditions read (as [`parse_for_row`]).
+    pub object: Value,
+    /// The object's `metadata` as written, for the row's
+    /// PartialObjectMetadata: spliced, never rebuilt.
+    pub metadata: Option<&'a serde_json::value::RawValue>,
+}
+
+/// Parses an object's JSON for its Table row in one pass: what `keep` names
+/// (as [`parse_for_row`]), and the text of its `metadata`.
+pub fn parse_row_source<'a>(json: &'a [u8], keep: &'static Keep) -> serde_json::Result<RowSource<'a>> {
+    use serde::de::Deserializer as _;
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let source = (&mut de).deserialize_map(RowTop(keep))?;
+    de.end()?;
+    Ok(source)
+}
+
+/// The top level of [`parse_row_source`].
+struct RowTop(&'static Keep);
+
+/// A member name at the top level of [`parse_row_source`].
+enum TopKey {
+    Metadata,
+    Kept(usize),
+    Named(String),
+    Skipped,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for &RowTop {
+    type Value = TopKey;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<TopKey, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl serde::de::Visitor<'_> for &RowTop {
+    type Value = TopKey;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a member name")
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<TopKey, E> {
+        Ok(match self.0 {
+            _ if v == "metadata" => TopKey::Metadata,
+            Keep::All => TopKey::Named(v.to_string()),
+            Keep::Fields(fields) => match fields.iter().position(|(name, _)| *name == v) {
+                Some(i) => TopKey::Kept(i),
+                None => TopKey::Skipped,
+            },
+        })
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for RowTop {
+    type Value = RowSource<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<RowSource<'de>, A::Error> {
+        use serde::de::{DeserializeSeed, Error};
+        let mut out = serde_json::Map::new();
+        let mut metadata = None;
+        while let Some(key) = map.next_key_seed(&self)? {
+            match key {
+                TopKey::Metadata => {
+                    let raw: &'de serde_json::value::RawValue = map.next_value()?;
+                    let keep = match self.0 {
+                        Keep::All => Some(&Keep::All),
+                        Keep::Fields(fields) => fields.iter().find(|(name, _)| *name == "metadata").map(|(_, keep)| keep),
+                    };
+                    if let Some(keep) = keep {
+                        let mut de = serde_json::Deserializer::from_str(raw.get());
+                        let value = Pruned(keep).deserialize(&mut de).map_err(A::Error::custom)?;
+                        out.insert("metadata".to_string(), value);
+                    }
+                    metadata = Some(raw);
+                }
+                TopKey::Kept(i) => {
+                    let Keep::Fields(fields) = self.0 else { unreachable!("only Fields keeps by index") };
+                    let (name, keep) = &fields[i];
+                    out.insert((*name).to_string(), map.next_value_seed(Pruned(keep))?);
+                }
+                TopKey::Named(name) => {
+                    out.insert(name, map.next_value()?);
+                }
+                TopKey::Skipped => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(RowSource { object: Value::Object(out), metadata })
+    }
 }
 
 /// Which of `fields` a member's key names, without allocating the key.
@@ -2290,8 +2413,14 @@ mod tests {
             let kept = parse_for_row(&bytes, row_keeps(&r)).unwrap();
             assert_eq!(cells(&r, &kept, "x", "c", now), cells(&r, &whole, "x", "c", now), "{} cells", r.plural);
             assert_eq!(row_conditions(&r, &kept), row_conditions(&r, &whole), "{} row conditions", r.plural);
-            assert_eq!(partial_object_metadata(&kept), partial_object_metadata(&whole), "{} metadata", r.plural);
+            let source = parse_row_source(&bytes, row_keeps(&r)).unwrap();
+            assert_eq!(cells(&r, &source.object, "x", "c", now), cells(&r, &whole, "x", "c", now), "{} cells (one pass)", r.plural);
+            assert_eq!(row_conditions(&r, &source.object), row_conditions(&r, &whole), "{} row conditions (one pass)", r.plural);
+            let metadata: Value = serde_json::from_str(source.metadata.expect("metadata").get()).unwrap();
+            assert_eq!(metadata, whole["metadata"], "{} metadata as written", r.plural);
         }
+        assert!(parse_row_source(b"{\"metadata\": {", row_keeps(&resource("", "pods"))).is_err());
+        assert!(parse_row_source(b"{} x", row_keeps(&resource("", "pods"))).is_err());
         // Malformed JSON is an error, as with a whole parse.
         assert!(parse_for_row(b"{\"metadata\": {", row_keeps(&resource("", "pods"))).is_err());
         assert!(parse_for_row(b"{} x", row_keeps(&resource("", "pods"))).is_err());
