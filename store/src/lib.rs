@@ -400,13 +400,7 @@ fn encode_event_with(event: &StoredEvent, dict: Option<&[u8]>) -> Result<Vec<u8>
 fn decode_head(bytes: &[u8]) -> Result<(EventHead, usize)> {
     let (head, used): (EventHead, usize) = bincode::serde::decode_from_slice(bytes, config())
         .map_err(|e| Error::Corrupt { what: format!("event: {e}") })?;
-    let len = head.body_len as usize;
-    if len > MAX_RECORD_BYTES || head.name_end as usize > len || head.rv_at as usize > len {
-        return Err(Error::Corrupt { what: format!("event {}: body length or splice points out of bounds", head.rv) });
-    }
-    if ![BODY_RAW, BODY_LZ4, BODY_LZ4_DICT].contains(&head.body_codec) {
-        return Err(Error::Corrupt { what: format!("event {}: unknown body encoding {}", head.rv, head.body_codec) });
-    }
+    check_body(head.rv, head.body_len, head.name_end, head.rv_at, head.body_codec)?;
     Ok((head, used))
 }
 
@@ -420,21 +414,86 @@ pub fn decode_event(bytes: &[u8]) -> Result<StoredEvent> {
 /// [`decode_event`] with the store's dictionaries.
 fn decode_event_with(bytes: &[u8], dicts: &Dicts) -> Result<StoredEvent> {
     let (head, used) = decode_head(bytes)?;
-    let body = &bytes[used..];
-    let len = head.body_len as usize;
-    let undecodable = || Error::Corrupt { what: format!("event {}: compressed body does not decode", head.rv) };
-    let json = match head.body_codec {
+    let json = decompress_body(head.rv, &head.resource, head.body_codec, head.body_len as usize, &bytes[used..], dicts)?;
+    Ok(head.into_event(json))
+}
+
+/// The head of an event record as read for its body alone: strings
+/// borrowed, labels and fields passed over (same layout as [`EventHeadRef`]).
+#[derive(serde::Deserialize)]
+struct BodyHead<'a> {
+    rv: u64,
+    _event_type: EventType,
+    resource: &'a str,
+    _key: (&'a str, &'a str, &'a str),
+    _prev_rv: u64,
+    _member_rv: &'a str,
+    _uid: &'a str,
+    _labels: SkippedPairs,
+    _fields: SkippedPairs,
+    _time_ms: u64,
+    name_end: u32,
+    rv_at: u32,
+    body_len: u32,
+    body_codec: u8,
+}
+
+/// A sequence of string pairs read and dropped without allocating.
+struct SkippedPairs;
+
+impl<'de> serde::Deserialize<'de> for SkippedPairs {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> std::result::Result<SkippedPairs, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = SkippedPairs;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a sequence of string pairs")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<SkippedPairs, A::Error> {
+                while seq.next_element::<(&'de str, &'de str)>()?.is_some() {}
+                Ok(SkippedPairs)
+            }
+        }
+        deserializer.deserialize_seq(Visitor)
+    }
+}
+
+/// Decodes the body of one event record (what a list or get serves): as
+/// [`decode_event_with`], without building the rest of the event.
+fn decode_body_with(bytes: &[u8], dicts: &Dicts) -> Result<ServedBody> {
+    let (head, used): (BodyHead<'_>, usize) = bincode::serde::borrow_decode_from_slice(bytes, config())
+        .map_err(|e| Error::Corrupt { what: format!("event: {e}") })?;
+    check_body(head.rv, head.body_len, head.name_end, head.rv_at, head.body_codec)?;
+    let json = decompress_body(head.rv, head.resource, head.body_codec, head.body_len as usize, &bytes[used..], dicts)?;
+    Ok(ServedBody { json, name_end: head.name_end, rv_at: head.rv_at })
+}
+
+/// Checks a record head's body length, splice points and encoding.
+fn check_body(rv: u64, body_len: u32, name_end: u32, rv_at: u32, codec: u8) -> Result<()> {
+    let len = body_len as usize;
+    if len > MAX_RECORD_BYTES || name_end as usize > len || rv_at as usize > len {
+        return Err(Error::Corrupt { what: format!("event {rv}: body length or splice points out of bounds") });
+    }
+    if ![BODY_RAW, BODY_LZ4, BODY_LZ4_DICT].contains(&codec) {
+        return Err(Error::Corrupt { what: format!("event {rv}: unknown body encoding {codec}") });
+    }
+    Ok(())
+}
+
+/// The JSON of a record's body as stored (`body`, encoded with `codec`).
+fn decompress_body(rv: u64, resource: &str, codec: u8, len: usize, body: &[u8], dicts: &Dicts) -> Result<Vec<u8>> {
+    let undecodable = || Error::Corrupt { what: format!("event {rv}: compressed body does not decode") };
+    Ok(match codec {
         BODY_LZ4 => lz4_flex::block::decompress(body, len).ok().filter(|json| json.len() == len).ok_or_else(undecodable)?,
         BODY_LZ4_DICT => {
-            let dict = dicts.get(&head.resource).ok_or_else(|| Error::Corrupt {
-                what: format!("event {}: no compression dictionary for {}", head.rv, head.resource),
+            let dict = dicts.get(resource).ok_or_else(|| Error::Corrupt {
+                what: format!("event {rv}: no compression dictionary for {resource}"),
             })?;
             lz4_flex::block::decompress_with_dict(body, len, dict).ok().filter(|json| json.len() == len).ok_or_else(undecodable)?
         }
         _ if body.len() == len => body.to_vec(),
-        _ => return Err(Error::Corrupt { what: format!("event {}: body is {} bytes, the head says {len}", head.rv, body.len()) }),
-    };
-    Ok(head.into_event(json))
+        _ => return Err(Error::Corrupt { what: format!("event {rv}: body is {} bytes, the head says {len}", body.len()) }),
+    })
 }
 
 /// Decodes an event record without its body (an empty one): what
@@ -753,7 +812,10 @@ impl Store {
 
     /// The body of the event at `rv` (an object's version).
     pub fn body(&self, rv: u64) -> Result<Option<ServedBody>> {
-        Ok(self.event(rv)?.map(|e| e.body))
+        match self.tree.get(event_key(rv))? {
+            Some(v) => Ok(Some(decode_body_with(&v, &self.dicts.read().unwrap_or_else(|e| e.into_inner()))?)),
+            None => Ok(None),
+        }
     }
 
     /// Events after `rv`, in order, up to the end of the log.

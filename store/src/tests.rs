@@ -172,6 +172,17 @@ fn bodies_are_stored_compressed_and_read_back_exactly() {
     assert_eq!(head.body_codec, BODY_LZ4);
     assert!(encoded.len() - used < event.body.json.len(), "{} >= {}", encoded.len() - used, event.body.json.len());
     assert_eq!(decode_event(&encoded).unwrap(), event);
+    // Reading the body alone gives the event's body, and refuses what
+    // reading the event refuses.
+    for e in [&events[0], &incompressible, &event] {
+        assert_eq!(decode_body_with(&encode_event(e).unwrap(), &Dicts::new()).unwrap(), e.body);
+    }
+    assert_eq!(store.body(1).unwrap().unwrap(), events[0].body);
+    assert_eq!(store.body(2).unwrap(), None);
+    let mut truncated = encoded.clone();
+    truncated.truncate(encoded.len() - 3);
+    assert!(matches!(decode_body_with(&truncated, &Dicts::new()), Err(Error::Corrupt { .. })));
+    assert!(matches!(decode_body_with(&encoded[..used / 2], &Dicts::new()), Err(Error::Corrupt { .. })));
 }
 
 #[test]
@@ -193,6 +204,8 @@ fn a_type_gets_a_dictionary_from_its_first_large_batch() {
         assert_eq!(decode_head(&record).unwrap().0.body_codec, BODY_LZ4_DICT);
         // Without the dictionary the record cannot be read: it is not guessed.
         assert!(matches!(decode_event(&record), Err(Error::Corrupt { .. })));
+        assert!(matches!(decode_body_with(&record, &Dicts::new()), Err(Error::Corrupt { .. })));
+        assert_eq!(store.body(first[5].rv).unwrap().unwrap(), first[5].body);
     }
     let store = reopen(dir.path(), &opts);
     assert_eq!(store.event(first[5].rv).unwrap().unwrap(), first[5]);
