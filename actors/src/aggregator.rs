@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler};
-use kubefold_engine::event::{Change, EventType};
-use kubefold_engine::index::{plan_change, plan_relist, plan_watch_change, Index, Tombstones};
+use kubefold_engine::event::{Change, EventType, ObjectKey};
+use kubefold_engine::index::{plan_change, plan_relist, plan_relist_end, plan_relist_part, plan_watch_change, Index, Tombstones};
 use kubefold_store::{Commit, Store};
 use tracing::{debug, error, info};
 
@@ -93,6 +93,8 @@ pub struct Aggregator {
     snapshotting: bool,
     /// Recent deletions, against late changes of deleted objects.
     tombstones: Tombstones,
+    /// Lists being received in parts: the keys listed so far, by (cluster, resource).
+    relisting: std::collections::HashMap<(String, String), std::collections::HashSet<ObjectKey>>,
 }
 
 impl Aggregator {
@@ -108,6 +110,7 @@ impl Aggregator {
             snapshot_at: Instant::now(),
             snapshotting: false,
             tombstones: Tombstones::default(),
+            relisting: std::collections::HashMap::new(),
         }
     }
 
@@ -171,12 +174,15 @@ impl Aggregator {
                 WatchBatch::Changes(changes) => changes.retain(|c| match c {
                     Change::Upsert(i) | Change::Delete(i) => keep(i),
                 }),
-                WatchBatch::Relist(objects) => objects.retain(keep),
+                WatchBatch::Relist(objects) | WatchBatch::RelistPart { objects, .. } | WatchBatch::RelistEnd(objects) => {
+                    objects.retain(keep)
+                }
                 WatchBatch::Bookmark => {}
             }
         }
         let mut working = self.index.clone();
         let mut events = Vec::new();
+        let is_part = matches!(batch, WatchBatch::RelistPart { .. });
         match batch {
             WatchBatch::Changes(changes) => {
                 for change in changes {
@@ -190,6 +196,7 @@ impl Aggregator {
                 }
             }
             WatchBatch::Relist(objects) => {
+                self.relisting.remove(&(cluster.clone(), resource.clone()));
                 self.tombstones.forget(&resource, &cluster);
                 let store = &self.store;
                 let planned = plan_relist(&working, &resource, &cluster, objects, working.head_rv() + 1, |rv| {
@@ -200,10 +207,42 @@ impl Aggregator {
                 }
                 events = planned;
             }
+            WatchBatch::RelistPart { first, objects } => {
+                let seen = self.relisting.entry((cluster.clone(), resource.clone())).or_default();
+                if first {
+                    seen.clear();
+                    self.tombstones.forget(&resource, &cluster);
+                }
+                events = plan_relist_part(&working, &resource, &cluster, objects, seen, working.head_rv() + 1);
+                for event in &events {
+                    working.apply(event);
+                }
+            }
+            WatchBatch::RelistEnd(objects) => {
+                let mut seen = self.relisting.remove(&(cluster.clone(), resource.clone())).unwrap_or_default();
+                self.tombstones.forget(&resource, &cluster);
+                events = plan_relist_part(&working, &resource, &cluster, objects, &mut seen, working.head_rv() + 1);
+                for event in &events {
+                    working.apply(event);
+                }
+                let store = &self.store;
+                let deleted = plan_relist_end(&working, &resource, &cluster, &seen, working.head_rv() + 1, |rv| {
+                    store.body(rv).ok().flatten()
+                });
+                for event in &deleted {
+                    working.apply(event);
+                }
+                events.extend(deleted);
+            }
             WatchBatch::Bookmark => {}
         }
         stamp(&mut events);
-        let checkpoints = vec![(cluster.clone(), resource.clone(), checkpoint)];
+        // A part of a list moves no checkpoint: a restart before the list's
+        // end lists again.
+        let checkpoints = match is_part {
+            true => Vec::new(),
+            false => vec![(cluster.clone(), resource.clone(), checkpoint)],
+        };
         let commit = Commit { events, checkpoints };
         self.store.commit(&commit)?;
         let count = commit.events.len();
@@ -222,6 +261,7 @@ impl Aggregator {
 
     /// Turns every object of `cluster` into a DELETED event.
     pub fn remove_cluster(&mut self, cluster: &str) -> Result<usize, kubefold_store::Error> {
+        self.relisting.retain(|(c, _), _| c != cluster);
         let count = self.delete_where(|_, key| key.cluster == cluster)?;
         self.store.remove_checkpoints(cluster)?;
         self.fleet.remove_status(cluster);
@@ -435,5 +475,74 @@ impl Handler<RemoveCluster> for Aggregator {
 
     fn handle(&mut self, msg: RemoveCluster, _ctx: &mut Self::Context) -> Self::Result {
         self.remove_cluster(&msg.cluster).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kubefold_engine::names::NameStyle;
+    use kubefold_engine::object::{ingest, Ingested};
+    use kubefold_engine::resources;
+    use kubefold_store::Options;
+
+    fn pod(name: &str, member_rv: &str) -> Ingested {
+        let pods = resources::find(&resources::builtin(), "", "v1", "pods").unwrap().clone();
+        let raw = format!(r#"{{"metadata":{{"name":"{name}","namespace":"default","resourceVersion":"{member_rv}"}}}}"#);
+        ingest(&pods, "m1", raw.as_bytes()).unwrap()
+    }
+
+    fn send(aggregator: &mut Aggregator, batch: WatchBatch, checkpoint: &str) -> usize {
+        let msg = Ingest { cluster: "m1".into(), resource: "v1/pods".into(), batch, checkpoint: checkpoint.into(), scope: None };
+        aggregator.ingest(msg).unwrap()
+    }
+
+    fn names(aggregator: &Aggregator) -> Vec<String> {
+        aggregator.index.range("v1/pods", None, None).map(|(k, _)| k.name.clone()).collect()
+    }
+
+    fn checkpoint(dir: &std::path::Path) -> Option<String> {
+        let store = kubefold_store::Store::open(dir, &Options::default()).unwrap();
+        store.recover().unwrap().checkpoints.get(&("m1".to_string(), "v1/pods".to_string())).cloned()
+    }
+
+    /// A list in parts: each part is committed (and published) as it comes,
+    /// without a checkpoint; the end deletes what no part of this list had.
+    /// A list that starts again forgets the parts of the one it replaces.
+    #[test]
+    fn lists_in_parts_commit_as_they_come_and_delete_at_their_end() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = kubefold_store::Store::open(dir.path(), &Options::default()).unwrap();
+            let fleet = Fleet::new(resources::builtin(), NameStyle::Qualified, store, Index::default(), 0);
+            let mut aggregator = Aggregator::new(fleet.clone(), Retention::default());
+            send(&mut aggregator, WatchBatch::Relist(vec![pod("a", "1"), pod("b", "1"), pod("c", "1")]), "10");
+
+            // A list that breaks off after its first part ...
+            send(&mut aggregator, WatchBatch::RelistPart { first: true, objects: vec![pod("a", "1"), pod("d", "11")] }, "");
+            assert_eq!(names(&aggregator), ["a", "b", "c", "d"], "a part is applied at once");
+            assert_eq!(fleet.snapshot().len("v1/pods"), 4, "and published");
+            // ... and the list that replaces it, in three parts.
+            let events = send(&mut aggregator, WatchBatch::RelistPart { first: true, objects: vec![pod("b", "1"), pod("e", "12")] }, "");
+            assert_eq!(events, 1, "b unchanged, e added");
+            send(&mut aggregator, WatchBatch::RelistPart { first: false, objects: vec![pod("c", "13"), pod("b", "14")] }, "");
+            assert_eq!(names(&aggregator), ["a", "b", "c", "d", "e"], "nothing is deleted before the end");
+            let b = |a: &Aggregator| a.index.range("v1/pods", None, None).find(|(k, _)| k.name == "b").unwrap().1.member_rv().to_string();
+            assert_eq!(b(&aggregator), "1", "an object listed twice keeps its first version");
+            let events = send(&mut aggregator, WatchBatch::RelistEnd(vec![pod("f", "15")]), "20");
+            // f added; a and d (only in the broken-off list) deleted.
+            assert_eq!(events, 3);
+            assert_eq!(names(&aggregator), ["b", "c", "e", "f"]);
+        }
+        assert_eq!(checkpoint(dir.path()).as_deref(), Some("20"), "the end writes the checkpoint");
+
+        // Parts alone move no checkpoint: a restart lists again.
+        let store = kubefold_store::Store::open(dir.path(), &Options::default()).unwrap();
+        let recovered = store.recover().unwrap();
+        let fleet = Fleet::new(resources::builtin(), NameStyle::Qualified, store, recovered.index, recovered.compacted_rv);
+        let mut aggregator = Aggregator::new(fleet, Retention::default());
+        send(&mut aggregator, WatchBatch::RelistPart { first: true, objects: vec![pod("g", "30")] }, "");
+        drop(aggregator);
+        assert_eq!(checkpoint(dir.path()).as_deref(), Some("20"));
     }
 }

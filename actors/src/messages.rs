@@ -12,6 +12,19 @@ pub enum WatchBatch {
     Changes(Vec<Change>),
     /// The complete state from a fresh list: applied as a diff.
     Relist(Vec<Ingested>),
+    /// A part of a fresh list too large for one batch, committed as it
+    /// arrives (upserts only; no checkpoint): `first` starts a new list. A
+    /// list's first part is applied before the member has sent the rest, so
+    /// neither the whole list nor its events are ever held at once.
+    RelistPart {
+        /// This part starts a list (parts of an unfinished one are forgotten).
+        first: bool,
+        /// The objects.
+        objects: Vec<Ingested>,
+    },
+    /// The last part of a list sent in parts: applied with the parts before
+    /// it as [`WatchBatch::Relist`] (objects in none of them are deleted).
+    RelistEnd(Vec<Ingested>),
     /// A bookmark: nothing changed up to the checkpoint.
     Bookmark,
 }

@@ -448,6 +448,8 @@ pub struct Resolver {
     watchers: Vec<Addr<ClusterWatcher>>,
     ticker: Option<SpawnHandle>,
     in_flight: HashMap<String, Vec<String>>,
+    /// Parts of lists sent in parts, by (cluster, resource), until their end.
+    relist_parts: HashMap<(String, String), Vec<kubefold_engine::object::Ingested>>,
 }
 
 impl std::fmt::Debug for Resolver {
@@ -507,6 +509,7 @@ impl Resolver {
             watchers: Vec::new(),
             ticker: None,
             in_flight: HashMap::new(),
+            relist_parts: HashMap::new(),
         })
     }
 
@@ -527,6 +530,23 @@ impl Resolver {
     /// it held and the clusters whose addresses changed (to probe).
     pub fn ingest(&mut self, msg: Ingest) -> (usize, Vec<String>) {
         let Ingest { cluster, resource, batch, .. } = msg;
+        // A list sent in parts is applied whole, at its end.
+        let batch = match batch {
+            WatchBatch::RelistPart { first, objects } => {
+                let parts = self.relist_parts.entry((cluster, resource)).or_default();
+                if first {
+                    parts.clear();
+                }
+                parts.extend(objects);
+                return (0, Vec::new());
+            }
+            WatchBatch::RelistEnd(objects) => {
+                let mut all = self.relist_parts.remove(&(cluster.clone(), resource.clone())).unwrap_or_default();
+                all.extend(objects);
+                WatchBatch::Relist(all)
+            }
+            other => other,
+        };
         let is_service = match resource.as_str() {
             SERVICES => true,
             ENDPOINT_SLICES => false,
@@ -589,7 +609,7 @@ impl Resolver {
                     }
                 }
             }
-            WatchBatch::Bookmark => {}
+            WatchBatch::Bookmark | WatchBatch::RelistPart { .. } | WatchBatch::RelistEnd(_) => {}
         }
         self.estimators.set_synced(self.synced());
         let changed = self.recompute(if everything { None } else { Some(&affected) });

@@ -290,6 +290,45 @@ const HEAL_DELAY: std::time::Duration = std::time::Duration::from_secs(15);
 /// Longest wait before a healing relist.
 const MAX_HEAL_DELAY: std::time::Duration = std::time::Duration::from_secs(600);
 
+
+/// Objects of one list committed in parts (`WatchBatch::RelistPart`)
+/// instead of one batch: at most this many per part.
+const RELIST_PART_OBJECTS: usize = 2000;
+
+/// The parts of a list sent so far.
+#[derive(Default)]
+struct RelistParts {
+    /// Objects sent in parts.
+    sent: usize,
+    /// Parts sent.
+    count: usize,
+    /// Events the parts made.
+    events: usize,
+}
+
+impl RelistParts {
+    /// Commits `objects` (emptied) as the next part.
+    async fn send(&mut self, run: &Run, objects: &mut Vec<Ingested>) -> Result<usize, String> {
+        let part = std::mem::take(objects);
+        let len = part.len();
+        // A part moves no checkpoint (the aggregator writes none for it).
+        let events = run.commit(WatchBatch::RelistPart { first: self.count == 0, objects: part }, String::new()).await?;
+        self.sent += len;
+        self.count += 1;
+        self.events += events;
+        Ok(events)
+    }
+
+    /// The batch that ends the list: the whole list when nothing was sent in parts.
+    fn last(&self, objects: Vec<Ingested>) -> WatchBatch {
+        if self.count == 0 {
+            WatchBatch::Relist(objects)
+        } else {
+            WatchBatch::RelistEnd(objects)
+        }
+    }
+}
+
 impl Run {
     /// Whether a healing relist is due.
     fn heal_due(&self) -> bool {
@@ -417,6 +456,7 @@ impl Run {
     async fn list(&self, client: &kube::Client) -> Input {
         let path = self.resource.collection_path(self.namespace.as_deref());
         let mut objects = Vec::new();
+        let mut parts = RelistParts::default();
         let mut list_rv = String::new();
         let mut continue_token: Option<String> = None;
         loop {
@@ -450,10 +490,17 @@ impl Run {
                 Some(t) if !t.is_empty() => continue_token = Some(t),
                 _ => break,
             }
+            if objects.len() >= RELIST_PART_OBJECTS {
+                if let Err(e) = parts.send(self, &mut objects).await {
+                    self.fail(&e);
+                    return Input::Failed { retry_after: None };
+                }
+            }
         }
-        let count = objects.len();
-        match self.commit(WatchBatch::Relist(objects), list_rv.clone()).await {
+        let count = parts.sent + objects.len();
+        match self.commit(parts.last(objects), list_rv.clone()).await {
             Ok(events) => {
+                let events = events + parts.events;
                 info!(cluster = %self.spec.name, resource = %self.key, objects = count, events, rv = %list_rv, "Initial list applied.");
                 metrics::counter!("kubefold_member_relists_total", "cluster" => self.spec.name.clone()).increment(1);
                 self.update_status(|s| {
@@ -550,6 +597,7 @@ impl Run {
         };
         let mut lines = Frames::new(reader);
         let mut objects: std::collections::HashMap<(String, String), Ingested> = std::collections::HashMap::new();
+        let mut parts = RelistParts::default();
         // A member that ignores `sendInitialEvents` (before 1.27) answers as
         // for a watch without resourceVersion: ADDED for the state, then live
         // events and plain bookmarks, never the initial-events-end bookmark.
@@ -585,6 +633,13 @@ impl Run {
                     if let Some(i) = self.ingest_raw(event.object) {
                         objects.insert((i.namespace.clone(), i.name.clone()), i);
                     }
+                    if objects.len() >= RELIST_PART_OBJECTS {
+                        let mut part: Vec<Ingested> = std::mem::take(&mut objects).into_values().collect();
+                        if let Err(e) = parts.send(self, &mut part).await {
+                            self.fail(&e);
+                            return Some(Input::Failed { retry_after: None });
+                        }
+                    }
                 }
                 "MODIFIED" | "DELETED" => return not_streaming("a change before the initial-events-end bookmark"),
                 "BOOKMARK" => {
@@ -605,9 +660,10 @@ impl Run {
             }
         };
         let objects: Vec<Ingested> = objects.into_values().collect();
-        let count = objects.len();
-        match self.commit(WatchBatch::Relist(objects), end_rv.clone()).await {
+        let count = parts.sent + objects.len();
+        match self.commit(parts.last(objects), end_rv.clone()).await {
             Ok(events) => {
+                let events = events + parts.events;
                 info!(cluster = %self.spec.name, resource = %self.key, objects = count, events, rv = %end_rv, "Initial streaming list applied.");
                 metrics::counter!("kubefold_member_relists_total", "cluster" => self.spec.name.clone()).increment(1);
                 self.update_status(|s| {

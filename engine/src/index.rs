@@ -311,11 +311,28 @@ pub fn plan_relist(
     cluster: &str,
     objects: Vec<Ingested>,
     first_rv: u64,
-    mut last_body: impl FnMut(u64) -> Option<ServedBody>,
+    last_body: impl FnMut(u64) -> Option<ServedBody>,
+) -> Vec<StoredEvent> {
+    let mut seen = HashSet::with_capacity(objects.len());
+    let mut events = plan_relist_part(index, resource, cluster, objects, &mut seen, first_rv);
+    let rv = first_rv + events.len() as u64;
+    events.extend(plan_relist_end(index, resource, cluster, &seen, rv, last_body));
+    events
+}
+
+/// The upserts of one part of a list sent in parts (see [`plan_relist`]):
+/// objects already in `seen` (listed twice) are skipped, the others added to
+/// it. Apply each part's events before planning the next.
+pub fn plan_relist_part(
+    index: &Index,
+    resource: &str,
+    cluster: &str,
+    objects: Vec<Ingested>,
+    seen: &mut HashSet<ObjectKey>,
+    first_rv: u64,
 ) -> Vec<StoredEvent> {
     let mut rv = first_rv;
     let mut events = Vec::new();
-    let mut seen: HashSet<ObjectKey> = HashSet::with_capacity(objects.len());
     for ingested in objects {
         let key = key_of(&ingested, cluster);
         if !seen.insert(key) {
@@ -326,6 +343,21 @@ pub fn plan_relist(
             rv += 1;
         }
     }
+    events
+}
+
+/// The deletions that end a list (see [`plan_relist`]): every object of
+/// (`resource`, `cluster`) the index holds that the list did not have.
+pub fn plan_relist_end(
+    index: &Index,
+    resource: &str,
+    cluster: &str,
+    seen: &HashSet<ObjectKey>,
+    first_rv: u64,
+    mut last_body: impl FnMut(u64) -> Option<ServedBody>,
+) -> Vec<StoredEvent> {
+    let mut rv = first_rv;
+    let mut events = Vec::new();
     if let Some(objects) = index.resource(resource) {
         for (key, entry) in objects.iter().filter(|(k, _)| k.cluster == cluster) {
             if seen.contains(key) {
@@ -414,6 +446,45 @@ mod tests {
         assert_eq!(index.len("v1/pods"), 1);
         let a = index.get("v1/pods", &ObjectKey { namespace: "default".into(), name: "a".into(), cluster: "m".into() });
         assert_eq!(a.unwrap().rv, 3);
+    }
+
+    /// A list applied in parts (each part's events applied before the next
+    /// is planned, deletions at the end) makes the same events and index as
+    /// the list in one batch, duplicates across parts included.
+    #[test]
+    fn a_relist_in_parts_equals_the_relist_in_one() {
+        let body = |_| Some(pod("x", "x", "0").body);
+        let mut start = Index::at(10);
+        let before = plan_relist(&start, "v1/pods", "m", (0..6).map(|i| pod("a", &format!("p{i}"), "1")).collect(), 11, |_| None);
+        commit(&mut start, before);
+        let other = plan_change(&start, "v1/pods", "other", Change::Upsert(pod("a", "p1", "3")), 17).unwrap();
+        commit(&mut start, vec![other]);
+        // p0, p3 unchanged; p1 changed; p2, p4, p5 gone; q0..q2 new; p1 listed twice.
+        let list = vec![pod("a", "p0", "1"), pod("a", "p1", "2"), pod("b", "q0", "2"), pod("a", "p3", "1"), pod("a", "p1", "9"), pod("b", "q1", "2"), pod("b", "q2", "2")];
+
+        let mut whole = start.clone();
+        let planned = plan_relist(&whole, "v1/pods", "m", list.clone(), 18, body);
+        let one = commit(&mut whole, planned);
+
+        for split in [vec![2, 5], vec![1], vec![3, 4, 6], vec![7]] {
+            let mut parts = start.clone();
+            let mut seen = HashSet::new();
+            let mut got = Vec::new();
+            let mut from = 0;
+            for to in split.iter().copied().chain([list.len()]) {
+                let rv = parts.head_rv() + 1;
+                let events = plan_relist_part(&parts, "v1/pods", "m", list[from..to].to_vec(), &mut seen, rv);
+                got.extend(commit(&mut parts, events));
+                from = to;
+            }
+            let rv = parts.head_rv() + 1;
+            let deleted = plan_relist_end(&parts, "v1/pods", "m", &seen, rv, body);
+            got.extend(commit(&mut parts, deleted));
+            assert_eq!(got, one, "split at {split:?}");
+            let keys = |i: &Index| i.range("v1/pods", None, None).map(|(k, e)| (k.clone(), e.rv)).collect::<Vec<_>>();
+            assert_eq!(keys(&parts), keys(&whole), "split at {split:?}");
+        }
+        assert!(one.contains(&(EventType::Deleted, "p5".to_string(), 24)), "{one:?}");
     }
 
     #[test]
