@@ -76,6 +76,11 @@ const SLOW_CLIENT_GRACE: Duration = Duration::from_secs(5);
 static NO_CONTENT: std::sync::LazyLock<kubefold_engine::event::IndexEntry> =
     std::sync::LazyLock::new(|| kubefold_engine::event::IndexEntry::new(0, "", "", [], []));
 
+/// Events taken from the fan-out at once and sent to a client as one chunk ...
+const BATCH_EVENTS: usize = 256;
+/// ... up to about this many bytes.
+const BATCH_BYTES: usize = 1 << 20;
+
 /// Lines encoded lately on this worker thread, newest last.
 const LINE_CACHE: usize = 8;
 
@@ -136,6 +141,12 @@ struct Watch {
     queued: Arc<std::sync::atomic::AtomicUsize>,
     /// The RV of the last event or bookmark handed to the client.
     sent_rv: u64,
+    /// Lines of live events being gathered into one chunk (`Some` while
+    /// the events ready in the fan-out are taken), and the RV of the last.
+    batch: Option<Vec<u8>>,
+    batch_rv: u64,
+    /// The watched type's key (`v1/pods`), for matching events.
+    resource_key: String,
 }
 
 /// Starts a watch and returns its streaming response.
@@ -182,7 +193,7 @@ pub fn watch(
     let events = state.fleet.subscribe();
     let snapshot = state.fleet.snapshot();
     let compacted = state.fleet.compacted_rv();
-    let watch = Watch { state, scope, filter, table, headers_sent: false, bookmarks, tx, queued: queued.clone(), sent_rv: 0 };
+    let watch = Watch { state, scope, filter, table, headers_sent: false, bookmarks, tx, queued: queued.clone(), sent_rv: 0, batch: None, batch_rv: 0, resource_key: String::new() };
     let registered = Registered::new(user_agent);
     let deadline = tokio::time::Instant::now() + timeout;
     actix_web::rt::spawn(async move {
@@ -215,6 +226,7 @@ impl Watch {
         mut events: broadcast::Receiver<Arc<StoredEvent>>,
         deadline: tokio::time::Instant,
     ) {
+        self.resource_key = self.scope.resource.key();
         let mut last = snapshot.head_rv();
         match start {
             Start::Now => {}
@@ -270,21 +282,43 @@ impl Watch {
             tokio::select! {
                 received = events.recv() => match received {
                     Ok(event) => {
-                        if event.rv <= last {
-                            continue;
+                        // The events committed with it are usually ready
+                        // too (one commit publishes them together): they go
+                        // to the client as one chunk, one write and one
+                        // wake-up instead of one per event.
+                        self.batch = Some(Vec::new());
+                        let mut next = Ok(event);
+                        let mut taken = 0;
+                        let lagged = loop {
+                            match next {
+                                Ok(event) => {
+                                    if event.rv > last {
+                                        last = event.rv;
+                                        if !self.forward(&event).await {
+                                            return;
+                                        }
+                                    }
+                                }
+                                Err(broadcast::error::TryRecvError::Lagged(n)) => break Some(n),
+                                Err(broadcast::error::TryRecvError::Closed) => break None,
+                                Err(broadcast::error::TryRecvError::Empty) => break None,
+                            }
+                            taken += 1;
+                            if taken == BATCH_EVENTS || self.batch.as_ref().is_some_and(|b| b.len() >= BATCH_BYTES) {
+                                break None;
+                            }
+                            next = events.try_recv();
+                        };
+                        if !self.flush().await {
+                            return;
                         }
-                        last = event.rv;
-                        if !self.forward(&event).await {
+                        if let Some(n) = lagged {
+                            self.lagged(n, last).await;
                             return;
                         }
                     }
                     Err(broadcast::error::RecvError::Lagged(n)) => {
-                        metrics::counter!("kubefold_watch_slow_closed_total").increment(1);
-                        tracing::info!(skipped = n, last, "Slow watch client closed.");
-                        let status = Status::expired(format!(
-                            "watch fell {n} events behind and was closed; resume with resourceVersion={last}"
-                        ));
-                        self.send_error(&status).await;
+                        self.lagged(n, last).await;
                         return;
                     }
                     Err(broadcast::error::RecvError::Closed) => return,
@@ -303,10 +337,32 @@ impl Watch {
         }
     }
 
+    /// Closes a watch that fell `n` events behind the fan-out (`last`: the
+    /// last event it took).
+    async fn lagged(&mut self, n: u64, last: u64) {
+        metrics::counter!("kubefold_watch_slow_closed_total").increment(1);
+        tracing::info!(skipped = n, last, "Slow watch client closed.");
+        let status = Status::expired(format!("watch fell {n} events behind and was closed; resume with resourceVersion={last}"));
+        self.send_error(&status).await;
+    }
+
+    /// Hands the batched lines to the client as one chunk (see `batch`).
+    async fn flush(&mut self) -> bool {
+        let Some(batch) = self.batch.take() else { return true };
+        if batch.is_empty() {
+            return true;
+        }
+        let sent = self.push(Bytes::from(batch)).await;
+        if sent {
+            self.sent_rv = self.sent_rv.max(self.batch_rv);
+        }
+        sent
+    }
+
     /// Sends a committed event if it concerns this watch, turning selector
     /// transitions into ADDED/DELETED as the watch cache does.
     async fn forward(&mut self, event: &StoredEvent) -> bool {
-        if event.resource != self.scope.resource.key() {
+        if event.resource != self.resource_key {
             return true;
         }
         if let Some(ns) = &self.scope.namespace {
@@ -354,6 +410,11 @@ impl Watch {
                 Bytes::from(line)
             }
         };
+        if let Some(batch) = &mut self.batch {
+            batch.extend_from_slice(&line);
+            self.batch_rv = event.rv;
+            return true;
+        }
         let sent = self.push(line).await;
         if sent {
             self.sent_rv = event.rv;
