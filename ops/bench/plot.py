@@ -23,8 +23,12 @@ def main(src: str, dst: str) -> None:
     fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
     machine = doc.get("machine", {})
     fig.suptitle(
-        "kubefold cost vs pods ({} mode, {} cores, {} GiB, shared machine; {})".format(
-            doc.get("mode"), machine.get("nproc"), machine.get("memoryGiB"), doc.get("startedAt", "")
+        "kubefold cost vs pods ({} mode, {} cores, {} GiB, load average {} at the start; {})".format(
+            doc.get("mode"),
+            machine.get("nproc"),
+            machine.get("memoryGiB"),
+            str(machine.get("loadAverageAtStart", "?")).split(" ")[0],
+            doc.get("startedAt", ""),
         ),
         fontsize=11,
     )
