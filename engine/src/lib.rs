@@ -27,3 +27,28 @@ pub mod selection;
 pub mod selector;
 pub mod status;
 pub mod table;
+
+/// The kubernetes/api testdata fixtures (`../shared/fixtures`, beside the
+/// repository) the unit tests read: (file, group, plural), and their bytes.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    /// Every fixture with the type it holds.
+    pub const API_TYPES: &[(&str, &str, &str)] = &[
+        ("apps.v1.Deployment.json", "apps", "deployments"),
+        ("apps.v1.ReplicaSet.json", "apps", "replicasets"),
+        ("apps.v1.StatefulSet.json", "apps", "statefulsets"),
+        ("core.v1.ConfigMap.json", "", "configmaps"),
+        ("core.v1.Event.json", "", "events"),
+        ("core.v1.Namespace.json", "", "namespaces"),
+        ("core.v1.Node.json", "", "nodes"),
+        ("core.v1.Pod.json", "", "pods"),
+        ("core.v1.Service.json", "", "services"),
+        ("discovery.k8s.io.v1.EndpointSlice.json", "discovery.k8s.io", "endpointslices"),
+    ];
+
+    /// The bytes of one fixture file.
+    pub fn read(file: &str) -> Vec<u8> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/kubernetes-api-testdata").join(file);
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (the fixtures are in ../shared beside the repository)", path.display()))
+    }
+}

@@ -568,7 +568,6 @@ mod tests {
     /// fields set.
     #[test]
     fn ingest_reads_fields_and_serves_bodies_as_the_whole_object_says() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/kubernetes-api-testdata");
         let catalog = resources::builtin();
         // Types outside the built-in catalog (it serves what kubectl shows
         // most) are described here; only group and plural matter to fields.
@@ -579,25 +578,10 @@ mod tests {
                 ..catalog[0].clone()
             })
         };
-        let mut objects: Vec<(ResourceType, Value)> = [
-            ("apps.v1.Deployment.json", "apps", "deployments"),
-            ("apps.v1.ReplicaSet.json", "apps", "replicasets"),
-            ("apps.v1.StatefulSet.json", "apps", "statefulsets"),
-            ("core.v1.ConfigMap.json", "", "configmaps"),
-            ("core.v1.Event.json", "", "events"),
-            ("core.v1.Namespace.json", "", "namespaces"),
-            ("core.v1.Node.json", "", "nodes"),
-            ("core.v1.Pod.json", "", "pods"),
-            ("core.v1.Service.json", "", "services"),
-            ("discovery.k8s.io.v1.EndpointSlice.json", "discovery.k8s.io", "endpointslices"),
-        ]
-        .iter()
-        .map(|(file, group, plural)| {
-            let path = dir.join(file);
-            let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (the fixtures are in ../shared beside the repository)", path.display()));
-            (find(group, plural), serde_json::from_slice(&bytes).unwrap())
-        })
-        .collect();
+        let mut objects: Vec<(ResourceType, Value)> = crate::fixtures::API_TYPES
+            .iter()
+            .map(|(file, group, plural)| (find(group, plural), serde_json::from_slice(&crate::fixtures::read(file)).unwrap()))
+            .collect();
         let with_fields = [
             ("", "pods", json!({"spec": {"nodeName": "n", "hostNetwork": true, "restartPolicy": "Never"}, "status": {"phase": "Running", "podIPs": [{"ip": "10.0.0.2"}], "podIP": "10.0.0.1"}})),
             ("", "pods", json!({"spec": {"containers": [{"name": "a"}]}, "status": {"podIP": "10.0.0.1"}})),

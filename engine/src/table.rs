@@ -2363,27 +2363,8 @@ mod tests {
     /// init containers, sidecars, readiness gates and a deletion.
     #[test]
     fn rows_from_the_kept_parts_equal_rows_from_the_whole_object() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/kubernetes-api-testdata");
-        let types = [
-            ("apps.v1.Deployment.json", "apps", "deployments"),
-            ("apps.v1.ReplicaSet.json", "apps", "replicasets"),
-            ("apps.v1.StatefulSet.json", "apps", "statefulsets"),
-            ("core.v1.ConfigMap.json", "", "configmaps"),
-            ("core.v1.Event.json", "", "events"),
-            ("core.v1.Namespace.json", "", "namespaces"),
-            ("core.v1.Node.json", "", "nodes"),
-            ("core.v1.Pod.json", "", "pods"),
-            ("core.v1.Service.json", "", "services"),
-            ("discovery.k8s.io.v1.EndpointSlice.json", "discovery.k8s.io", "endpointslices"),
-        ];
-        let mut objects: Vec<(ResourceType, Vec<u8>)> = types
-            .iter()
-            .map(|(file, group, plural)| {
-                let path = dir.join(file);
-                let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (the fixtures are in ../shared beside the repository)", path.display()));
-                (resource(group, plural), bytes)
-            })
-            .collect();
+        let mut objects: Vec<(ResourceType, Vec<u8>)> =
+            crate::fixtures::API_TYPES.iter().map(|(file, group, plural)| (resource(group, plural), crate::fixtures::read(file))).collect();
         let pod = json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "web-0", "namespace": "default", "creationTimestamp": "2025-06-01T12:00:00Z",
