@@ -154,6 +154,10 @@ pub fn ingest(resource: &ResourceType, cluster: &str, raw: &[u8]) -> Result<Inge
     if raw.len() > MAX_OBJECT_BYTES {
         return Err(Error::TooLarge { size: raw.len(), limit: MAX_OBJECT_BYTES });
     }
+    // Reading raw values (below) checks the text's structure but not what
+    // only decoding finds (a `\u` escape of a lone UTF-16 surrogate, a
+    // number out of range): the object is decoded once, keeping nothing.
+    serde_json::from_slice::<Decoded>(raw).map_err(Error::InvalidJson)?;
     let top = Members::parse(raw)?.ok_or(Error::MissingName)?;
     let meta_raw = top.get("metadata").ok_or(Error::MissingName)?;
     let meta = Members::parse(meta_raw.get().as_bytes())?.ok_or(Error::MissingName)?;
@@ -219,6 +223,61 @@ pub fn ingest(resource: &ResourceType, cluster: &str, raw: &[u8]) -> Result<Inge
         fields,
         body: ServedBody { json, name_end: name_end as u32, rv_at: rv_at as u32 },
     })
+}
+
+/// Any JSON value, decoded as serde_json decodes it (strings unescaped,
+/// numbers converted) and dropped: a check of validity without building a
+/// `Value`.
+struct Decoded;
+
+impl<'de> serde::Deserialize<'de> for Decoded {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> std::result::Result<Decoded, D::Error> {
+        deserializer.deserialize_any(DecodedVisitor)
+    }
+}
+
+struct DecodedVisitor;
+
+impl<'de> serde::de::Visitor<'de> for DecodedVisitor {
+    type Value = Decoded;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> std::result::Result<Decoded, E> {
+        Ok(Decoded)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> std::result::Result<Decoded, E> {
+        Ok(Decoded)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> std::result::Result<Decoded, E> {
+        Ok(Decoded)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> std::result::Result<Decoded, E> {
+        Ok(Decoded)
+    }
+
+    fn visit_str<E>(self, _: &str) -> std::result::Result<Decoded, E> {
+        Ok(Decoded)
+    }
+
+    fn visit_unit<E>(self) -> std::result::Result<Decoded, E> {
+        Ok(Decoded)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Decoded, A::Error> {
+        while seq.next_element::<Decoded>()?.is_some() {}
+        Ok(Decoded)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<Decoded, A::Error> {
+        while map.next_entry::<Decoded, Decoded>()?.is_some() {}
+        Ok(Decoded)
+    }
 }
 
 /// Writes the served `metadata`: the name with its hole for the cluster

@@ -135,3 +135,25 @@ fn numbers_are_served_as_the_nearest_double() {
         );
     }
 }
+
+/// Found by `object_ingest`: ingest read the object's values as raw text,
+/// which serde_json checks without decoding them, so a lone UTF-16
+/// surrogate (`\ud813` then `d`) and a number out of range (`1e999`) were
+/// accepted and served although the text is not valid JSON for a decoder.
+#[test]
+fn what_only_decoding_finds_invalid_is_refused() {
+    let raw = b"{\"metadata\":{\"resourceVersion\":\"5\",\"name\":\"a\",\"annotations\":null},\"spec\":{\"zzz\":1,\"aaa\":[1.5,-2,1e10,true,null,\"\\u00e9\\ud813d\\ude00\"]}}\n";
+    assert!(serde_json::from_slice::<Value>(raw).is_err(), "the input is invalid JSON");
+    assert!(ingest(&pods(), "member1", raw).is_err());
+    for raw in [&br#"{"metadata":{"name":"a"},"spec":{"n":1e999}}"#[..], br#"{"metadata":{"name":"a"},"spec":{"n":-1E+400}}"#] {
+        assert!(serde_json::from_slice::<Value>(raw).is_err(), "the input is invalid JSON");
+        assert!(ingest(&pods(), "member1", raw).is_err());
+    }
+    // A valid pair is accepted and served as the same text.
+    let pair = br#"{"metadata":{"name":"a"},"spec":{"s":"\ud83d\ude00 \u00e9"}}"#;
+    let ingested = ingest(&pods(), "member1", pair).unwrap();
+    let served: Value = serde_json::from_slice(&ingested.body.to_bytes(None, 1)).unwrap();
+    assert_eq!(served["spec"]["s"], "\u{1f600} \u{e9}");
+    assert_served_faithfully(pair);
+    assert_served_faithfully(raw);
+}
