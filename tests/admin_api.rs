@@ -1009,8 +1009,21 @@ fn kubefold_admin_wraps_every_operation_over_tls() {
         status["phase"] == "Synced" && status["resources"].as_object().unwrap().len() == 10
     });
 
-    let table = parse_table(&admin(&["stats"]));
-    let stats = api("/admin/v1/stats");
+    // The other members may still be syncing: compare a table read while
+    // the figures stood still (the same before and after it).
+    let (table, stats) = (0..50)
+        .find_map(|_| {
+            let figures = |stats: &serde_json::Value| ["headResourceVersion", "objects", "events"].map(|k| stats[k].clone());
+            let before = api("/admin/v1/stats");
+            let table = parse_table(&admin(&["stats"]));
+            let after = api("/admin/v1/stats");
+            if figures(&before) == figures(&after) {
+                return Some((table, after));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+            None
+        })
+        .expect("the stats stood still for the length of one `kubefold admin stats`");
     assert_eq!(table[0], ["HEAD-RV", "COMPACTED-RV", "OBJECTS", "EVENTS", "DATA-DIR", "WATCHES", "CLUSTERS"]);
     assert_eq!(table[1][..4], [stats["headResourceVersion"].to_string(), "0".into(), stats["objects"].to_string(), stats["events"].to_string()]);
     assert!(table[1][4].ends_with("iB"), "a human size: {:?}", table[1]);
