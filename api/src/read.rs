@@ -12,6 +12,7 @@ use futures::StreamExt;
 use kubefold_engine::event::{IndexEntry, ObjectKey};
 use kubefold_engine::index::Index;
 use kubefold_engine::names::{self, NameStyle, RequestedName};
+use kubefold_engine::object::ServedBody;
 use kubefold_engine::paging;
 use kubefold_engine::resources::ResourceType;
 use kubefold_engine::selector::{FieldSelector, LabelSelector, Requirement};
@@ -213,6 +214,36 @@ impl TablePrinter {
         out.push(b'}');
     }
 
+    /// Writes one row for a stored body served with `name_suffix` and `rv`:
+    /// from the row computed at ingest when the body has one (no parsing),
+    /// else as [`TablePrinter::write_row`] does.
+    pub fn write_body_row(&self, body: &ServedBody, name_suffix: Option<&str>, rv: u64, cluster: &str, out: &mut Vec<u8>) {
+        if let Some(row) = &body.row {
+            let start = out.len();
+            out.push(b'{');
+            if kubefold_engine::table::write_row_template(&row.template, name_suffix.unwrap_or(""), self.now, out) {
+                match self.include {
+                    IncludeObject::None => {}
+                    IncludeObject::Metadata => {
+                        out.extend_from_slice(b",\"object\":{\"kind\":\"PartialObjectMetadata\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":");
+                        if !body.write_metadata(out, name_suffix, rv) {
+                            out.extend_from_slice(b"{}");
+                        }
+                        out.push(b'}');
+                    }
+                    IncludeObject::Object => {
+                        out.extend_from_slice(b",\"object\":");
+                        body.write(out, name_suffix, rv);
+                    }
+                }
+                out.push(b'}');
+                return;
+            }
+            out.truncate(start);
+        }
+        self.write_row(&body.to_bytes(name_suffix, rv), cluster, out);
+    }
+
     /// The start of a Table, up to and including the `[` of its rows; the
     /// rows and `]}` follow. Column definitions unless `no_headers`.
     pub fn head(&self, rv: u64, continue_token: Option<&str>, remaining: Option<usize>, no_headers: bool) -> Vec<u8> {
@@ -237,10 +268,10 @@ impl TablePrinter {
         head
     }
 
-    /// A Table of one object as served.
-    pub fn single(&self, served: &[u8], cluster: &str, rv: u64, no_headers: bool) -> Vec<u8> {
+    /// A Table of one stored object.
+    pub fn single(&self, body: &ServedBody, name_suffix: Option<&str>, rv: u64, cluster: &str, no_headers: bool) -> Vec<u8> {
         let mut out = self.head(rv, None, None, no_headers);
-        self.write_row(served, cluster, &mut out);
+        self.write_body_row(body, name_suffix, rv, cluster, &mut out);
         out.extend_from_slice(b"]}");
         out
     }
@@ -298,12 +329,12 @@ pub fn get(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &str, query
         .body(entry.rv)
         .map_err(|e| Status::internal(e.to_string()))?
         .ok_or_else(|| Status::internal(format!("object body at resourceVersion {} is missing from the store", entry.rv)))?;
-    let bytes = body.to_bytes(scope.name_suffix(&key.cluster).as_deref(), entry.rv);
+    let suffix = scope.name_suffix(&key.cluster);
     if wants_table(req) {
         let printer = TablePrinter::new(&scope.resource, IncludeObject::parse(query.include_object.as_deref())?);
-        return Ok(respond::json_bytes(printer.single(&bytes, &key.cluster, entry.rv, false)));
+        return Ok(respond::json_bytes(printer.single(&body, suffix.as_deref(), entry.rv, &key.cluster, false)));
     }
-    Ok(respond::json_bytes(bytes))
+    Ok(respond::json_bytes(body.to_bytes(suffix.as_deref(), entry.rv)))
 }
 
 /// Serves a list (all pages read at the first page's snapshot).
@@ -372,50 +403,35 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
         head.extend_from_slice(b"},\"items\":[");
         (head, ItemWriter::Json)
     };
-    let mut list = ListBody { store: state.fleet.store().clone(), items: items.into_iter(), writer, head: Some(head), first: true, done: false };
+    let mut list = ListBody {
+        store: state.fleet.store().clone(),
+        items: items.into(),
+        writer: Arc::new(writer),
+        head: Some(head),
+        pos: 0,
+        done: false,
+    };
     // A list that fits one chunk is answered at once (with its length), a
     // longer one is streamed chunk by chunk: a worker thread never builds a
     // whole large list (it serves other requests between chunks) and a list
-    // costs one chunk of memory beyond its keys, however many run at once.
+    // costs a few chunks of memory beyond its keys, however many run at once.
     let first = list.chunk()?;
     if list.done {
         return Ok(respond::json_bytes(first));
     }
-    // The rest is produced on a blocking thread, a few chunks ahead of the
-    // client: the HTTP worker only passes bytes on, so a large list never
-    // holds up the worker's other requests (gets, watch events), and the
-    // list is not slowed down by them either: the OS shares the cores
-    // between the threads. Memory: the chunks in the channel, per list.
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, String>>(LIST_CHUNKS_AHEAD);
-    tokio::task::spawn_blocking(move || {
-        while !list.done {
-            let chunk = list.chunk().map_err(|status| status.message);
-            let failed = chunk.is_err();
-            if tx.blocking_send(chunk).is_err() || failed {
-                // The client went away, or the list ended early.
-                return;
-            }
-        }
-    });
-    let rest = futures::stream::poll_fn(move |cx| {
-        rx.poll_recv(cx).map(|chunk| {
-            chunk.map(|chunk| {
-                chunk.map(web::Bytes::from).map_err(|message| {
-                    tracing::warn!(%message, "List ended early.");
-                    actix_web::error::ErrorInternalServerError(message)
-                })
-            })
-        })
-    });
-    let body = futures::stream::once(async move { Ok::<_, actix_web::Error>(web::Bytes::from(first)) }).chain(rest);
+    let body = futures::stream::once(async move { Ok::<_, actix_web::Error>(web::Bytes::from(first)) }).chain(list.rest());
     Ok(HttpResponse::Ok().content_type("application/json").streaming(body))
 }
 
 /// Bytes of a list response produced per chunk.
 const LIST_CHUNK_BYTES: usize = 1 << 20;
 
-/// Chunks of a list produced ahead of the client.
-const LIST_CHUNKS_AHEAD: usize = 2;
+/// Threads that produce the rest of a long list, batch by batch in turn.
+const LIST_PRODUCERS: usize = 2;
+
+/// Objects per batch of a long list's rest (a batch larger than
+/// [`LIST_CHUNK_BYTES`] is sent in chunks of about that size).
+const LIST_BATCH_ITEMS: usize = 128;
 
 /// One object of a list: its cluster, name suffix and version.
 struct ListItem {
@@ -432,14 +448,35 @@ enum ItemWriter {
     Table(TablePrinter),
 }
 
+impl ItemWriter {
+    /// Writes one item, read from the store, to `out`.
+    fn write(&self, store: &kubefold_store::Store, item: &ListItem, out: &mut Vec<u8>) -> Result<(), Status> {
+        let gone = || Status::expired(format!("object version {} is no longer retained; list again", item.rv));
+        match self {
+            // Decompressed straight into the chunk.
+            ItemWriter::Json => {
+                if !store.write_served(item.rv, item.suffix.as_deref(), out).map_err(|e| Status::internal(e.to_string()))? {
+                    return Err(gone());
+                }
+            }
+            ItemWriter::Table(printer) => {
+                let body = store.body(item.rv).map_err(|e| Status::internal(e.to_string()))?.ok_or_else(gone)?;
+                printer.write_body_row(&body, item.suffix.as_deref(), item.rv, &item.cluster, out)
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A list response being produced: its head, then items read from the store
 /// a chunk at a time, then the closing brackets.
 struct ListBody {
     store: kubefold_store::Store,
-    items: std::vec::IntoIter<ListItem>,
-    writer: ItemWriter,
+    items: Arc<[ListItem]>,
+    writer: Arc<ItemWriter>,
     head: Option<Vec<u8>>,
-    first: bool,
+    /// The next item to write.
+    pos: usize,
     done: bool,
 }
 
@@ -447,29 +484,103 @@ impl ListBody {
     /// The next chunk (about [`LIST_CHUNK_BYTES`]); sets `done` after the last.
     fn chunk(&mut self) -> Result<Vec<u8>, Status> {
         let mut out = self.head.take().unwrap_or_default();
-        out.reserve(LIST_CHUNK_BYTES.min(self.items.len() * 4096) + 64);
+        out.reserve(LIST_CHUNK_BYTES.min((self.items.len() - self.pos) * 4096) + 64);
         while out.len() < LIST_CHUNK_BYTES {
-            let Some(item) = self.items.next() else {
+            let Some(item) = self.items.get(self.pos) else {
                 out.extend_from_slice(b"]}");
                 self.done = true;
                 break;
             };
-            let body = self
-                .store
-                .body(item.rv)
-                .map_err(|e| Status::internal(e.to_string()))?
-                .ok_or_else(|| Status::expired(format!("object version {} is no longer retained; list again", item.rv)))?;
-            if !self.first {
+            if self.pos > 0 {
                 out.push(b',');
             }
-            self.first = false;
-            match &self.writer {
-                ItemWriter::Json => body.write(&mut out, item.suffix.as_deref(), item.rv),
-                ItemWriter::Table(printer) => {
-                    printer.write_row(&body.to_bytes(item.suffix.as_deref(), item.rv), &item.cluster, &mut out)
-                }
-            }
+            self.pos += 1;
+            self.writer.write(&self.store, item, &mut out)?;
         }
         Ok(out)
+    }
+
+    /// The rest of the list after its first chunk, produced on
+    /// [`LIST_PRODUCERS`] blocking threads, each a batch at a time, a chunk
+    /// ahead of the client, and sent in order. The HTTP worker only passes
+    /// bytes on, so a large list never holds up the worker's other requests
+    /// (gets, watch events), and a long list is made on both cores while the
+    /// client reads. Memory: about two chunks per producer, per list.
+    fn rest(self) -> impl futures::Stream<Item = Result<web::Bytes, actix_web::Error>> {
+        let start = self.pos;
+        let batches = (self.items.len() - start).div_ceil(LIST_BATCH_ITEMS);
+        let receivers: Vec<_> = (0..LIST_PRODUCERS.min(batches))
+            .map(|producer| {
+                let (tx, rx) = tokio::sync::mpsc::channel::<Result<(Vec<u8>, bool), String>>(1);
+                let (store, items, writer) = (self.store.clone(), self.items.clone(), self.writer.clone());
+                tokio::task::spawn_blocking(move || produce(&store, &items, &writer, start, producer, &tx));
+                rx
+            })
+            .collect();
+        let (mut receivers, mut current, mut left, mut ended) = (receivers, 0, batches, false);
+        futures::stream::poll_fn(move |cx| {
+            if ended {
+                return std::task::Poll::Ready(None);
+            }
+            if left == 0 {
+                ended = true;
+                return std::task::Poll::Ready(Some(Ok(web::Bytes::from_static(b"]}"))));
+            }
+            let failed = |message: String| {
+                tracing::warn!(%message, "List ended early.");
+                Some(Err(actix_web::error::ErrorInternalServerError(message)))
+            };
+            std::task::Poll::Ready(match std::task::ready!(receivers[current].poll_recv(cx)) {
+                Some(Ok((chunk, last_of_batch))) => {
+                    if last_of_batch {
+                        left -= 1;
+                        current = (current + 1) % receivers.len();
+                    }
+                    Some(Ok(web::Bytes::from(chunk)))
+                }
+                Some(Err(message)) => {
+                    ended = true;
+                    failed(message)
+                }
+                None => {
+                    ended = true;
+                    failed("a list producer stopped".to_string())
+                }
+            })
+        })
+    }
+}
+
+/// Produces batches `producer`, `producer + LIST_PRODUCERS`, ... of the
+/// items from `start` on; each batch's last chunk is marked. Stops at the
+/// end, at an error (sent on) or when the client went away.
+fn produce(
+    store: &kubefold_store::Store,
+    items: &[ListItem],
+    writer: &ItemWriter,
+    start: usize,
+    producer: usize,
+    tx: &tokio::sync::mpsc::Sender<Result<(Vec<u8>, bool), String>>,
+) {
+    let mut from = start + producer * LIST_BATCH_ITEMS;
+    while from < items.len() {
+        let to = (from + LIST_BATCH_ITEMS).min(items.len());
+        let mut out = Vec::with_capacity(LIST_CHUNK_BYTES.min((to - from) * 4096) + 64);
+        for (i, item) in items.iter().enumerate().take(to).skip(from) {
+            if out.len() >= LIST_CHUNK_BYTES && tx.blocking_send(Ok((std::mem::take(&mut out), false))).is_err() {
+                return;
+            }
+            if i > 0 {
+                out.push(b',');
+            }
+            if let Err(status) = writer.write(store, item, &mut out) {
+                let _ = tx.blocking_send(Err(status.message));
+                return;
+            }
+        }
+        if tx.blocking_send(Ok((out, true))).is_err() {
+            return;
+        }
+        from += LIST_PRODUCERS * LIST_BATCH_ITEMS;
     }
 }

@@ -403,8 +403,7 @@ impl Watch {
             Some(printer) => {
                 let mut line = Vec::with_capacity(event.body.json.len() + 64);
                 line.extend_from_slice(format!("{{\"type\":\"{}\",\"object\":", event_type.as_str()).as_bytes());
-                let served = event.body.to_bytes(suffix.as_deref(), event.rv);
-                line.extend_from_slice(&printer.single(&served, &event.key.cluster, event.rv, self.headers_sent));
+                line.extend_from_slice(&printer.single(&event.body, suffix.as_deref(), event.rv, &event.key.cluster, self.headers_sent));
                 self.headers_sent = true;
                 line.extend_from_slice(b"}\n");
                 Bytes::from(line)

@@ -78,6 +78,21 @@ pub struct ServedBody {
     pub name_end: u32,
     /// Byte offset between the resourceVersion's quotes.
     pub rv_at: u32,
+    /// The object's Table row, computed when it was ingested (`None` for
+    /// types whose rows are printed from the body each time).
+    pub row: Option<TableRow>,
+}
+
+/// What a Table row of an object needs, kept with its body so that a Table
+/// is printed without parsing objects.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TableRow {
+    /// The row's cells and conditions ([`crate::table::row_template`]).
+    pub template: Vec<u8>,
+    /// Where the body's `metadata` starts.
+    pub metadata_start: u32,
+    /// Where the body's `metadata` ends (exclusive).
+    pub metadata_end: u32,
 }
 
 impl ServedBody {
@@ -105,12 +120,71 @@ impl ServedBody {
         }
     }
 
+    /// Writes the object's `metadata` as served (see [`ServedBody::write`]);
+    /// false, having written nothing, when the body has no [`TableRow`] or
+    /// its bounds are not within the body.
+    pub fn write_metadata(&self, out: &mut Vec<u8>, name_suffix: Option<&str>, rv: u64) -> bool {
+        let Some(row) = &self.row else { return false };
+        let (start, end) = (row.metadata_start as usize, row.metadata_end as usize);
+        if start > end || end > self.json.len() {
+            return false;
+        }
+        let mut rv_buf = itoa_u64(rv);
+        let mut holes = [(self.name_end as usize, name_suffix.unwrap_or("").as_bytes()), (self.rv_at as usize, rv_buf.as_bytes_mut())];
+        holes.sort_by_key(|(at, _)| *at);
+        let mut copied = start;
+        for (at, text) in holes {
+            if at < start || at > end {
+                continue;
+            }
+            out.extend_from_slice(&self.json[copied..at]);
+            out.extend_from_slice(text);
+            copied = at;
+        }
+        out.extend_from_slice(&self.json[copied..end]);
+        true
+    }
+
     /// The object as served, as bytes.
     pub fn to_bytes(&self, name_suffix: Option<&str>, rv: u64) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.json.len() + 32);
         self.write(&mut out, name_suffix, rv);
         out
     }
+}
+
+/// Bytes [`open_holes`] needs before a body: the suffix and the RV's digits.
+pub fn hole_bytes(name_suffix: Option<&str>, rv: u64) -> usize {
+    name_suffix.map_or(0, str::len) + itoa_u64(rv).as_bytes_mut().len()
+}
+
+/// Serves a body decompressed in place: `out[at..]` holds
+/// [`hole_bytes`] bytes of room, then the body's JSON with its holes closed
+/// (as [`ServedBody::json`]); afterwards `out[at..]` is the object as
+/// [`ServedBody::write`] writes it. Only the JSON before the later hole
+/// moves (the start of `metadata`), not the whole body. Holes beyond the
+/// JSON are treated as at its end.
+pub fn open_holes(out: &mut [u8], at: usize, name_end: u32, rv_at: u32, name_suffix: Option<&str>, rv: u64) {
+    let mut rv_buf = itoa_u64(rv);
+    let rv_bytes = rv_buf.as_bytes_mut();
+    let suffix = name_suffix.unwrap_or("").as_bytes();
+    let gap = suffix.len() + rv_bytes.len();
+    if out.len() < at + gap {
+        return;
+    }
+    let len = out.len() - (at + gap);
+    let (name_end, rv_at) = ((name_end as usize).min(len), (rv_at as usize).min(len));
+    let (first, first_text, second, second_text) =
+        if name_end <= rv_at { (name_end, suffix, rv_at, rv_bytes) } else { (rv_at, rv_bytes, name_end, suffix) };
+    let json = at + gap;
+    // JSON before the first hole, the first hole's text, JSON up to the
+    // second hole, its text; the rest is where it belongs already.
+    out.copy_within(json..json + first, at);
+    out[at + first..at + first + first_text.len()].copy_from_slice(first_text);
+    let moved = at + first + first_text.len();
+    out.copy_within(json + first..json + second, moved);
+    let second_at = moved + (second - first);
+    out[second_at..second_at + second_text.len()].copy_from_slice(second_text);
 }
 
 struct RvDigits {
@@ -187,6 +261,7 @@ pub fn ingest(resource: &ResourceType, cluster: &str, raw: &[u8]) -> Result<Inge
 
     let mut json = Vec::with_capacity(raw.len() + 128);
     let mut holes = (0, 0);
+    let mut metadata = (0, 0);
     json.push(b'{');
     let fix_kind = top.get("kind").is_none() || top.get("apiVersion").is_none();
     if fix_kind {
@@ -207,13 +282,18 @@ pub fn ingest(resource: &ResourceType, cluster: &str, raw: &[u8]) -> Result<Inge
         write_str(&mut json, key);
         json.push(b':');
         if key == "metadata" {
+            metadata.0 = json.len();
             holes = write_metadata(&mut json, &meta, &name, cluster, &member_rv)?;
+            metadata.1 = json.len();
         } else {
             push_compact(&mut json, value.get().as_bytes());
         }
     }
     json.push(b'}');
     let (name_end, rv_at) = holes;
+    let row = row_object(resource, raw, &top)
+        .and_then(|object| crate::table::row_template(resource, &object, &name, cluster))
+        .map(|template| TableRow { template, metadata_start: metadata.0 as u32, metadata_end: metadata.1 as u32 });
     Ok(Ingested {
         namespace,
         name,
@@ -221,8 +301,25 @@ pub fn ingest(resource: &ResourceType, cluster: &str, raw: &[u8]) -> Result<Inge
         uid,
         labels,
         fields,
-        body: ServedBody { json, name_end: name_end as u32, rv_at: rv_at as u32 },
+        body: ServedBody { json, name_end: name_end as u32, rv_at: rv_at as u32, row },
     })
+}
+
+/// What a Table row of the object reads ([`crate::table::row_keeps`]),
+/// parsed from its members; `None` if any fails to parse.
+fn row_object(resource: &ResourceType, raw: &[u8], top: &Members<'_>) -> Option<Value> {
+    match crate::table::row_keeps(resource) {
+        crate::table::Keep::All => serde_json::from_slice(raw).ok(),
+        crate::table::Keep::Fields(kept) => {
+            let mut object = serde_json::Map::new();
+            for (member, keep) in kept.iter() {
+                if let Some(raw) = top.get(member) {
+                    object.insert((*member).to_string(), crate::table::parse_for_row(raw.get().as_bytes(), keep).ok()?);
+                }
+            }
+            Some(Value::Object(object))
+        }
+    }
 }
 
 /// Any JSON value, decoded as serde_json decodes it (strings unescaped,
@@ -555,6 +652,35 @@ mod tests {
 
     fn pods() -> ResourceType {
         resources::find(&resources::builtin(), "", "v1", "pods").unwrap().clone()
+    }
+
+    #[test]
+    fn holes_opened_in_place_give_what_write_gives() {
+        let json: Vec<u8> = (0..200u8).map(|i| b'a' + i % 26).collect();
+        for (name_end, rv_at) in [(0, 0), (10, 40), (40, 10), (7, 7), (0, 200), (200, 0), (199, 200), (150, 250)] {
+            for suffix in [None, Some(""), Some("_member1")] {
+                for rv in [0, 7, 1234567, u64::MAX] {
+                    let body = ServedBody { json: json.clone(), name_end, rv_at, row: None };
+                    let mut expected = b"prefix".to_vec();
+                    if name_end as usize <= json.len() && rv_at as usize <= json.len() {
+                        body.write(&mut expected, suffix, rv);
+                    } else {
+                        // Out of range holes are at the end.
+                        let clamped = ServedBody { name_end: name_end.min(200), rv_at: rv_at.min(200), ..body.clone() };
+                        clamped.write(&mut expected, suffix, rv);
+                    }
+                    let mut out = b"prefix".to_vec();
+                    out.resize(6 + hole_bytes(suffix, rv), 0);
+                    out.extend_from_slice(&json);
+                    open_holes(&mut out, 6, name_end, rv_at, suffix, rv);
+                    assert_eq!(String::from_utf8(out).unwrap(), String::from_utf8(expected).unwrap(), "{name_end} {rv_at} {suffix:?} {rv}");
+                }
+            }
+        }
+        // Too short to hold the room: left as it is.
+        let mut short = b"ab".to_vec();
+        open_holes(&mut short, 1, 0, 0, Some("_m"), 5);
+        assert_eq!(short, b"ab");
     }
 
     #[test]

@@ -228,7 +228,7 @@ fn shows_creation_time(resource: &ResourceType) -> bool {
 /// cells are JSON numbers and booleans; `date` cells are ages like `AGE`;
 /// `string` cells print the value), `null` when the path finds nothing.
 /// <https://kubernetes.io/docs/tasks/extend-kubernetes/custom-resources/custom-resource-definitions/#additional-printer-columns>
-fn printer_column_cells(resource: &ResourceType, object: &Value, now: DateTime<Utc>) -> Vec<Value> {
+fn printer_column_cells(resource: &ResourceType, object: &Value, now: Now) -> Vec<Value> {
     resource
         .printer_columns
         .iter()
@@ -302,6 +302,11 @@ pub fn cells(
     cluster: &str,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Vec<serde_json::Value> {
+    cells_at(resource, object, display_name, cluster, Now::At(now))
+}
+
+/// [`cells`] printed at `now`.
+fn cells_at(resource: &ResourceType, object: &Value, display_name: &str, cluster: &str, now: Now) -> Vec<Value> {
     let printer = Printer::of(resource);
     if printer == Printer::Event {
         return event_cells(object, display_name, cluster, now);
@@ -679,6 +684,132 @@ impl<'de> serde::de::Visitor<'de> for Pruned {
     }
 }
 
+/// When a row is printed: at a time, or later (a row template, whose times
+/// are left as marks; see [`row_template`]).
+#[derive(Debug, Clone, Copy)]
+enum Now {
+    At(DateTime<Utc>),
+    Later,
+}
+
+/// Starts a mark in a row template's strings: a NUL character, written
+/// `\u0000` in the template's JSON, then what the mark stands for.
+const ROW_MARK: char = '\u{0}';
+/// After [`ROW_MARK`]: the served name's suffix (`_<cluster>` or nothing).
+const SUFFIX_MARK: char = 'Q';
+/// After [`ROW_MARK`]: the age of a time, `S<Unix seconds>.<nanoseconds>`
+/// and a closing [`ROW_MARK`].
+const SINCE_MARK: char = 'S';
+/// The first byte of every row template: the version of its layout. A
+/// template of another version is not used (the row is printed from the body).
+const ROW_TEMPLATE_VERSION: u8 = 1;
+
+/// A Table row computed once, when the object is ingested, and printed for
+/// each request by [`write_row_template`]: the row's `"cells":[...]` (and
+/// `,"conditions":[...]`), with marks where the served name's suffix and
+/// the ages go, since those depend on the request and the time.
+///
+/// `object` holds what [`row_keeps`] names (or more); `name` is the
+/// member's name of the object. `None` for types whose columns can change
+/// while objects are stored (custom resources' printer columns) and for
+/// objects with a NUL character in their text, which a mark could not be
+/// told from.
+pub fn row_template(resource: &ResourceType, object: &Value, name: &str, cluster: &str) -> Option<Vec<u8>> {
+    if Printer::of(resource) == Printer::Default && !resource.printer_columns.is_empty() {
+        return None;
+    }
+    if has_nul(object) || name.contains(ROW_MARK) || cluster.contains(ROW_MARK) {
+        return None;
+    }
+    let display_name = format!("{name}{ROW_MARK}{SUFFIX_MARK}");
+    let cells = cells_at(resource, object, &display_name, cluster, Now::Later);
+    let mut out = vec![ROW_TEMPLATE_VERSION];
+    out.extend_from_slice(b"\"cells\":");
+    serde_json::to_writer(&mut out, &cells).ok()?;
+    let conditions = row_conditions(resource, object);
+    if !conditions.is_empty() {
+        out.extend_from_slice(b",\"conditions\":");
+        serde_json::to_writer(&mut out, &conditions).ok()?;
+    }
+    Some(out)
+}
+
+/// Whether any key or string in `value` has a NUL character.
+fn has_nul(value: &Value) -> bool {
+    match value {
+        Value::String(s) => s.contains(ROW_MARK),
+        Value::Array(items) => items.iter().any(has_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains(ROW_MARK) || has_nul(v)),
+        _ => false,
+    }
+}
+
+/// Writes the row of a template from [`row_template`] as printed at `now`,
+/// for the object's name served with `name_suffix`: the row's members,
+/// without braces. Returns false, having written nothing, for a template
+/// of another version or a damaged one.
+pub fn write_row_template(template: &[u8], name_suffix: &str, now: DateTime<Utc>, out: &mut Vec<u8>) -> bool {
+    const MARK: &[u8] = b"\\u0000";
+    let start = out.len();
+    let Some((&ROW_TEMPLATE_VERSION, text)) = template.split_first() else { return false };
+    let (mut i, mut copied) = (0, 0);
+    while i < text.len() {
+        if text[i] != b'\\' {
+            i += 1;
+            continue;
+        }
+        if !text[i..].starts_with(MARK) {
+            // Another escape: its second byte never starts a mark.
+            i += 2;
+            continue;
+        }
+        out.extend_from_slice(&text[copied..i]);
+        let rest = &text[i + MARK.len()..];
+        match rest.first().map(|&b| b as char) {
+            Some(SUFFIX_MARK) => {
+                write_json_text(out, name_suffix);
+                i += MARK.len() + 1;
+            }
+            Some(SINCE_MARK) => {
+                let time = rest
+                    .windows(MARK.len())
+                    .position(|w| w == MARK)
+                    .and_then(|end| Some((end, parse_mark_time(&rest[1..end])?)));
+                let Some((end, time)) = time else {
+                    out.truncate(start);
+                    return false;
+                };
+                out.extend_from_slice(human_duration(now.signed_duration_since(time)).as_bytes());
+                i += MARK.len() + end + MARK.len();
+            }
+            _ => {
+                out.truncate(start);
+                return false;
+            }
+        }
+        copied = i;
+    }
+    out.extend_from_slice(&text[copied.min(text.len())..]);
+    true
+}
+
+/// The time of a [`SINCE_MARK`]: `<Unix seconds>.<nanoseconds>`.
+fn parse_mark_time(text: &[u8]) -> Option<DateTime<Utc>> {
+    let text = std::str::from_utf8(text).ok()?;
+    let (seconds, nanos) = text.split_once('.')?;
+    DateTime::from_timestamp(seconds.parse().ok()?, nanos.parse().ok()?)
+}
+
+/// Writes `text` as the inside of a JSON string.
+fn write_json_text(out: &mut Vec<u8>, text: &str) {
+    if text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.extend_from_slice(text.as_bytes());
+    } else {
+        let quoted = serde_json::to_vec(text).expect("strings serialize");
+        out.extend_from_slice(&quoted[1..quoted.len() - 1]);
+    }
+}
+
 /// The row conditions kube-apiserver attaches (`TableRow.conditions`): a
 /// `Completed` condition for pods that succeeded or failed, empty otherwise.
 pub fn row_conditions(
@@ -795,14 +926,17 @@ fn timestamp(value: &Value, pointer: &str) -> Option<DateTime<Utc>> {
 }
 
 /// `translateTimestampSince`: the age of a timestamp, `<unknown>` when unset.
-fn since(time: Option<DateTime<Utc>>, now: DateTime<Utc>) -> String {
+fn since(time: Option<DateTime<Utc>>, now: Now) -> String {
     match time {
-        Some(time) => human_duration(now.signed_duration_since(time)),
+        Some(time) => match now {
+            Now::At(now) => human_duration(now.signed_duration_since(time)),
+            Now::Later => format!("{ROW_MARK}{SINCE_MARK}{}.{:09}{ROW_MARK}", time.timestamp(), time.timestamp_subsec_nanos()),
+        },
         None => "<unknown>".to_string(),
     }
 }
 
-fn age(object: &Value, now: DateTime<Utc>) -> String {
+fn age(object: &Value, now: Now) -> String {
     since(timestamp(object, "/metadata/creationTimestamp"), now)
 }
 
@@ -887,7 +1021,7 @@ fn condition_is(conditions: &[Value], type_: &str, status: &str) -> bool {
 }
 
 /// READY, STATUS, RESTARTS, AGE and the wide columns of a pod (`printPod`).
-fn pod_cells(pod: &Value, age: Value, now: DateTime<Utc>) -> Vec<Value> {
+fn pod_cells(pod: &Value, age: Value, now: Now) -> Vec<Value> {
     let init_containers = items(pod, "/spec/initContainers");
     let is_restartable = |name: &str| {
         init_containers.iter().any(|c| {
@@ -1198,7 +1332,7 @@ fn service_cells(service: &Value, age: Value) -> Vec<Value> {
 }
 
 /// The cells of an event (`printEvent`, wide), with the cluster after OBJECT.
-fn event_cells(event: &Value, display_name: &str, cluster: &str, now: DateTime<Utc>) -> Vec<Value> {
+fn event_cells(event: &Value, display_name: &str, cluster: &str, now: Now) -> Vec<Value> {
     let first_seen = match timestamp(event, "/firstTimestamp") {
         Some(first) => since(Some(first), now),
         None => since(timestamp(event, "/eventTime"), now),
@@ -2413,5 +2547,150 @@ mod tests {
         for pointer in ["", "/a", "/a/b", "/a/b/0", "/a/b/1/c", "/a/b/01", "/a/b/2", "/a/b/-", "/a/b/x", "/a/x~1y", "/a/t~0", "/a/", "/nope", "/a/b/0/c/d", "a"] {
             assert_eq!(v.walk(pointer), v.pointer(pointer), "{pointer:?}");
         }
+    }
+
+    /// The row an object's template prints, as a JSON object.
+    fn templated_row(body: &crate::object::ServedBody, suffix: &str, now: DateTime<Utc>) -> Option<Value> {
+        let row = body.row.as_ref()?;
+        let mut out = b"{".to_vec();
+        assert!(write_row_template(&row.template, suffix, now, &mut out), "the template prints");
+        out.push(b'}');
+        Some(serde_json::from_slice(&out).expect("a template prints JSON"))
+    }
+
+    /// The row printed from the served body at `now`, as before templates.
+    fn printed_row(resource: &ResourceType, served: &[u8], cluster: &str, now: DateTime<Utc>) -> Value {
+        let object: Value = serde_json::from_slice(served).unwrap();
+        let name = object["metadata"]["name"].as_str().unwrap().to_string();
+        let mut row = json!({"cells": cells(resource, &object, &name, cluster, now)});
+        let conditions = row_conditions(resource, &object);
+        if !conditions.is_empty() {
+            row["conditions"] = Value::from(conditions);
+        }
+        row
+    }
+
+    fn pod_object(extra_spec: Value, status: Value, deletion: Option<&str>) -> Value {
+        let mut object = json!({
+            "kind": "Pod", "apiVersion": "v1",
+            "metadata": {"name": "web-0", "namespace": "default", "uid": "u", "resourceVersion": "7",
+                         "creationTimestamp": "2025-06-01T12:00:00Z", "labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "app", "image": "nginx:1.27", "env": [{"name": "A", "value": "1"}]}, {"name": "proxy", "image": "envoy"}],
+                     "nodeName": "node-1"},
+            "status": status
+        });
+        if let Value::Object(extra) = extra_spec {
+            for (k, v) in extra {
+                object["spec"][k] = v;
+            }
+        }
+        if let Some(t) = deletion {
+            object["metadata"]["deletionTimestamp"] = json!(t);
+        }
+        object
+    }
+
+    #[test]
+    fn a_row_template_prints_what_the_body_prints() {
+        let restarted = json!({"phase": "Running", "podIP": "10.0.0.1", "podIPs": [{"ip": "10.0.0.1"}],
+            "conditions": [{"type": "Ready", "status": "True"}, {"type": "gate-a", "status": "True"}],
+            "containerStatuses": [
+                {"name": "app", "ready": true, "restartCount": 3, "image": "nginx", "state": {"running": {"startedAt": "2025-06-01T12:04:00Z"}},
+                 "lastState": {"terminated": {"exitCode": 1, "finishedAt": "2025-06-01T12:05:00Z"}}},
+                {"name": "proxy", "ready": true, "restartCount": 0, "state": {"running": {}}}]});
+        let pods = [
+            pod_object(json!({}), restarted.clone(), None),
+            pod_object(json!({"readinessGates": [{"conditionType": "gate-a"}, {"conditionType": "gate-b"}]}), restarted.clone(), Some("2025-06-01T12:09:00Z")),
+            pod_object(json!({}), json!({"phase": "Succeeded", "containerStatuses": [
+                {"name": "app", "restartCount": 0, "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}), None),
+            pod_object(json!({}), json!({"phase": "Failed", "reason": "Evicted"}), None),
+            pod_object(json!({"initContainers": [{"name": "init", "image": "busybox"}, {"name": "side", "restartPolicy": "Always"}]}),
+                json!({"phase": "Pending", "initContainerStatuses": [
+                    {"name": "init", "restartCount": 2, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                     "lastState": {"terminated": {"exitCode": 2, "finishedAt": "2025-06-01T12:07:30.5Z"}}},
+                    {"name": "side", "restartCount": 1, "started": true, "ready": true, "state": {"running": {}}}]}), None),
+            // Text that looks like a mark, written with an escaped backslash and with `\u005c`.
+            pod_object(json!({}), json!({"phase": "Running", "reason": "x\\u0000Q\\u0000S1.0\\u0000y"}), None),
+            pod_object(json!({}), json!({"phase": "Running", "reason": "\u{5c}u0000Q"}), None),
+        ];
+        let mut objects: Vec<(ResourceType, Vec<u8>)> =
+            pods.iter().map(|p| (resource("", "pods"), serde_json::to_vec(p).unwrap())).collect();
+        // Raw text for `\u005c` (a backslash written as an escape).
+        objects.push((resource("", "pods"), br#"{"metadata":{"name":"p","creationTimestamp":"2025-06-01T12:00:00Z"},"status":{"phase":"A\u005cu0000Q"}}"#.to_vec()));
+        for (file, group, plural) in crate::fixtures::API_TYPES {
+            let catalog = builtin();
+            let resource = catalog.iter().find(|r| r.group == *group && r.plural == *plural && r.version == "v1").unwrap().clone();
+            objects.push((resource, crate::fixtures::read(file)));
+        }
+        let nows = [at("2025-06-01T12:10:00Z"), at("2025-06-03T00:00:00Z"), fixture_now(), at("2000-01-01T00:00:00Z")];
+        for (resource, raw) in &objects {
+            let ingested = crate::object::ingest(resource, "member1", raw).unwrap();
+            assert!(ingested.body.row.is_some(), "{} has a row template", resource.plural);
+            for suffix in ["", "_member1"] {
+                let served = ingested.body.to_bytes(Some(suffix), 42);
+                for now in nows {
+                    assert_eq!(
+                        templated_row(&ingested.body, suffix, now).unwrap(),
+                        printed_row(resource, &served, "member1", now),
+                        "{} {}",
+                        resource.plural,
+                        String::from_utf8_lossy(raw)
+                    );
+                }
+            }
+        }
+        // What the first pod's row says, from what Kubernetes prints.
+        let ingested = crate::object::ingest(&resource("", "pods"), "member1", &serde_json::to_vec(&pods[0]).unwrap()).unwrap();
+        assert_eq!(
+            templated_row(&ingested.body, "_member1", at("2025-06-01T12:10:00Z")).unwrap(),
+            json!({"cells": ["web-0_member1", "member1", "2/2", "Running", "3 (5m ago)", "10m", "10.0.0.1", "node-1", "<none>", "<none>"]})
+        );
+        let finished = crate::object::ingest(&resource("", "pods"), "member1", &serde_json::to_vec(&pods[2]).unwrap()).unwrap();
+        assert_eq!(
+            templated_row(&finished.body, "", at("2025-06-01T12:10:00Z")).unwrap()["conditions"],
+            json!([{"type": "Completed", "status": "True", "reason": "Succeeded", "message": "The pod has completed successfully."}])
+        );
+    }
+
+    #[test]
+    fn objects_a_template_cannot_print_have_none() {
+        // A NUL character could not be told from a mark.
+        let nul = pod_object(json!({}), json!({"phase": "Running", "reason": "a\u{0}Q"}), None);
+        let ingested = crate::object::ingest(&resource("", "pods"), "member1", &serde_json::to_vec(&nul).unwrap()).unwrap();
+        assert!(ingested.body.row.is_none());
+        // A custom resource's printer columns can change while its objects are stored.
+        let mut crd = resource("", "pods");
+        crd.group = "example.com".into();
+        crd.plural = "widgets".into();
+        crd.kind = "Widget".into();
+        crd.printer_columns = vec![crate::resources::PrinterColumn {
+            name: "Size".into(),
+            type_: "integer".into(),
+            json_path: ".spec.size".into(),
+            description: String::new(),
+            priority: 0,
+            format: String::new(),
+        }];
+        let widget = br#"{"kind":"Widget","apiVersion":"example.com/v1","metadata":{"name":"w"},"spec":{"size":3}}"#;
+        assert!(crate::object::ingest(&crd, "member1", widget).unwrap().body.row.is_none());
+    }
+
+    #[test]
+    fn a_template_of_another_version_or_damaged_prints_nothing() {
+        let ingested = crate::object::ingest(&resource("", "pods"), "member1", &serde_json::to_vec(&pod_object(json!({}), json!({}), None)).unwrap()).unwrap();
+        let template = ingested.body.row.unwrap().template;
+        let now = at("2025-06-01T12:10:00Z");
+        let mut out = b"head".to_vec();
+        let mut other = template.clone();
+        other[0] = ROW_TEMPLATE_VERSION + 1;
+        assert!(!write_row_template(&other, "", now, &mut out));
+        assert!(!write_row_template(&[], "", now, &mut out));
+        let text = String::from_utf8(template.clone()).unwrap();
+        let unclosed = text.replacen("\\u0000S", "\\u0000S9", 1).rsplit_once("\\u0000").map(|(a, b)| format!("{a}{b}")).unwrap();
+        assert!(!write_row_template(unclosed.as_bytes(), "", now, &mut out));
+        let unknown = text.replacen("\\u0000Q", "\\u0000Z", 1);
+        assert!(!write_row_template(unknown.as_bytes(), "", now, &mut out));
+        assert_eq!(out, b"head", "nothing written");
+        assert!(write_row_template(&template, "", now, &mut out));
     }
 }

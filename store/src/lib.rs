@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 
 use kubefold_engine::event::{EventType, IndexEntry, ObjectKey, StoredEvent};
 use kubefold_engine::index::Index;
-use kubefold_engine::object::ServedBody;
+use kubefold_engine::object::{ServedBody, TableRow};
 use thiserror::Error;
 
 /// The on-disk format this build writes and reads.
@@ -201,6 +201,11 @@ const SNAPSHOT_MAGIC: &[u8; 24] = b"kubefold-index-snapshot\n";
 const BODY_RAW: u8 = 0;
 const BODY_LZ4: u8 = 1;
 const BODY_LZ4_DICT: u8 = 2;
+/// Set in a record's body encoding when the object's Table row
+/// ([`kubefold_engine::object::TableRow`]) comes between the head and the
+/// body: its metadata start and end and its template's length (each a u32,
+/// little-endian), then the template.
+const BODY_WITH_ROW: u8 = 0x80;
 
 /// A resource type's compression dictionary is made of the first bodies of
 /// that type committed in one batch: at least this many bytes of them...
@@ -342,8 +347,8 @@ struct EventHead {
 }
 
 impl EventHead {
-    /// The event with `json` as its body.
-    fn into_event(self, json: Vec<u8>) -> StoredEvent {
+    /// The event with `json` as its body and `row` as its Table row.
+    fn into_event(self, json: Vec<u8>, row: Option<TableRow>) -> StoredEvent {
         StoredEvent {
             rv: self.rv,
             event_type: self.event_type,
@@ -354,7 +359,7 @@ impl EventHead {
             uid: self.uid,
             labels: self.labels,
             fields: self.fields,
-            body: ServedBody { json, name_end: self.name_end, rv_at: self.rv_at },
+            body: ServedBody { json, name_end: self.name_end, rv_at: self.rv_at, row },
             time_ms: self.time_ms,
         }
     }
@@ -374,7 +379,10 @@ fn encode_event_with(event: &StoredEvent, dict: Option<&[u8]>) -> Result<Vec<u8>
         Some(dict) => (BODY_LZ4_DICT, lz4_flex::block::compress_with_dict(json, dict)),
         None => (BODY_LZ4, lz4_flex::block::compress(json)),
     };
-    let (codec, body) = if compressed.len() < json.len() { (codec, &compressed[..]) } else { (BODY_RAW, &json[..]) };
+    let (mut codec, body) = if compressed.len() < json.len() { (codec, &compressed[..]) } else { (BODY_RAW, &json[..]) };
+    if event.body.row.is_some() {
+        codec |= BODY_WITH_ROW;
+    }
     let head = EventHeadRef {
         rv: event.rv,
         event_type: event.event_type,
@@ -392,6 +400,15 @@ fn encode_event_with(event: &StoredEvent, dict: Option<&[u8]>) -> Result<Vec<u8>
         body_codec: codec,
     };
     let mut out = encode(&head)?;
+    if let Some(row) = &event.body.row {
+        let template_len = u32::try_from(row.template.len())
+            .map_err(|_| Error::Corrupt { what: format!("event {}: Table row over 4 GiB", event.rv) })?;
+        out.reserve(12 + row.template.len() + body.len());
+        for n in [row.metadata_start, row.metadata_end, template_len] {
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+        out.extend_from_slice(&row.template);
+    }
     out.extend_from_slice(body);
     Ok(out)
 }
@@ -414,8 +431,9 @@ pub fn decode_event(bytes: &[u8]) -> Result<StoredEvent> {
 /// [`decode_event`] with the store's dictionaries.
 fn decode_event_with(bytes: &[u8], dicts: &Dicts) -> Result<StoredEvent> {
     let (head, used) = decode_head(bytes)?;
-    let json = decompress_body(head.rv, &head.resource, head.body_codec, head.body_len as usize, &bytes[used..], dicts)?;
-    Ok(head.into_event(json))
+    let (row, body) = split_row(head.rv, head.body_codec, head.body_len, &bytes[used..])?;
+    let json = decompress_body(head.rv, &head.resource, head.body_codec, head.body_len as usize, body, dicts)?;
+    Ok(head.into_event(json, row))
 }
 
 /// The head of an event record as read for its body alone: strings
@@ -425,10 +443,10 @@ struct BodyHead<'a> {
     rv: u64,
     _event_type: EventType,
     resource: &'a str,
-    _key: (&'a str, &'a str, &'a str),
+    _key: (&'a [u8], &'a [u8], &'a [u8]),
     _prev_rv: u64,
-    _member_rv: &'a str,
-    _uid: &'a str,
+    _member_rv: &'a [u8],
+    _uid: &'a [u8],
     _labels: SkippedPairs,
     _fields: SkippedPairs,
     _time_ms: u64,
@@ -450,7 +468,9 @@ impl<'de> serde::Deserialize<'de> for SkippedPairs {
                 f.write_str("a sequence of string pairs")
             }
             fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<SkippedPairs, A::Error> {
-                while seq.next_element::<(&'de str, &'de str)>()?.is_some() {}
+                // As bytes: strings are written as bytes are, and this
+                // does not check the text of what it drops.
+                while seq.next_element::<(&'de [u8], &'de [u8])>()?.is_some() {}
                 Ok(SkippedPairs)
             }
         }
@@ -464,8 +484,37 @@ fn decode_body_with(bytes: &[u8], dicts: &Dicts) -> Result<ServedBody> {
     let (head, used): (BodyHead<'_>, usize) = bincode::serde::borrow_decode_from_slice(bytes, config())
         .map_err(|e| Error::Corrupt { what: format!("event: {e}") })?;
     check_body(head.rv, head.body_len, head.name_end, head.rv_at, head.body_codec)?;
-    let json = decompress_body(head.rv, head.resource, head.body_codec, head.body_len as usize, &bytes[used..], dicts)?;
-    Ok(ServedBody { json, name_end: head.name_end, rv_at: head.rv_at })
+    let (row, body) = split_row(head.rv, head.body_codec, head.body_len, &bytes[used..])?;
+    let json = decompress_body(head.rv, head.resource, head.body_codec, head.body_len as usize, body, dicts)?;
+    Ok(ServedBody { json, name_end: head.name_end, rv_at: head.rv_at, row })
+}
+
+/// The Table row of a record (when its encoding says it has one) and the
+/// stored body after it.
+fn split_row(rv: u64, codec: u8, body_len: u32, after_head: &[u8]) -> Result<(Option<TableRow>, &[u8])> {
+    let (row, body) = row_section(rv, codec, body_len, after_head)?;
+    let row = row.map(|(metadata_start, metadata_end, template)| TableRow { template: template.to_vec(), metadata_start, metadata_end });
+    Ok((row, body))
+}
+
+/// A Table row's section borrowed ([`split_row`]): metadata start and end,
+/// template; and the stored body after it.
+#[allow(clippy::type_complexity)]
+fn row_section(rv: u64, codec: u8, body_len: u32, after_head: &[u8]) -> Result<(Option<(u32, u32, &[u8])>, &[u8])> {
+    if codec & BODY_WITH_ROW == 0 {
+        return Ok((None, after_head));
+    }
+    let damaged = || Error::Corrupt { what: format!("event {rv}: Table row out of bounds") };
+    let word = |at: usize| -> Result<u32> {
+        let bytes = after_head.get(at..at + 4).ok_or_else(damaged)?;
+        Ok(u32::from_le_bytes(bytes.try_into().expect("four bytes")))
+    };
+    let (metadata_start, metadata_end, template_len) = (word(0)?, word(4)?, word(8)? as usize);
+    if metadata_start > metadata_end || metadata_end > body_len {
+        return Err(damaged());
+    }
+    let template = after_head.get(12..12 + template_len).ok_or_else(damaged)?;
+    Ok((Some((metadata_start, metadata_end, template)), &after_head[12 + template_len..]))
 }
 
 /// Checks a record head's body length, splice points and encoding.
@@ -474,7 +523,7 @@ fn check_body(rv: u64, body_len: u32, name_end: u32, rv_at: u32, codec: u8) -> R
     if len > MAX_RECORD_BYTES || name_end as usize > len || rv_at as usize > len {
         return Err(Error::Corrupt { what: format!("event {rv}: body length or splice points out of bounds") });
     }
-    if ![BODY_RAW, BODY_LZ4, BODY_LZ4_DICT].contains(&codec) {
+    if ![BODY_RAW, BODY_LZ4, BODY_LZ4_DICT].contains(&(codec & !BODY_WITH_ROW)) {
         return Err(Error::Corrupt { what: format!("event {rv}: unknown body encoding {codec}") });
     }
     Ok(())
@@ -483,7 +532,7 @@ fn check_body(rv: u64, body_len: u32, name_end: u32, rv_at: u32, codec: u8) -> R
 /// The JSON of a record's body as stored (`body`, encoded with `codec`).
 fn decompress_body(rv: u64, resource: &str, codec: u8, len: usize, body: &[u8], dicts: &Dicts) -> Result<Vec<u8>> {
     let undecodable = || Error::Corrupt { what: format!("event {rv}: compressed body does not decode") };
-    Ok(match codec {
+    Ok(match codec & !BODY_WITH_ROW {
         BODY_LZ4 => lz4_flex::block::decompress(body, len).ok().filter(|json| json.len() == len).ok_or_else(undecodable)?,
         BODY_LZ4_DICT => {
             let dict = dicts.get(resource).ok_or_else(|| Error::Corrupt {
@@ -499,7 +548,7 @@ fn decompress_body(rv: u64, resource: &str, codec: u8, len: usize, body: &[u8], 
 /// Decodes an event record without its body (an empty one): what
 /// recovery, retention and compaction need.
 fn decode_event_head(bytes: &[u8]) -> Result<StoredEvent> {
-    Ok(decode_head(bytes)?.0.into_event(Vec::new()))
+    Ok(decode_head(bytes)?.0.into_event(Vec::new(), None))
 }
 
 fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>> {
@@ -816,6 +865,45 @@ impl Store {
             Some(v) => Ok(Some(decode_body_with(&v, &self.dicts.read().unwrap_or_else(|e| e.into_inner()))?)),
             None => Ok(None),
         }
+    }
+
+    /// Writes the object at `rv` as served (`name_suffix` after its name,
+    /// `rv` as its resourceVersion) to the end of `out`, as
+    /// [`ServedBody::write`] would, but decompressing the body straight into
+    /// `out`: no copy of the body is made. False when the log has no event
+    /// `rv`; a damaged record is [`Error::Corrupt`] and leaves `out` as it was.
+    pub fn write_served(&self, rv: u64, name_suffix: Option<&str>, out: &mut Vec<u8>) -> Result<bool> {
+        let Some(record) = self.tree.get(event_key(rv))? else { return Ok(false) };
+        let (head, used): (BodyHead<'_>, usize) = bincode::serde::borrow_decode_from_slice(&record, config())
+            .map_err(|e| Error::Corrupt { what: format!("event: {e}") })?;
+        check_body(head.rv, head.body_len, head.name_end, head.rv_at, head.body_codec)?;
+        let (_, body) = row_section(head.rv, head.body_codec, head.body_len, &record[used..])?;
+        let len = head.body_len as usize;
+        let at = out.len();
+        let room = kubefold_engine::object::hole_bytes(name_suffix, rv);
+        out.resize(at + room + len, 0);
+        let target = &mut out[at + room..];
+        let written = match head.body_codec & !BODY_WITH_ROW {
+            BODY_LZ4 => lz4_flex::block::decompress_into(body, target).ok(),
+            BODY_LZ4_DICT => match self.dicts.read().unwrap_or_else(|e| e.into_inner()).get(head.resource) {
+                Some(dict) => lz4_flex::block::decompress_into_with_dict(body, target, dict).ok(),
+                None => {
+                    out.truncate(at);
+                    return Err(Error::Corrupt { what: format!("event {}: no compression dictionary for {}", head.rv, head.resource) });
+                }
+            },
+            _ if body.len() == len => {
+                target.copy_from_slice(body);
+                Some(len)
+            }
+            _ => None,
+        };
+        if written != Some(len) {
+            out.truncate(at);
+            return Err(Error::Corrupt { what: format!("event {}: stored body does not decode to its {len} bytes", head.rv) });
+        }
+        kubefold_engine::object::open_holes(out, at, head.name_end, head.rv_at, name_suffix, rv);
+        Ok(true)
     }
 
     /// Events after `rv`, in order, up to the end of the log.

@@ -163,14 +163,16 @@ fn bodies_are_stored_compressed_and_read_back_exactly() {
     incompressible.body.json = (0..64u8).map(|i| i.wrapping_mul(97).wrapping_add(13)).collect();
     incompressible.body.name_end = 1;
     incompressible.body.rv_at = 2;
+    incompressible.body.row = None;
     assert_eq!(decode_event(&encode_event(&incompressible).unwrap()).unwrap(), incompressible);
     let big = pod_change(&"x".repeat(200), 2, false);
     let Change::Upsert(big) = big else { unreachable!() };
     let event = StoredEvent::new(9, EventType::Added, "v1/pods", "m1", 0, big);
     let encoded = encode_event(&event).unwrap();
     let (head, used) = decode_head(&encoded).unwrap();
-    assert_eq!(head.body_codec, BODY_LZ4);
-    assert!(encoded.len() - used < event.body.json.len(), "{} >= {}", encoded.len() - used, event.body.json.len());
+    assert_eq!(head.body_codec & !BODY_WITH_ROW, BODY_LZ4);
+    let stored_body = encoded.len() - used - 12 - event.body.row.as_ref().unwrap().template.len();
+    assert!(stored_body < event.body.json.len(), "{} >= {}", stored_body, event.body.json.len());
     assert_eq!(decode_event(&encoded).unwrap(), event);
     // Reading the body alone gives the event's body, and refuses what
     // reading the event refuses.
@@ -183,6 +185,64 @@ fn bodies_are_stored_compressed_and_read_back_exactly() {
     truncated.truncate(encoded.len() - 3);
     assert!(matches!(decode_body_with(&truncated, &Dicts::new()), Err(Error::Corrupt { .. })));
     assert!(matches!(decode_body_with(&encoded[..used / 2], &Dicts::new()), Err(Error::Corrupt { .. })));
+    // The Table row goes between head and body when there is one; a record
+    // without one (as written before rows were kept) reads as before.
+    assert!(event.body.row.is_some());
+    assert_eq!(head.body_codec, BODY_LZ4 | BODY_WITH_ROW);
+    let mut rowless = event.clone();
+    rowless.body.row = None;
+    let plain = encode_event(&rowless).unwrap();
+    assert_eq!(decode_head(&plain).unwrap().0.body_codec, BODY_LZ4);
+    assert_eq!(decode_event(&plain).unwrap(), rowless);
+    assert_eq!(decode_body_with(&plain, &Dicts::new()).unwrap(), rowless.body);
+    // A row whose metadata bounds lie outside the body, or whose template
+    // runs past the record, is corruption, not a panic where it is served.
+    let mut outside = event.clone();
+    outside.body.row.as_mut().unwrap().metadata_end = outside.body.json.len() as u32 + 1;
+    assert!(matches!(decode_body_with(&encode_event(&outside).unwrap(), &Dicts::new()), Err(Error::Corrupt { .. })));
+    let mut long = encoded.clone();
+    let template_len_at = used + 8;
+    long[template_len_at..template_len_at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert!(matches!(decode_body_with(&long, &Dicts::new()), Err(Error::Corrupt { .. })));
+    assert!(matches!(decode_event(&long), Err(Error::Corrupt { .. })));
+}
+
+#[test]
+fn objects_written_in_place_are_what_their_bodies_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), &Options::default()).unwrap();
+    let mut index = Index::at(0);
+    // One record without a dictionary, then a batch that makes one.
+    let mut events = commit_changes(&store, &mut index, vec![pod_change("a", 1, false)]);
+    events.extend(commit_changes(&store, &mut index, (0..40).map(|i| pod_change(&format!("p{i}"), 10 + i, false)).collect()));
+    assert!(store.dicts.read().unwrap().contains_key("v1/pods"));
+    // A body stored as it is.
+    let mut raw = events[3].clone();
+    raw.rv = 1000;
+    raw.body.json = b"{\"metadata\":{\"name\":\"x\",\"resourceVersion\":\"\"}}".to_vec();
+    raw.body.name_end = 22;
+    raw.body.rv_at = 43;
+    raw.body.row = None;
+    store.tree.insert(event_key(raw.rv), encode_event(&raw).unwrap()).unwrap();
+    events.push(raw);
+    for event in &events {
+        for suffix in [None, Some("_m1")] {
+            let mut expected = b"[".to_vec();
+            store.body(event.rv).unwrap().unwrap().write(&mut expected, suffix, event.rv);
+            let mut out = b"[".to_vec();
+            assert!(store.write_served(event.rv, suffix, &mut out).unwrap());
+            assert_eq!(String::from_utf8(out).unwrap(), String::from_utf8(expected).unwrap());
+        }
+    }
+    let mut out = b"[".to_vec();
+    assert!(!store.write_served(99_999, None, &mut out).unwrap());
+    // A damaged record is an error and leaves what was written before.
+    let mut damaged = store.tree.get(event_key(events[5].rv)).unwrap().unwrap().to_vec();
+    let last = damaged.len() - 1;
+    damaged.truncate(last);
+    store.tree.insert(event_key(2000), damaged).unwrap();
+    assert!(matches!(store.write_served(2000, Some("_m1"), &mut out), Err(Error::Corrupt { .. })));
+    assert_eq!(out, b"[");
 }
 
 #[test]
@@ -201,7 +261,7 @@ fn a_type_gets_a_dictionary_from_its_first_large_batch() {
         assert!(dict.len() >= DICT_MIN_BYTES && dict.len() <= DICT_MAX_BYTES, "{}", dict.len());
         commit_changes(&store, &mut index, vec![pod_change("p3", 99, false)]);
         let record = store.tree.get(event_key(first[5].rv)).unwrap().unwrap();
-        assert_eq!(decode_head(&record).unwrap().0.body_codec, BODY_LZ4_DICT);
+        assert_eq!(decode_head(&record).unwrap().0.body_codec, BODY_LZ4_DICT | BODY_WITH_ROW);
         // Without the dictionary the record cannot be read: it is not guessed.
         assert!(matches!(decode_event(&record), Err(Error::Corrupt { .. })));
         assert!(matches!(decode_body_with(&record, &Dicts::new()), Err(Error::Corrupt { .. })));

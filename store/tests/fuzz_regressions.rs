@@ -39,6 +39,7 @@ fn event() -> StoredEvent {
             json: br#"{"metadata":{"name":"web-0","resourceVersion":""}}"#.to_vec(),
             name_end: 26,
             rv_at: 47,
+            row: None,
         },
         time_ms: 1,
     }
