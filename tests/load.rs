@@ -729,6 +729,64 @@ fn chaos_soak() {
 /// beside the worker, which only passes their chunks on. (A worker that kept
 /// producing a list while the socket accepted bytes answered the get only
 /// after the lists were done.)
+/// A list longer than one chunk is produced by several threads, batch by
+/// batch: it must still hold every object once, in the order of the pages
+/// a client gets with `limit` (each page small enough to be made at once),
+/// with the same bytes; its Table has a row per object in the same order,
+/// each carrying its object's whole `metadata` (PartialObjectMetadata, as
+/// kube-apiserver's `meta.AsPartialObjectMetadata`).
+#[test]
+fn long_lists_hold_every_object_once_in_page_order() {
+    let fleet = Fleet::start(2, 0.0, |c| c.pods = 2_500);
+    let kf = &fleet.kf;
+    let mut members = 0;
+    for (name, sim) in &fleet.members {
+        let (_, objects) = member_objects(sim, "/api/v1/pods");
+        wait_for(Duration::from_secs(120), "kubefold holding every pod", || {
+            status(kf, name)["resources"]["v1/pods"]["objects"].as_u64() == Some(objects.len() as u64)
+        });
+        members += objects.len();
+    }
+    let http = client(Duration::from_secs(120));
+    let whole: serde_json::Value = http.get(format!("{}/api/v1/pods", kf.url)).send().unwrap().json().unwrap();
+    let rv = whole["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    let items = whole["items"].as_array().unwrap();
+    assert_eq!(items.len(), members);
+    let listed_bytes: usize = items.iter().map(|o| o.to_string().len()).sum();
+    assert!(listed_bytes > 4 << 20, "the list must span several chunks: {listed_bytes} bytes");
+    // The same snapshot in pages of 100.
+    let mut paged = Vec::new();
+    let mut next = format!("{}/api/v1/pods?limit=100&resourceVersion={rv}&resourceVersionMatch=Exact", kf.url);
+    loop {
+        let page: serde_json::Value = http.get(&next).send().unwrap().json().unwrap();
+        paged.extend(page["items"].as_array().unwrap().iter().cloned());
+        match page["metadata"]["continue"].as_str() {
+            Some(token) if !token.is_empty() => next = format!("{}/api/v1/pods?limit=100&continue={token}", kf.url),
+            _ => break,
+        }
+    }
+    assert_eq!(paged.len(), items.len());
+    for (i, (a, b)) in items.iter().zip(&paged).enumerate() {
+        assert_eq!(a, b, "item {i} of the whole list differs from the paged one");
+    }
+    let names: std::collections::BTreeSet<&str> = items.iter().map(|o| o["metadata"]["name"].as_str().unwrap()).collect();
+    assert_eq!(names.len(), items.len(), "every object once");
+    let table: serde_json::Value = http
+        .get(format!("{}/api/v1/pods?resourceVersion={rv}&resourceVersionMatch=Exact", kf.url))
+        .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io,application/json")
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let rows = table["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), items.len());
+    for (row, item) in rows.iter().zip(items) {
+        assert_eq!(row["cells"][0], item["metadata"]["name"]);
+        assert_eq!(row["object"]["kind"], "PartialObjectMetadata");
+        assert_eq!(row["object"]["metadata"], item["metadata"]);
+    }
+}
+
 #[test]
 fn a_get_is_answered_while_large_lists_stream_to_fast_clients() {
     let tmp = tempfile::tempdir().unwrap();
