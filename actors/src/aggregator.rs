@@ -117,14 +117,16 @@ impl Aggregator {
     /// Whether an index snapshot is due now. With a short retention it is
     /// written at least every half retention window: a snapshot older than
     /// the compaction floor cannot be used (the events after it are gone).
+    ///
+    /// While a member's list is being committed in parts (an initial sync),
+    /// only the time limit counts: each snapshot writes the whole index, so
+    /// one per 100,000 events of a sync would write it about ten times
+    /// over during a 1M sync; the one after the sync covers it all.
     fn snapshot_due(&self) -> bool {
         let head = self.index.head_rv();
         let every = SNAPSHOT_AFTER_EVENTS.min(self.retention.max_events / 2).max(1);
-        !self.snapshotting
-            && head > self.snapshot_rv
-            && (head - self.snapshot_rv >= every
-                || self.snapshot_rv == 0
-                || self.snapshot_at.elapsed() >= SNAPSHOT_AFTER)
+        let by_events = self.relisting.is_empty() && (head - self.snapshot_rv.min(head) >= every || self.snapshot_rv == 0);
+        !self.snapshotting && head > self.snapshot_rv && (by_events || self.snapshot_at.elapsed() >= SNAPSHOT_AFTER)
     }
 
     /// Writes an index snapshot off the actor thread (the clone is O(1)).
@@ -544,5 +546,34 @@ mod tests {
         send(&mut aggregator, WatchBatch::RelistPart { first: true, objects: vec![pod("g", "30")] }, "");
         drop(aggregator);
         assert_eq!(checkpoint(dir.path()).as_deref(), Some("20"));
+    }
+
+    /// Snapshots wait for the end of a list committed in parts (each would
+    /// write the whole index); after it, one is due at once.
+    #[test]
+    fn snapshots_wait_for_a_list_in_parts_to_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = kubefold_store::Store::open(dir.path(), &Options::default()).unwrap();
+        let fleet = Fleet::new(resources::builtin(), NameStyle::Qualified, store, Index::default(), 0);
+        // A snapshot every 2 events.
+        let retention = Retention { max_events: 4, ..Retention::default() };
+        let mut aggregator = Aggregator::new(fleet, retention);
+        aggregator.snapshot_rv = 1;
+        send(&mut aggregator, WatchBatch::RelistPart { first: true, objects: (0..5).map(|i| pod(&format!("p{i}"), "1")).collect() }, "");
+        send(&mut aggregator, WatchBatch::RelistPart { first: false, objects: (5..9).map(|i| pod(&format!("p{i}"), "1")).collect() }, "");
+        assert_eq!(aggregator.index.head_rv(), 9);
+        assert!(!aggregator.snapshot_due(), "not while the list is received");
+        send(&mut aggregator, WatchBatch::RelistEnd(vec![]), "5");
+        assert!(aggregator.snapshot_due(), "due once it ended");
+        // Events after a list (watch changes) count as before.
+        aggregator.snapshot_rv = aggregator.index.head_rv();
+        send(&mut aggregator, WatchBatch::Changes(vec![Change::Upsert(pod("p1", "2")), Change::Upsert(pod("p2", "2"))]), "6");
+        assert!(aggregator.snapshot_due());
+        // The time limit holds even while a list is received.
+        aggregator.snapshot_rv = aggregator.index.head_rv();
+        send(&mut aggregator, WatchBatch::RelistPart { first: true, objects: vec![pod("q", "7")] }, "");
+        assert!(!aggregator.snapshot_due());
+        aggregator.snapshot_at = Instant::now() - SNAPSHOT_AFTER;
+        assert!(aggregator.snapshot_due());
     }
 }

@@ -246,18 +246,33 @@ pub fn ingest(resource: &ResourceType, cluster: &str, raw: &[u8]) -> Result<Inge
     };
     labels.sort();
 
-    // What the type's field selectors read, and the metadata they name.
-    let mut selectable = serde_json::Map::new();
-    if let crate::table::Keep::Fields(kept) = crate::fields::keep(&resource.group, &resource.plural) {
-        for (member, keep) in kept.iter() {
-            if let Some(raw) = top.get(member) {
-                let value = crate::table::parse_for_row(raw.get().as_bytes(), keep).map_err(Error::InvalidJson)?;
-                selectable.insert((*member).to_string(), value);
+    // What the type's field selectors and (when its rows have templates)
+    // its Table row read, in one pruned parse; with the metadata they name.
+    let mut parsed = match crate::table::ingest_keep(resource) {
+        crate::table::Keep::All => match serde_json::from_slice::<Value>(raw).map_err(Error::InvalidJson)? {
+            Value::Object(members) => members,
+            _ => serde_json::Map::new(),
+        },
+        crate::table::Keep::Fields(kept) => {
+            let mut members = serde_json::Map::new();
+            for (member, keep) in kept.iter() {
+                if let Some(raw) = top.get(member) {
+                    members.insert((*member).to_string(), crate::table::parse_for_row(raw.get().as_bytes(), keep).map_err(Error::InvalidJson)?);
+                }
             }
+            members
         }
+    };
+    let metadata_member = parsed.entry("metadata").or_insert_with(|| Value::Object(serde_json::Map::new()));
+    if !metadata_member.is_object() {
+        *metadata_member = Value::Object(serde_json::Map::new());
     }
-    selectable.insert("metadata".into(), serde_json::json!({"name": name, "namespace": namespace}));
-    let fields = crate::fields::extract(&resource.group, &resource.plural, &Value::Object(selectable));
+    if let Value::Object(m) = metadata_member {
+        m.insert("name".into(), Value::from(name.as_str()));
+        m.insert("namespace".into(), Value::from(namespace.as_str()));
+    }
+    let parsed = Value::Object(parsed);
+    let fields = crate::fields::extract(&resource.group, &resource.plural, &parsed);
 
     let mut json = Vec::with_capacity(raw.len() + 128);
     let mut holes = (0, 0);
@@ -291,8 +306,9 @@ pub fn ingest(resource: &ResourceType, cluster: &str, raw: &[u8]) -> Result<Inge
     }
     json.push(b'}');
     let (name_end, rv_at) = holes;
-    let row = row_object(resource, raw, &top)
-        .and_then(|object| crate::table::row_template(resource, &object, &name, cluster))
+    let row = crate::table::has_row_template(resource)
+        .then(|| crate::table::row_template(resource, &parsed, &name, cluster))
+        .flatten()
         .map(|template| TableRow { template, metadata_start: metadata.0 as u32, metadata_end: metadata.1 as u32 });
     Ok(Ingested {
         namespace,
@@ -305,22 +321,6 @@ pub fn ingest(resource: &ResourceType, cluster: &str, raw: &[u8]) -> Result<Inge
     })
 }
 
-/// What a Table row of the object reads ([`crate::table::row_keeps`]),
-/// parsed from its members; `None` if any fails to parse.
-fn row_object(resource: &ResourceType, raw: &[u8], top: &Members<'_>) -> Option<Value> {
-    match crate::table::row_keeps(resource) {
-        crate::table::Keep::All => serde_json::from_slice(raw).ok(),
-        crate::table::Keep::Fields(kept) => {
-            let mut object = serde_json::Map::new();
-            for (member, keep) in kept.iter() {
-                if let Some(raw) = top.get(member) {
-                    object.insert((*member).to_string(), crate::table::parse_for_row(raw.get().as_bytes(), keep).ok()?);
-                }
-            }
-            Some(Value::Object(object))
-        }
-    }
-}
 
 /// Any JSON value, decoded as serde_json decodes it (strings unescaped,
 /// numbers converted) and dropped: a check of validity without building a

@@ -448,12 +448,20 @@ static POD_ROW: Keep = Keep::Fields(&[
 ]);
 
 /// What a pod's row reads of a container's status (see `pod_cells`): not
-/// its image, image ID or container ID.
+/// its image, image ID or container ID, nor the times and messages of its
+/// states but the last termination's end.
 const CONTAINER_STATUS_ROW: Keep = Keep::Fields(&[
     ("name", Keep::All),
     ("restartCount", Keep::All),
-    ("lastState", Keep::All),
-    ("state", Keep::All),
+    ("lastState", Keep::Fields(&[("terminated", Keep::Fields(&[("finishedAt", Keep::All)]))])),
+    (
+        "state",
+        Keep::Fields(&[
+            ("waiting", Keep::Fields(&[("reason", Keep::All)])),
+            ("terminated", Keep::Fields(&[("exitCode", Keep::All), ("reason", Keep::All), ("signal", Keep::All)])),
+            ("running", Keep::Fields(&[])),
+        ]),
+    ),
     ("ready", Keep::All),
     ("started", Keep::All),
 ]);
@@ -467,6 +475,61 @@ pub fn row_keeps(resource: &ResourceType) -> &'static Keep {
         Printer::Pod => &POD_ROW,
         Printer::Default if resource.printer_columns.is_empty() => &METADATA_ROW,
         _ => &Keep::All,
+    }
+}
+
+/// Whether the rows of a type are printed from templates made at ingest
+/// ([`row_template`]): not for custom resources' printer columns, which can
+/// change while objects are stored.
+pub fn has_row_template(resource: &ResourceType) -> bool {
+    !(Printer::of(resource) == Printer::Default && !resource.printer_columns.is_empty())
+}
+
+/// What ingest parses of an object of a type, in one pruned parse: what its
+/// field selectors read ([`crate::fields::keep`]) and, when its rows have
+/// templates, what its row reads ([`row_keeps`]).
+pub fn ingest_keep(resource: &ResourceType) -> &'static Keep {
+    let fields = crate::fields::keep(&resource.group, &resource.plural);
+    if !has_row_template(resource) {
+        return fields;
+    }
+    type Merged = std::collections::HashMap<(String, String), &'static Keep>;
+    static MERGED: std::sync::OnceLock<std::sync::Mutex<Merged>> = std::sync::OnceLock::new();
+    let mut merged = MERGED.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    // One per built-in type (the key decides both parts), made once.
+    merged
+        .entry((resource.group.clone(), resource.plural.clone()))
+        .or_insert_with(|| Box::leak(Box::new(merge_keeps(row_keeps(resource), fields))))
+}
+
+/// What either keeps.
+fn merge_keeps(a: &'static Keep, b: &'static Keep) -> Keep {
+    match (a, b) {
+        (Keep::Fields(a), Keep::Fields(b)) => {
+            let mut members: Vec<(&'static str, Keep)> = Vec::new();
+            for (name, keep) in a.iter().chain(b.iter()) {
+                if members.iter().any(|(n, _)| n == name) {
+                    continue;
+                }
+                let in_a = a.iter().find(|(n, _)| n == name).map(|(_, k)| k);
+                let in_b = b.iter().find(|(n, _)| n == name).map(|(_, k)| k);
+                let keep = match (in_a, in_b) {
+                    (Some(x), Some(y)) => merge_keeps(x, y),
+                    _ => copy_keep(keep),
+                };
+                members.push((name, keep));
+            }
+            Keep::Fields(Box::leak(members.into_boxed_slice()))
+        }
+        _ => Keep::All,
+    }
+}
+
+/// A `Keep` of the same members (its parts are static).
+fn copy_keep(keep: &'static Keep) -> Keep {
+    match keep {
+        Keep::All => Keep::All,
+        Keep::Fields(members) => Keep::Fields(members),
     }
 }
 
