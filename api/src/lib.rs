@@ -383,6 +383,11 @@ pub fn server(state: Arc<ApiState>) -> Result<(Server, Vec<SocketAddr>), ServerE
             .default_service(web::to(dispatch))
     })
     .workers(config.workers.max(1))
+    // Small writes (a watch event, the end of a streamed list) go out at
+    // once rather than waiting for the client's delayed ACK (up to 40 ms on
+    // Linux), as Go's net/http, and so kube-apiserver, does for every TCP
+    // connection (`net.TCPConn.SetNoDelay` defaults to true).
+    .tcp_nodelay(true)
     .shutdown_timeout(2)
     .on_connect(auth::on_connect);
     let http = match tls {
