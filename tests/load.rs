@@ -771,6 +771,15 @@ fn long_lists_hold_every_object_once_in_page_order() {
     }
     let names: std::collections::BTreeSet<&str> = items.iter().map(|o| o["metadata"]["name"].as_str().unwrap()).collect();
     assert_eq!(names.len(), items.len(), "every object once");
+    // Lists streamed at the same time (each made by one thread then).
+    let url = format!("{}/api/v1/pods?resourceVersion={rv}&resourceVersionMatch=Exact", kf.url);
+    let together: Vec<serde_json::Value> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..3).map(|_| s.spawn(|| http.get(&url).send().unwrap().json::<serde_json::Value>().unwrap())).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for list in together {
+        assert!(list["items"].as_array().unwrap() == items, "a list streamed beside others differs");
+    }
     let table: serde_json::Value = http
         .get(format!("{}/api/v1/pods?resourceVersion={rv}&resourceVersionMatch=Exact", kf.url))
         .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io,application/json")

@@ -433,6 +433,27 @@ const LIST_PRODUCERS: usize = 2;
 /// [`LIST_CHUNK_BYTES`] is sent in chunks of about that size).
 const LIST_BATCH_ITEMS: usize = 128;
 
+/// Lists whose rest is being streamed, counted while their stream lives.
+static STREAMING_LISTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// One list counted in [`STREAMING_LISTS`] until dropped.
+struct StreamingList {
+    /// Lists that were streaming when this one started.
+    others: usize,
+}
+
+impl StreamingList {
+    fn start() -> StreamingList {
+        StreamingList { others: STREAMING_LISTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) }
+    }
+}
+
+impl Drop for StreamingList {
+    fn drop(&mut self) {
+        STREAMING_LISTS.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// One object of a list: its cluster, name suffix and version.
 struct ListItem {
     cluster: Arc<str>,
@@ -500,25 +521,31 @@ impl ListBody {
         Ok(out)
     }
 
-    /// The rest of the list after its first chunk, produced on
-    /// [`LIST_PRODUCERS`] blocking threads, each a batch at a time, a chunk
-    /// ahead of the client, and sent in order. The HTTP worker only passes
-    /// bytes on, so a large list never holds up the worker's other requests
-    /// (gets, watch events), and a long list is made on both cores while the
-    /// client reads. Memory: about two chunks per producer, per list.
+    /// The rest of the list after its first chunk, produced on blocking
+    /// threads ([`LIST_PRODUCERS`] for a list streamed alone, else one),
+    /// each a batch at a time, a chunk ahead of the client, and sent in
+    /// order. The HTTP worker only passes bytes on, so a large list never
+    /// holds up the worker's other requests (gets, watch events), and a long
+    /// list is made on both cores while the client reads. Memory: about two
+    /// chunks per producer, per list.
     fn rest(self) -> impl futures::Stream<Item = Result<web::Bytes, actix_web::Error>> {
         let start = self.pos;
         let batches = (self.items.len() - start).div_ceil(LIST_BATCH_ITEMS);
-        let receivers: Vec<_> = (0..LIST_PRODUCERS.min(batches))
+        // Two threads only for a list streamed alone: with others streaming,
+        // the cores are busy already and more threads would only take turns.
+        let streaming = StreamingList::start();
+        let producers = if streaming.others == 0 { LIST_PRODUCERS } else { 1 }.min(batches).max(1);
+        let receivers: Vec<_> = (0..producers)
             .map(|producer| {
                 let (tx, rx) = tokio::sync::mpsc::channel::<Result<(Vec<u8>, bool), String>>(1);
                 let (store, items, writer) = (self.store.clone(), self.items.clone(), self.writer.clone());
-                tokio::task::spawn_blocking(move || produce(&store, &items, &writer, start, producer, &tx));
+                tokio::task::spawn_blocking(move || produce(&store, &items, &writer, start, (producer, producers), &tx));
                 rx
             })
             .collect();
         let (mut receivers, mut current, mut left, mut ended) = (receivers, 0, batches, false);
         futures::stream::poll_fn(move |cx| {
+            let _streaming = &streaming;
             if ended {
                 return std::task::Poll::Ready(None);
             }
@@ -551,7 +578,7 @@ impl ListBody {
     }
 }
 
-/// Produces batches `producer`, `producer + LIST_PRODUCERS`, ... of the
+/// Produces batches `producer`, `producer + producers`, ... of the
 /// items from `start` on; each batch's last chunk is marked. Stops at the
 /// end, at an error (sent on) or when the client went away.
 fn produce(
@@ -559,7 +586,7 @@ fn produce(
     items: &[ListItem],
     writer: &ItemWriter,
     start: usize,
-    producer: usize,
+    (producer, producers): (usize, usize),
     tx: &tokio::sync::mpsc::Sender<Result<(Vec<u8>, bool), String>>,
 ) {
     let mut from = start + producer * LIST_BATCH_ITEMS;
@@ -581,6 +608,6 @@ fn produce(
         if tx.blocking_send(Ok((out, true))).is_err() {
             return;
         }
-        from += LIST_PRODUCERS * LIST_BATCH_ITEMS;
+        from += producers * LIST_BATCH_ITEMS;
     }
 }
