@@ -196,7 +196,7 @@ fn churn(args: &Args) -> anyhow::Result<()> {
         if head - last_compact >= args.compact_every {
             last_compact = head;
             let floor = store.retention_floor(args.retain, u64::MAX, 0)?;
-            store.compact(floor)?;
+            store.compact(floor, &index)?;
             if args.snapshot {
                 store.write_snapshot(&index)?;
             }
@@ -204,7 +204,7 @@ fn churn(args: &Args) -> anyhow::Result<()> {
         }
     }
     let floor = store.retention_floor(args.retain, u64::MAX, 0)?;
-    store.compact(floor)?;
+    store.compact(floor, &index)?;
     report(&store, &index, &args.data_dir, args.retain, started.elapsed().as_secs_f64())
 }
 

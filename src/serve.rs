@@ -241,12 +241,12 @@ pub fn run(
         drop(supervisor);
         aggregator_arbiter.stop();
         store.flush()?;
-        // The next start loads this snapshot instead of scanning the index entries.
+        // The next start loads this snapshot instead of replaying the whole log.
         let index = fleet.snapshot();
         match store.write_snapshot(&index) {
             Ok(Some(stats)) => info!(rv = stats.rv, objects = stats.objects, bytes = stats.bytes, "Index snapshot written."),
             Ok(None) => {}
-            Err(e) => warn!(error = %e, "Index snapshot at shutdown failed; the next start scans the index entries."),
+            Err(e) => warn!(error = %e, "Index snapshot at shutdown failed; the next start replays the whole log."),
         }
         info!("Stopped.");
         Ok::<_, anyhow::Error>(())

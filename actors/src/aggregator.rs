@@ -1,6 +1,6 @@
 //! The `Aggregator` actor owns the merged index and the write side of the
 //! store: it numbers every event with the next global resource version,
-//! commits each batch (events, index entries, checkpoint, head RV) atomically,
+//! commits each batch (events, checkpoints, head RV) atomically,
 //! and then publishes the new snapshot and the events.
 
 use std::sync::Arc;
@@ -386,8 +386,8 @@ impl Actor for Aggregator {
             // itself runs off the actor thread (see Store::compact for why
             // that is safe while commits go on).
             this.fleet.set_compacted_rv(floor);
-            let store = this.store.clone();
-            let wait = tokio::task::spawn_blocking(move || store.compact(floor));
+            let (store, live) = (this.store.clone(), this.index.clone());
+            let wait = tokio::task::spawn_blocking(move || store.compact(floor, &live));
             _ctx.spawn(
                 actix::WrapFuture::into_actor(wait, this).map(|result, this: &mut Aggregator, _| {
                     this.compacting = false;
@@ -437,7 +437,7 @@ impl Handler<Compact> for Aggregator {
     fn handle(&mut self, _msg: Compact, _ctx: &mut Self::Context) -> Self::Result {
         let floor = self.floor().map_err(|e| e.to_string())?;
         self.fleet.set_compacted_rv(floor);
-        let stats = self.store.compact(floor).map_err(|e| e.to_string())?;
+        let stats = self.store.compact(floor, &self.index).map_err(|e| e.to_string())?;
         info!(floor = stats.floor, removed = stats.removed, kept = stats.kept, "Event log compacted.");
         Ok(stats)
     }

@@ -69,6 +69,12 @@ impl Index {
         self.head_rv = self.head_rv.max(event.rv);
     }
 
+    /// The RV of every live object's current version (the events the log
+    /// must keep), in no order.
+    pub fn live_rvs(&self) -> impl Iterator<Item = u64> + '_ {
+        self.resources.values().flat_map(|objects| objects.values().map(|entry| entry.rv))
+    }
+
     /// The objects of one type (empty when none).
     pub fn resource(&self, resource: &str) -> Option<&ResourceIndex> {
         self.resources.get(resource)

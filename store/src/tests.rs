@@ -102,7 +102,7 @@ fn backup_and_restore_give_the_same_store() {
     commit_changes(&store, &mut index, vec![pod_change("p3", 60, true)]);
     let mut file = Vec::new();
     let records = store.backup(&mut file).unwrap();
-    assert!(records > 100);
+    assert!(records > 50, "{records} records");
     let restored = Store::restore(&dir.path().join("b"), &mut &file[..], &opts).unwrap();
     assert_eq!(restored.head_rv().unwrap(), store.head_rv().unwrap());
     let got = restored.recover().unwrap();
@@ -134,7 +134,7 @@ fn foreign_format_is_refused_with_a_clear_error() {
 }
 
 #[test]
-fn a_data_dir_of_the_previous_format_is_refused_with_a_clear_error() {
+fn a_data_dir_of_the_first_format_is_refused_with_a_clear_error() {
     // Format 1 data dirs were created with sled's default segment size.
     let dir = tempfile::tempdir().unwrap();
     {
@@ -147,7 +147,7 @@ fn a_data_dir_of_the_previous_format_is_refused_with_a_clear_error() {
     let err = Store::open(dir.path(), &Options::default()).err().unwrap();
     let msg = err.to_string();
     assert!(matches!(err, Error::IncompatibleFormat { .. }), "{msg}");
-    assert!(msg.contains("kubefold-store/1") && msg.contains("kubefold-store/2") && msg.contains("--data-dir"), "{msg}");
+    assert!(msg.contains("kubefold-store/1") && msg.contains(FORMAT) && msg.contains("--data-dir"), "{msg}");
 }
 
 #[test]
@@ -303,7 +303,7 @@ fn recovery_uses_a_valid_snapshot_and_replays_the_log_after_it() {
     assert_eq!(recovered.path, RecoveryPath::Snapshot { snapshot_rv: 20, replayed: 3 });
     assert_eq!(recovered.index.head_rv(), 23);
     assert_eq!(index_contents(&recovered.index), index_contents(&index));
-    assert_eq!(index_contents(&store.scan_index(23).unwrap()), index_contents(&index));
+    assert_eq!(index_contents(&store.replay(23).unwrap()), index_contents(&index));
 }
 
 #[test]
@@ -322,10 +322,10 @@ fn snapshots_that_cannot_be_trusted_are_ignored() {
     let at = damaged.len() / 2;
     damaged[at] ^= 1;
     std::fs::write(&file, &damaged).unwrap();
-    assert!(matches!(snapshot_path(&store), RecoveryPath::Scan { reason } if reason.contains("checksum")));
+    assert!(matches!(snapshot_path(&store), RecoveryPath::Replay { reason } if reason.contains("checksum")));
     // Truncated.
     std::fs::write(&file, &good[..good.len() - 9]).unwrap();
-    assert!(matches!(snapshot_path(&store), RecoveryPath::Scan { .. }));
+    assert!(matches!(snapshot_path(&store), RecoveryPath::Replay { .. }));
 
     // Of another store (same format and RVs).
     let other_dir = tempfile::tempdir().unwrap();
@@ -336,15 +336,15 @@ fn snapshots_that_cannot_be_trusted_are_ignored() {
         other.write_snapshot(&other_index).unwrap().unwrap();
     }
     std::fs::copy(other_dir.path().join(SNAPSHOT_FILE), &file).unwrap();
-    assert!(matches!(snapshot_path(&store), RecoveryPath::Scan { reason } if reason.contains("another store")));
+    assert!(matches!(snapshot_path(&store), RecoveryPath::Replay { reason } if reason.contains("another store")));
 
     // Older than the compaction floor: the events after it may be gone.
     std::fs::write(&file, &good).unwrap();
     assert!(matches!(snapshot_path(&store), RecoveryPath::Snapshot { snapshot_rv: 10, replayed: 0 }));
     commit_changes(&store, &mut index, vec![pod_change("p1", 20, true), pod_change("p2", 21, false)]);
-    store.compact(11).unwrap();
+    store.compact(11, &index).unwrap();
     let recovered = store.recover().unwrap();
-    assert!(matches!(&recovered.path, RecoveryPath::Scan { reason } if reason.contains("compaction floor")), "{}", recovered.path);
+    assert!(matches!(&recovered.path, RecoveryPath::Replay { reason } if reason.contains("compaction floor")), "{}", recovered.path);
     assert_eq!(index_contents(&recovered.index), index_contents(&index));
 }
 
@@ -353,12 +353,101 @@ fn undecodable_records_are_reported_as_corruption() {
     let dir = tempfile::tempdir().unwrap();
     {
         let store = Store::open(dir.path(), &Options::default()).unwrap();
-        store.tree.insert(index_key("v1/pods", &ObjectKey { namespace: "n".into(), name: "x".into(), cluster: "c".into() }), &b"\xff\xff"[..]).unwrap();
+        store.tree.insert(event_key(1), &b"\xff\xff"[..]).unwrap();
+        store.tree.insert(meta_key("head"), &1u64.to_be_bytes()[..]).unwrap();
         store.flush().unwrap();
     }
     let store = reopen(dir.path(), &Options::default());
     let err = store.recover().err().unwrap();
     assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+}
+
+/// Recovery without a snapshot replays the log. Compaction removes
+/// superseded events in RV order; whatever prefix of them is gone when a
+/// crash interrupts it, the replay still gives the index.
+#[test]
+fn the_log_replays_to_the_index_whatever_prefix_compaction_removed() {
+    let opts = Options::default();
+    let (dir, copy) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut index = Index::at(0);
+    let store = Store::open(dir.path(), &opts).unwrap();
+    // Objects added, modified, deleted, re-added; some deleted for good.
+    let mut rv = 0;
+    let mut next = || {
+        rv += 1;
+        rv
+    };
+    for round in 0..4 {
+        let mut changes = Vec::new();
+        for i in 0..6 {
+            let name = format!("p{i}");
+            match (round + i) % 4 {
+                0 | 1 => changes.push(pod_change(&name, next(), false)),
+                2 => changes.push(pod_change(&name, next(), true)),
+                _ => {}
+            }
+        }
+        commit_changes(&store, &mut index, changes);
+    }
+    commit_changes(&store, &mut index, vec![pod_change("p0", next(), true), pod_change("p5", next(), false)]);
+    let head = store.head_rv().unwrap();
+    assert!(head > 15, "{head} events");
+    let all: Vec<u64> = store.events_after(0).map(|e| e.unwrap().rv).collect();
+
+    // What a full compaction to head - 3 removes, learnt on a copy.
+    let mut backup = Vec::new();
+    store.backup(&mut backup).unwrap();
+    let compacted = Store::restore(&copy.path().join("d"), &mut &backup[..], &opts).unwrap();
+    let stats = compacted.compact(head - 3, &index).unwrap();
+    let left: Vec<u64> = compacted.events_after(0).map(|e| e.unwrap().rv).collect();
+    let removed: Vec<u64> = all.iter().copied().filter(|rv| !left.contains(rv)).collect();
+    assert_eq!(stats.removed as usize, removed.len());
+    assert!(removed.len() >= 5, "compaction removed {removed:?}");
+    assert_eq!(index_contents(&compacted.replay(head).unwrap()), index_contents(&index));
+
+    // The same events removed one by one in RV order, as a compaction
+    // interrupted at any point would have left them.
+    for rv in removed {
+        store.tree.remove(event_key(rv)).unwrap();
+        assert_eq!(index_contents(&store.replay(head).unwrap()), index_contents(&index), "after removing up to RV {rv}");
+    }
+}
+
+/// A data dir of the format before (an index entry per live object beside
+/// the log) is upgraded when opened: its entries go, its format is named
+/// anew, and recovery gives the same index.
+#[test]
+fn data_dirs_of_the_format_before_are_upgraded() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options::default();
+    let mut index = Index::at(0);
+    {
+        let store = Store::open(dir.path(), &opts).unwrap();
+        commit_changes(&store, &mut index, (0..30).map(|i| pod_change(&format!("p{i}"), i, false)).collect());
+        commit_changes(&store, &mut index, vec![pod_change("p3", 40, true), pod_change("p4", 41, false)]);
+        store.write_snapshot(&index).unwrap().unwrap();
+        // What the format before kept beside the log: an entry per object
+        // (`i`, resource, namespace, name and cluster joined by NULs).
+        for (key, entry) in index.range("v1/pods", None, None) {
+            let mut k = vec![b'i'];
+            for part in ["v1/pods", &key.namespace, &key.name] {
+                k.extend_from_slice(part.as_bytes());
+                k.push(0);
+            }
+            k.extend_from_slice(key.cluster.as_bytes());
+            store.tree.insert(k, encode(&**entry).unwrap()).unwrap();
+        }
+        store.tree.insert(meta_key("format"), FORMAT_2.as_bytes()).unwrap();
+        store.flush().unwrap();
+    }
+    let store = reopen(dir.path(), &opts);
+    assert_eq!(store.tree.get(meta_key("format")).unwrap().as_deref(), Some(FORMAT.as_bytes()));
+    assert_eq!(store.tree.scan_prefix([b'i']).count(), 0, "index entries removed");
+    let recovered = store.recover().unwrap();
+    assert!(matches!(recovered.path, RecoveryPath::Snapshot { .. }), "{}", recovered.path);
+    assert_eq!(index_contents(&recovered.index), index_contents(&index));
+    assert_eq!(index_contents(&store.replay(store.head_rv().unwrap()).unwrap()), index_contents(&index));
+    assert_eq!(index.len("v1/pods"), 29);
 }
 
 #[derive(Debug, Clone)]
@@ -428,7 +517,7 @@ proptest! {
                 Op::Compact(keep) => {
                     let head = store.head_rv().unwrap();
                     let floor = head.saturating_sub(keep as u64);
-                    let stats = store.compact(floor).unwrap();
+                    let stats = store.compact(floor, &index).unwrap();
                     prop_assert!(stats.floor >= store.compacted_rv().unwrap().min(floor));
                     // Every RV from the floor on can still be rebuilt exactly.
                     let compacted = store.compacted_rv().unwrap();
@@ -498,8 +587,11 @@ fn index_entries_keep_the_encoding_of_the_plain_struct() {
     );
     let written = super::encode(&entry).unwrap();
     assert_eq!(written, super::encode(&plain).unwrap());
-    let read: IndexEntry = super::decode(&super::encode(&plain).unwrap(), "index entry").unwrap();
+    fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> T {
+        bincode::serde::decode_from_slice(bytes, super::config()).unwrap().0
+    }
+    let read: IndexEntry = decode(&super::encode(&plain).unwrap());
     assert_eq!(read, entry);
-    let back: Plain = super::decode(&written, "index entry").unwrap();
+    let back: Plain = decode(&written);
     assert_eq!(back, plain);
 }
