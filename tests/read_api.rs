@@ -49,6 +49,49 @@ fn fleet(extra: &[&str]) -> Fixture {
     Fixture { members, kf, _tmp: tmp }
 }
 
+/// A kept-alive connection left idle for a while is still served, as
+/// kube-apiserver keeps idle connections 90 s (clients reuse them for as
+/// long); with a 5 s idle limit the second request found it closed.
+#[test]
+fn an_idle_kept_alive_connection_is_still_served() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let f = fleet(&[]);
+    let addr = f.kf.url.trim_start_matches("http://").to_string();
+    let stream = std::net::TcpStream::connect(&addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut writer = stream;
+    let mut get = |path: &str| -> std::io::Result<(String, String)> {
+        write!(writer, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n")?;
+        let mut status = String::new();
+        if reader.read_line(&mut status)? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        let mut length = 0;
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line)?;
+            if line == "\r\n" || line.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':') {
+                if name.eq_ignore_ascii_case("content-length") {
+                    length = value.trim().parse().unwrap();
+                }
+            }
+        }
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body)?;
+        Ok((status.trim().to_string(), String::from_utf8_lossy(&body).into_owned()))
+    };
+    let (status, body) = get("/version").unwrap();
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    assert!(body.contains("gitVersion"), "{body}");
+    std::thread::sleep(Duration::from_secs(7));
+    let second = get("/version");
+    assert!(matches!(&second, Ok((status, _)) if status.starts_with("HTTP/1.1 200")), "after 7 s idle: {second:?}");
+}
+
 #[test]
 fn resource_version_rules_for_list_and_get() {
     let f = fleet(&[]);

@@ -44,6 +44,9 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use crate::path::{ApiPath, ResourcePath};
 use crate::query::{Query, ReadAt};
 
+/// Seconds an idle kept-alive connection stays open (see [`server`]).
+pub const IDLE_CONNECTION_SECS: u64 = 90;
+
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
@@ -388,6 +391,13 @@ pub fn server(state: Arc<ApiState>) -> Result<(Server, Vec<SocketAddr>), ServerE
     // Linux), as Go's net/http, and so kube-apiserver, does for every TCP
     // connection (`net.TCPConn.SetNoDelay` defaults to true).
     .tcp_nodelay(true)
+    // An idle kept-alive connection stays open 90 s, as kube-apiserver's
+    // (k8s.io/apiserver/pkg/server/secure_serving.go: `IdleTimeout: 90 *
+    // time.Second`, matching the keep-alive of Go's http.DefaultTransport
+    // and so client-go's). actix's default of 5 s closed connections that
+    // clients still held as reusable: a request sent on one as it closed
+    // failed before reaching kubefold.
+    .keep_alive(std::time::Duration::from_secs(IDLE_CONNECTION_SECS))
     .shutdown_timeout(2)
     .on_connect(auth::on_connect);
     let http = match tls {

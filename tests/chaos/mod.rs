@@ -115,7 +115,19 @@ pub fn key_of(o: &Value) -> String {
 /// replay and end).
 pub fn probe_reads(kf: &Kubefold, cluster: &str) -> Result<(), String> {
     let http = client(READ_TIMEOUT);
-    let list = client(LIST_TIMEOUT).get(format!("{}/api/v1/pods", kf.url)).send().map_err(|e| format!("list: {e}"))?;
+    let started = std::time::Instant::now();
+    // reqwest names only the step that failed; its sources say why (a
+    // timeout, a connection reset, a body cut short).
+    let why = |e: reqwest::Error| {
+        let mut text = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            text.push_str(&format!(": {s}"));
+            source = s.source();
+        }
+        format!("{text} (after {:.1?})", started.elapsed())
+    };
+    let list = client(LIST_TIMEOUT).get(format!("{}/api/v1/pods", kf.url)).send().map_err(|e| format!("list: {}", why(e)))?;
     if list.status() != 200 {
         return Err(format!("list answered {}", list.status()));
     }
@@ -123,7 +135,7 @@ pub fn probe_reads(kf: &Kubefold, cluster: &str) -> Result<(), String> {
     // parsed keeping only the names and the list's version (the test's
     // part: a 200 MB list parsed into `Value` every 2 s would compete with
     // kubefold for the same 2 cores).
-    let body = list.bytes().map_err(|e| format!("list body: {e}"))?;
+    let body = list.bytes().map_err(|e| format!("list body: {}", why(e)))?;
     let list: ListNames = serde_json::from_slice(&body).map_err(|e| format!("list body: {e}"))?;
     drop(body);
     let from = list.metadata.resource_version.parse::<u64>().unwrap_or(0).saturating_sub(3);
