@@ -470,18 +470,19 @@ enum ItemWriter {
 }
 
 impl ItemWriter {
-    /// Writes one item, read from the store, to `out`.
-    fn write(&self, store: &kubefold_store::Store, item: &ListItem, out: &mut Vec<u8>) -> Result<(), Status> {
+    /// Writes one item, read from the store (from `ahead` when it holds
+    /// its record), to `out`.
+    fn write(&self, store: &kubefold_store::Store, ahead: &kubefold_store::ReadAhead, item: &ListItem, out: &mut Vec<u8>) -> Result<(), Status> {
         let gone = || Status::expired(format!("object version {} is no longer retained; list again", item.rv));
         match self {
             // Decompressed straight into the chunk.
             ItemWriter::Json => {
-                if !store.write_served(item.rv, item.suffix.as_deref(), out).map_err(|e| Status::internal(e.to_string()))? {
+                if !store.write_served_from(ahead, item.rv, item.suffix.as_deref(), out).map_err(|e| Status::internal(e.to_string()))? {
                     return Err(gone());
                 }
             }
             ItemWriter::Table(printer) => {
-                let body = store.body(item.rv).map_err(|e| Status::internal(e.to_string()))?.ok_or_else(gone)?;
+                let body = store.body_from(ahead, item.rv).map_err(|e| Status::internal(e.to_string()))?.ok_or_else(gone)?;
                 printer.write_body_row(&body, item.suffix.as_deref(), item.rv, &item.cluster, out)
             }
         }
@@ -516,7 +517,7 @@ impl ListBody {
                 out.push(b',');
             }
             self.pos += 1;
-            self.writer.write(&self.store, item, &mut out)?;
+            self.writer.write(&self.store, &kubefold_store::ReadAhead::default(), item, &mut out)?;
         }
         Ok(out)
     }
@@ -593,6 +594,14 @@ fn produce(
     while from < items.len() {
         let to = (from + LIST_BATCH_ITEMS).min(items.len());
         let mut out = Vec::with_capacity(LIST_CHUNK_BYTES.min((to - from) * 4096) + 64);
+        // The batch's records, neighbours read together.
+        let ahead = match store.read_ahead(items[from..to].iter().map(|item| item.rv)) {
+            Ok(ahead) => ahead,
+            Err(e) => {
+                let _ = tx.blocking_send(Err(e.to_string()));
+                return;
+            }
+        };
         for (i, item) in items.iter().enumerate().take(to).skip(from) {
             if out.len() >= LIST_CHUNK_BYTES && tx.blocking_send(Ok((std::mem::take(&mut out), false))).is_err() {
                 return;
@@ -600,7 +609,7 @@ fn produce(
             if i > 0 {
                 out.push(b',');
             }
-            if let Err(status) = writer.write(store, item, &mut out) {
+            if let Err(status) = writer.write(store, &ahead, item, &mut out) {
                 let _ = tx.blocking_send(Err(status.message));
                 return;
             }

@@ -1,15 +1,16 @@
-//! kubefold's durable store: the event log, the index entries, the member
-//! checkpoints and the head resource version, in one sled tree so that each
-//! batch commit is one atomic `apply_batch`; beside it, a snapshot of the
-//! index that makes a warm start one sequential read.
+//! kubefold's durable store: the event log, the member checkpoints and the
+//! head resource version, in one sled tree so that each batch commit is one
+//! atomic `apply_batch`; the event records themselves appended to the
+//! record log beside it ([`log`]); and a snapshot of the index that makes a
+//! warm start one sequential read.
 //!
 //! Key layout (all in the tree `kubefold`):
-//! - `e` + big-endian u64 RV → an event record: a bincode head (everything
-//!   of [`StoredEvent`] but the body) followed by the body's JSON, LZ4
-//!   compressed (with its resource type's dictionary once there is one)
-//!   when that makes it smaller;
-//! - `i` + resource `\0` namespace `\0` name `\0` cluster → bincode [`IndexEntry`]
-//!   (no body: it names the event that holds it);
+//! - `e` + big-endian u64 RV → where the event's record is in the record
+//!   log (a [`log::Pointer`]; a data dir of format 3 may still hold records
+//!   in sled itself, read the same way). A record is a bincode head
+//!   (everything of [`StoredEvent`] but the body), the Table row if any,
+//!   then the body's JSON, LZ4 compressed (with its resource type's
+//!   dictionary once there is one) when that makes it smaller;
 //! - `c` + cluster `\0` resource → the member's resourceVersion (checkpoint);
 //! - `m` + name → metadata (`format`, `head`, `compacted`, `store-id`,
 //!   `dict/` + resource: the type's compression dictionary, never changed).
@@ -21,9 +22,13 @@
 //! not ahead of the log's head and not older than the compaction floor, so
 //! the recovered index always equals the replay of the retained log.
 //!
-//! Durability: every commit is atomic; it is durable once sled has flushed,
-//! which [`Store::commit`] waits for when [`Durability::Sync`] is chosen, and
-//! which happens within `flush_every_ms` otherwise.
+//! Durability: every commit is atomic; it is durable once its records are
+//! synced and sled has flushed, which [`Store::commit`] waits for when
+//! [`Durability::Sync`] is chosen (records first: a durable pointer never
+//! names bytes that are not), and which happens within `flush_every_ms`
+//! otherwise.
+
+pub mod log;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -34,9 +39,15 @@ use kubefold_engine::object::{ServedBody, TableRow};
 use thiserror::Error;
 
 /// The on-disk format this build writes and reads.
-pub const FORMAT: &str = "kubefold-store/3";
+pub const FORMAT: &str = "kubefold-store/4";
 
-/// The format before: the same records plus an index entry per live object
+/// The format before: event records inside sled's tree. This build reads
+/// such records as they are (they leave with compaction) and writes new
+/// ones to the record log, so opening a data dir of this format only
+/// renames it (after which an older kubefold refuses it).
+const FORMAT_3: &str = "kubefold-store/3";
+
+/// The format before that: format 3's records plus an index entry per live object
 /// (`i` records), which this build removes when it opens such a data dir.
 /// Keeping an entry per object in the B-tree beside the log cost a quarter
 /// of kubefold's CPU in a sync (each commit rewrote leaves all over the
@@ -91,7 +102,10 @@ pub enum Durability {
     /// `commit` returns after sled has flushed the batch to disk.
     Sync,
     /// `commit` returns after the batch is applied; sled flushes it within
-    /// its `flush_every_ms` period.
+    /// its `flush_every_ms` period, and the record log is synced with it
+    /// only by [`Store::flush`], snapshots and compactions: a process crash
+    /// loses nothing written, a power loss may leave pointers to records
+    /// that never reached the disk, which reads report as corrupt.
     Periodic,
 }
 
@@ -104,11 +118,13 @@ pub struct Options {
     pub flush_every_ms: u64,
     /// sled's page cache size in bytes.
     pub cache_capacity: u64,
+    /// The size at which a record log segment is closed ([`log::SEGMENT_BYTES`]).
+    pub log_segment_bytes: u64,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { durability: Durability::Sync, flush_every_ms: 500, cache_capacity: 256 * 1024 * 1024 }
+        Options { durability: Durability::Sync, flush_every_ms: 500, cache_capacity: 256 * 1024 * 1024, log_segment_bytes: log::SEGMENT_BYTES }
     }
 }
 
@@ -196,6 +212,65 @@ pub struct Store {
     snapshot: std::sync::Arc<std::sync::Mutex<u64>>,
     /// The body compression dictionaries (`m` + `dict/` + resource).
     dicts: std::sync::Arc<std::sync::RwLock<Dicts>>,
+    /// The event records.
+    log: std::sync::Arc<log::RecordLog>,
+    /// Held while a compaction runs (it alone changes or removes events),
+    /// and while `locations` is filled.
+    compacting: std::sync::Arc<std::sync::Mutex<()>>,
+    /// Where the records are, in memory.
+    locations: std::sync::Arc<log::Locations>,
+}
+
+/// Gaps up to this many bytes between records are read through by
+/// [`Store::read_ahead`] rather than read apart (a read costs more than
+/// copying a few records' bytes)...
+const READ_AHEAD_GAP: u64 = 16 * 1024;
+/// ... and its reads are at most this long.
+const READ_AHEAD_SPAN: u64 = 1024 * 1024;
+
+/// Event records read together ([`Store::read_ahead`]).
+#[derive(Default)]
+pub struct ReadAhead {
+    /// By RV.
+    records: Vec<(u64, Held)>,
+    spans: Vec<Vec<u8>>,
+}
+
+/// Where a record of a [`ReadAhead`] is.
+enum Held {
+    Inline(sled::IVec),
+    Span { span: u32, start: u32, len: u32 },
+}
+
+impl ReadAhead {
+    /// The record of the event at `rv`, if read.
+    fn get(&self, rv: u64) -> Option<&[u8]> {
+        let at = self.records.binary_search_by_key(&rv, |(rv, _)| *rv).ok()?;
+        Some(match &self.records[at].1 {
+            Held::Inline(value) => value,
+            Held::Span { span, start, len } => &self.spans[*span as usize][*start as usize..(*start + *len) as usize],
+        })
+    }
+}
+
+/// An event record as read: from the record log, or from sled itself (format 3).
+enum Record {
+    Inline(sled::IVec),
+    Logged(Vec<u8>),
+}
+
+impl std::ops::Deref for Record {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Record::Inline(v) => v,
+            Record::Logged(v) => v,
+        }
+    }
+}
+
+fn io_error(e: std::io::Error) -> Error {
+    Error::Io(sled::Error::Io(e))
 }
 
 /// First bytes of a backup file.
@@ -570,6 +645,11 @@ impl Store {
         let tree = db.open_tree("kubefold")?;
         match tree.get(meta_key("format"))? {
             Some(found) if found.as_ref() == FORMAT.as_bytes() => {}
+            Some(found) if found.as_ref() == FORMAT_3.as_bytes() => {
+                tree.insert(meta_key("format"), FORMAT.as_bytes())?;
+                db.flush()?;
+                tracing::info!(from = FORMAT_3, to = FORMAT, "Store format upgraded: new event records go to the record log.");
+            }
             Some(found) if found.as_ref() == FORMAT_2.as_bytes() => migrate_from_2(&db, &tree)?,
             Some(found) => {
                 return Err(Error::IncompatibleFormat {
@@ -598,14 +678,33 @@ impl Store {
             let (k, v) = item?;
             dicts.insert(String::from_utf8_lossy(&k[prefix.len()..]).into_owned(), v.to_vec().into());
         }
-        Ok(Store {
+        let log = log::RecordLog::open(path, options.log_segment_bytes).map_err(io_error)?;
+        let store = Store {
             db,
             tree,
             durability: options.durability,
             dir: path.to_path_buf(),
             snapshot: std::sync::Arc::new(std::sync::Mutex::new(0)),
             dicts: std::sync::Arc::new(std::sync::RwLock::new(dicts)),
-        })
+            log: std::sync::Arc::new(log),
+            compacting: std::sync::Arc::new(std::sync::Mutex::new(())),
+            locations: std::sync::Arc::new(log::Locations::default()),
+        };
+        // Under the compaction lock: a compaction removing or moving records
+        // while they are read here would leave stale locations behind.
+        let (compacting, tree, locations) = (store.compacting.clone(), store.tree.clone(), store.locations.clone());
+        std::thread::Builder::new()
+            .name("store-locations".into())
+            .spawn(move || {
+                let _compacting = compacting.lock().unwrap_or_else(|e| e.into_inner());
+                let started = std::time::Instant::now();
+                if let Err(e) = fill_locations(&tree, &locations) {
+                    tracing::warn!(error = %e, "Record locations not loaded; reads look them up in sled.");
+                }
+                tracing::debug!(events = locations.len(), seconds = started.elapsed().as_secs_f64(), "Record locations loaded.");
+            })
+            .map_err(io_error)?;
+        Ok(store)
     }
 
     /// The RV of the last committed event (0 for a new store).
@@ -634,9 +733,15 @@ impl Store {
             batch.insert(meta_key(&format!("{DICT_PREFIX}{resource}")), &dict[..]);
             dicts.insert(resource.clone(), dict.clone());
         }
-        for event in &commit.events {
-            let dict = dicts.get(&event.resource).map(|d| &d[..]);
-            batch.insert(&event_key(event.rv)[..], encode_event_with(event, dict)?);
+        let records = commit
+            .events
+            .iter()
+            .map(|event| encode_event_with(event, dicts.get(&event.resource).map(|d| &d[..])))
+            .collect::<Result<Vec<_>>>()?;
+        // Records first, then the pointers to them.
+        let pointers = self.log.append(&records, self.durability == Durability::Sync).map_err(io_error)?;
+        for (event, pointer) in commit.events.iter().zip(&pointers) {
+            batch.insert(&event_key(event.rv)[..], &pointer.encode()[..]);
             head = Some(event.rv);
         }
         for (cluster, resource, member_rv) in &commit.checkpoints {
@@ -657,6 +762,7 @@ impl Store {
             }
             return Err(e.into());
         }
+        self.locations.insert(commit.events.iter().map(|event| event.rv).zip(pointers));
         if self.durability == Durability::Sync {
             self.db.flush()?;
         }
@@ -665,6 +771,61 @@ impl Store {
 
     fn decode(&self, bytes: &[u8]) -> Result<StoredEvent> {
         decode_event_with(bytes, &self.dicts.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The record an `e` value names; `None` when compaction moved it
+    /// since the value was read.
+    fn resolve(&self, value: sled::IVec) -> Result<Option<Record>> {
+        match log::Pointer::decode(&value).map_err(|what| Error::Corrupt { what })? {
+            None => Ok(Some(Record::Inline(value))),
+            Some(pointer) => {
+                let mut out = Vec::new();
+                match self.log.read_into(pointer, &mut out) {
+                    Ok(true) => Ok(Some(Record::Logged(out))),
+                    Ok(false) => Ok(None),
+                    Err(what) => Err(Error::Corrupt { what }),
+                }
+            }
+        }
+    }
+
+    /// The record of the event at `rv`, if the log holds it.
+    fn record(&self, rv: u64) -> Result<Option<Record>> {
+        if let Some(pointer) = self.locations.get(rv) {
+            let mut out = Vec::new();
+            match self.log.read_into(pointer, &mut out) {
+                Ok(true) => return Ok(Some(Record::Logged(out))),
+                // Moved: sled names the copy.
+                Ok(false) => {}
+                Err(what) => return Err(Error::Corrupt { what: format!("event {rv}: {what}") }),
+            }
+        }
+        // A pointer read just before compaction moved its record names a
+        // deleted segment; the pointer read again names the copy. One that
+        // keeps naming a missing segment is damage.
+        for _ in 0..4 {
+            let Some(value) = self.tree.get(event_key(rv))? else { return Ok(None) };
+            if let Some(record) = self.resolve(value)? {
+                return Ok(Some(record));
+            }
+        }
+        Err(Error::Corrupt { what: format!("event {rv}: its record log segment is missing") })
+    }
+
+    /// The record of an `e` key and value met in a scan; `None` when the
+    /// event was removed since.
+    fn scanned(&self, key: &[u8], value: sled::IVec) -> Result<Option<Record>> {
+        match self.resolve(value)? {
+            Some(record) => Ok(Some(record)),
+            None => self.record(read_u64(&key[1..], "event key")?),
+        }
+    }
+
+    /// Syncs the record log, then flushes sled.
+    fn flush_all(&self) -> Result<()> {
+        self.log.sync().map_err(io_error)?;
+        self.db.flush()?;
+        Ok(())
     }
 
     /// Reads the merged index, the checkpoints and the compaction floor.
@@ -679,8 +840,9 @@ impl Store {
                 let snapshot_rv = index.head_rv();
                 let mut replayed = 0;
                 for item in self.tree.range(event_key(snapshot_rv.saturating_add(1))..=event_key(u64::MAX)) {
-                    let (_, v) = item?;
-                    index.apply(&decode_event_head(&v)?);
+                    let (k, v) = item?;
+                    let Some(record) = self.scanned(&k, v)? else { continue };
+                    index.apply(&decode_event_head(&record)?);
                     replayed += 1;
                 }
                 index.set_head_rv(head);
@@ -712,8 +874,9 @@ impl Store {
     fn replay(&self, head: u64) -> Result<Index> {
         let mut index = Index::at(head);
         for item in self.tree.range(event_key(0)..=event_key(u64::MAX)) {
-            let (_, v) = item?;
-            index.apply(&decode_event_head(&v)?);
+            let (k, v) = item?;
+            let Some(record) = self.scanned(&k, v)? else { continue };
+            index.apply(&decode_event_head(&record)?);
         }
         Ok(index)
     }
@@ -735,7 +898,7 @@ impl Store {
         if rv <= *newest && *newest != 0 {
             return Ok(None);
         }
-        self.db.flush()?;
+        self.flush_all()?;
         if rv > self.head_rv()? {
             return Err(Error::Corrupt { what: format!("snapshot at RV {rv} is ahead of the log's head") });
         }
@@ -799,7 +962,8 @@ impl Store {
         let bad = |e: bincode::error::DecodeError| format!("snapshot undecodable: {e}");
         let (header, used): (SnapshotHeader, usize) = bincode::serde::decode_from_slice(&body[at..], config()).map_err(bad)?;
         at += used;
-        if header.format != FORMAT {
+        // Format 3's snapshots hold the same index.
+        if header.format != FORMAT && header.format != FORMAT_3 {
             return Err(format!("snapshot of format {:?}", header.format));
         }
         if header.store_id != self.store_id().map_err(|e| e.to_string())? {
@@ -834,16 +998,16 @@ impl Store {
 
     /// One event of the log.
     pub fn event(&self, rv: u64) -> Result<Option<StoredEvent>> {
-        match self.tree.get(event_key(rv))? {
-            Some(v) => Ok(Some(self.decode(&v)?)),
+        match self.record(rv)? {
+            Some(record) => Ok(Some(self.decode(&record)?)),
             None => Ok(None),
         }
     }
 
     /// The body of the event at `rv` (an object's version).
     pub fn body(&self, rv: u64) -> Result<Option<ServedBody>> {
-        match self.tree.get(event_key(rv))? {
-            Some(v) => Ok(Some(decode_body_with(&v, &self.dicts.read().unwrap_or_else(|e| e.into_inner()))?)),
+        match self.record(rv)? {
+            Some(record) => Ok(Some(decode_body_with(&record, &self.dicts.read().unwrap_or_else(|e| e.into_inner()))?)),
             None => Ok(None),
         }
     }
@@ -854,8 +1018,90 @@ impl Store {
     /// `out`: no copy of the body is made. False when the log has no event
     /// `rv`; a damaged record is [`Error::Corrupt`] and leaves `out` as it was.
     pub fn write_served(&self, rv: u64, name_suffix: Option<&str>, out: &mut Vec<u8>) -> Result<bool> {
-        let Some(record) = self.tree.get(event_key(rv))? else { return Ok(false) };
-        let (head, used): (BodyHead<'_>, usize) = bincode::serde::borrow_decode_from_slice(&record, config())
+        let Some(record) = self.record(rv)? else { return Ok(false) };
+        self.write_served_record(&record, rv, name_suffix, out)?;
+        Ok(true)
+    }
+
+    /// [`Store::write_served`] with the records of `ahead` (read together
+    /// before); an event it does not hold is read on its own.
+    pub fn write_served_from(&self, ahead: &ReadAhead, rv: u64, name_suffix: Option<&str>, out: &mut Vec<u8>) -> Result<bool> {
+        match ahead.get(rv) {
+            Some(record) => {
+                self.write_served_record(record, rv, name_suffix, out)?;
+                Ok(true)
+            }
+            None => self.write_served(rv, name_suffix, out),
+        }
+    }
+
+    /// [`Store::body`] with the records of `ahead`, as [`Store::write_served_from`].
+    pub fn body_from(&self, ahead: &ReadAhead, rv: u64) -> Result<Option<ServedBody>> {
+        match ahead.get(rv) {
+            Some(record) => Ok(Some(decode_body_with(record, &self.dicts.read().unwrap_or_else(|e| e.into_inner()))?)),
+            None => self.body(rv),
+        }
+    }
+
+    /// Reads the records of the events `rvs` (those the log holds) at once,
+    /// for [`Store::write_served_from`] and [`Store::body_from`]: records
+    /// next to each other in the record log are read with one read. The
+    /// objects of a member's list are committed in its list order, which is
+    /// the order kubefold lists them in (namespace, name), so a page of a
+    /// list is mostly a few runs of neighbouring records.
+    pub fn read_ahead(&self, rvs: impl IntoIterator<Item = u64>) -> Result<ReadAhead> {
+        let mut ahead = ReadAhead::default();
+        let mut logged: Vec<(u64, log::Pointer)> = Vec::new();
+        for (rv, located) in self.locations.get_many(rvs) {
+            if let Some(pointer) = located {
+                logged.push((rv, pointer));
+                continue;
+            }
+            let Some(value) = self.tree.get(event_key(rv))? else { continue };
+            match log::Pointer::decode(&value).map_err(|what| Error::Corrupt { what })? {
+                Some(pointer) => logged.push((rv, pointer)),
+                None => ahead.records.push((rv, Held::Inline(value))),
+            }
+        }
+        logged.sort_unstable_by_key(|(_, p)| (p.segment, p.offset));
+        let mut run = 0;
+        while run < logged.len() {
+            let first = logged[run].1;
+            let mut end = u64::from(first.offset) + u64::from(first.len);
+            let mut next = run + 1;
+            while let Some((_, p)) = logged.get(next) {
+                let p_end = u64::from(p.offset) + u64::from(p.len);
+                if p.segment != first.segment || u64::from(p.offset) > end + READ_AHEAD_GAP || p_end - u64::from(first.offset) > READ_AHEAD_SPAN {
+                    break;
+                }
+                end = end.max(p_end);
+                next += 1;
+            }
+            let len = (end - u64::from(first.offset)) as usize;
+            // A segment gone since the pointers were read: those records
+            // are read on their own, through their new pointers.
+            if let Some(span) = self.log.read_span(first.segment, first.offset, len).map_err(|what| Error::Corrupt { what })? {
+                let index = ahead.spans.len() as u32;
+                for (rv, p) in &logged[run..next] {
+                    let start = p.offset - first.offset;
+                    let bytes = &span[start as usize..(start + p.len) as usize];
+                    if crc32fast::hash(bytes) != p.crc {
+                        return Err(Error::Corrupt { what: format!("event {rv}: log segment {} at {}: checksum mismatch", p.segment, p.offset) });
+                    }
+                    ahead.records.push((*rv, Held::Span { span: index, start, len: p.len }));
+                }
+                ahead.spans.push(span);
+            }
+            run = next;
+        }
+        ahead.records.sort_unstable_by_key(|(rv, _)| *rv);
+        Ok(ahead)
+    }
+
+    /// Writes the object of `record` (the event at `rv`) as served, see
+    /// [`Store::write_served`].
+    fn write_served_record(&self, record: &[u8], rv: u64, name_suffix: Option<&str>, out: &mut Vec<u8>) -> Result<()> {
+        let (head, used): (BodyHead<'_>, usize) = bincode::serde::borrow_decode_from_slice(record, config())
             .map_err(|e| Error::Corrupt { what: format!("event: {e}") })?;
         check_body(head.rv, head.body_len, head.name_end, head.rv_at, head.body_codec)?;
         let (_, body) = row_section(head.rv, head.body_codec, head.body_len, &record[used..])?;
@@ -884,16 +1130,20 @@ impl Store {
             return Err(Error::Corrupt { what: format!("event {}: stored body does not decode to its {len} bytes", head.rv) });
         }
         kubefold_engine::object::open_holes(out, at, head.name_end, head.rv_at, name_suffix, rv);
-        Ok(true)
+        Ok(())
     }
 
     /// Events after `rv`, in order, up to the end of the log.
     pub fn events_after(&self, rv: u64) -> impl Iterator<Item = Result<StoredEvent>> + '_ {
         let start = event_key(rv.saturating_add(1));
         let end = event_key(u64::MAX);
-        self.tree.range(start..=end).map(move |item| {
-            let (_, v) = item?;
-            self.decode(&v)
+        self.tree.range(start..=end).filter_map(move |item| {
+            let record = item.map_err(Error::from).and_then(|(k, v)| self.scanned(&k, v));
+            match record {
+                Ok(Some(record)) => Some(self.decode(&record)),
+                Ok(None) => None,
+                Err(e) => Some(Err(e)),
+            }
         })
     }
 
@@ -926,8 +1176,9 @@ impl Store {
         let mut floor = head.saturating_sub(max_events).max(compacted);
         let cutoff = now_ms.saturating_sub(max_age_ms);
         for item in self.tree.range(event_key(floor.saturating_add(1))..=event_key(head)) {
-            let (_, v) = item?;
-            let event = decode_event_head(&v)?;
+            let (k, v) = item?;
+            let Some(record) = self.scanned(&k, v)? else { continue };
+            let event = decode_event_head(&record)?;
             if event.time_ms >= cutoff {
                 break;
             }
@@ -945,6 +1196,7 @@ impl Store {
     /// and new events only reference live versions. Events are removed in
     /// RV order (see [`Store::recover`] for why that matters).
     pub fn compact(&self, floor: u64, live: &Index) -> Result<CompactStats> {
+        let _compacting = self.compacting.lock().unwrap_or_else(|e| e.into_inner());
         let floor = floor.min(self.head_rv()?);
         if floor <= self.compacted_rv()? {
             return Ok(CompactStats { floor: self.compacted_rv()?, removed: 0, kept: 0 });
@@ -952,30 +1204,113 @@ impl Store {
         if live.head_rv() < floor {
             return Err(Error::Corrupt { what: format!("compaction to RV {floor} with an index at RV {}", live.head_rv()) });
         }
+        // Segments that may be reclaimed: those closed before this scan
+        // (commits go on appending to the active one and to new ones).
+        let active = self.log.active_id();
+        let sizes: BTreeMap<u32, u64> =
+            self.log.segment_sizes().map_err(io_error)?.into_iter().filter(|(id, _)| active.is_none_or(|a| *id < a)).collect();
         self.tree.insert(meta_key("compacted"), &floor.to_be_bytes()[..])?;
         let mut keep: std::collections::HashSet<u64> = live.live_rvs().filter(|rv| *rv <= floor).collect();
+        // Every retained record in a reclaimable segment: (rv, pointer).
+        let mut retained: Vec<(u64, log::Pointer)> = Vec::new();
+        let mut note = |rv: u64, value: &[u8]| -> Result<()> {
+            if let Some(pointer) = log::Pointer::decode(value).map_err(|what| Error::Corrupt { what })? {
+                if sizes.contains_key(&pointer.segment) {
+                    retained.push((rv, pointer));
+                }
+            }
+            Ok(())
+        };
         for item in self.tree.range(event_key(floor.saturating_add(1))..=event_key(u64::MAX)) {
-            let (_, v) = item?;
-            keep.insert(decode_head(&v)?.0.prev_rv);
+            let (k, v) = item?;
+            note(read_u64(&k[1..], "event key")?, &v)?;
+            let Some(record) = self.scanned(&k, v)? else { continue };
+            keep.insert(decode_head(&record)?.0.prev_rv);
         }
         let (mut removed, mut kept) = (0u64, 0u64);
         let mut batch = sled::Batch::default();
-        for item in self.tree.range(event_key(0)..=event_key(floor)).keys() {
-            let k = item?;
+        let mut gone = Vec::new();
+        for item in self.tree.range(event_key(0)..=event_key(floor)) {
+            let (k, v) = item?;
             let rv = read_u64(&k[1..], "event key")?;
             if keep.contains(&rv) {
+                note(rv, &v)?;
                 kept += 1;
                 continue;
             }
             batch.remove(k);
+            gone.push(rv);
             removed += 1;
             if removed % 10_000 == 0 {
                 self.tree.apply_batch(std::mem::take(&mut batch))?;
+                self.locations.remove(gone.drain(..));
             }
         }
         self.tree.apply_batch(batch)?;
-        self.db.flush()?;
+        self.locations.remove(gone);
+        self.flush_all()?;
+        self.reclaim(&sizes, retained)?;
         Ok(CompactStats { floor, removed, kept })
+    }
+
+    /// Deletes the record log's segments (of `sizes`, their lengths) whose
+    /// records are mostly dead, moving their `retained` records (every
+    /// retained record of those segments, with its pointer) to the end of
+    /// the log first. Segments at most half dead are left as they are, so a
+    /// byte is moved at most about as often as it is written.
+    fn reclaim(&self, sizes: &BTreeMap<u32, u64>, retained: Vec<(u64, log::Pointer)>) -> Result<()> {
+        let mut live: BTreeMap<u32, u64> = BTreeMap::new();
+        for (_, pointer) in &retained {
+            *live.entry(pointer.segment).or_default() += u64::from(pointer.len);
+        }
+        let victims: Vec<u32> = sizes.iter().filter(|(id, size)| live.get(id).copied().unwrap_or(0) * 2 <= **size).map(|(id, _)| *id).collect();
+        if victims.is_empty() {
+            return Ok(());
+        }
+        let (mut moved, mut moved_bytes) = (0u64, 0u64);
+        let mut pending: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut pending_bytes = 0usize;
+        for (rv, pointer) in retained.into_iter().filter(|(_, p)| victims.contains(&p.segment)) {
+            let mut record = Vec::new();
+            match self.log.read_into(pointer, &mut record) {
+                Ok(true) => {}
+                Ok(false) => return Err(Error::Corrupt { what: format!("event {rv}: its record log segment is missing") }),
+                Err(what) => return Err(Error::Corrupt { what: format!("event {rv}: {what}") }),
+            }
+            pending_bytes += record.len();
+            pending.push((rv, record));
+            if pending_bytes >= 4 << 20 {
+                (moved, moved_bytes) = (moved + pending.len() as u64, moved_bytes + pending_bytes as u64);
+                self.relocate(std::mem::take(&mut pending))?;
+                pending_bytes = 0;
+            }
+        }
+        (moved, moved_bytes) = (moved + pending.len() as u64, moved_bytes + pending_bytes as u64);
+        self.relocate(pending)?;
+        // The copies and the pointers to them are durable before the
+        // segments go.
+        self.flush_all()?;
+        self.log.remove(&victims).map_err(io_error)?;
+        let freed: u64 = victims.iter().filter_map(|id| sizes.get(id)).sum();
+        tracing::info!(segments = victims.len(), freed_bytes = freed, moved, moved_bytes, "Record log segments reclaimed.");
+        Ok(())
+    }
+
+    /// Appends `records` (event RV, record) to the record log again and
+    /// points their events at the copies.
+    fn relocate(&self, records: Vec<(u64, Vec<u8>)>) -> Result<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let (rvs, records): (Vec<u64>, Vec<Vec<u8>>) = records.into_iter().unzip();
+        let pointers = self.log.append(&records, false).map_err(io_error)?;
+        let mut batch = sled::Batch::default();
+        for (rv, pointer) in rvs.iter().zip(&pointers) {
+            batch.insert(&event_key(*rv)[..], &pointer.encode()[..]);
+        }
+        self.tree.apply_batch(batch)?;
+        self.locations.insert(rvs.into_iter().zip(pointers));
+        Ok(())
     }
 
     /// Writes a metadata value and flushes it.
@@ -1013,6 +1348,14 @@ impl Store {
         let mut count = 0u64;
         for item in self.tree.iter() {
             let (k, v) = item?;
+            // An event's record, not where it is in this data dir.
+            let v: Record = match k.first() {
+                Some(&EVENT) => match self.scanned(&k, v)? {
+                    Some(record) => record,
+                    None => continue,
+                },
+                _ => Record::Inline(v),
+            };
             for part in [&k[..], &v[..]] {
                 let len = (part.len() as u32).to_be_bytes();
                 out.write_all(&len).map_err(io)?;
@@ -1044,9 +1387,20 @@ impl Store {
             .open()
             .map_err(|source| Error::OpenFailed { path: path.to_path_buf(), source })?;
         let tree = db.open_tree("kubefold")?;
+        let log = log::RecordLog::open(path, options.log_segment_bytes).map_err(io_error)?;
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         let mut batch = sled::Batch::default();
         let mut pending = 0;
+        // Event records go to the record log, a batch at a time.
+        let mut records: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        let apply = |batch: &mut sled::Batch, records: &mut Vec<(Vec<u8>, Vec<u8>)>| -> Result<()> {
+            let (keys, values): (Vec<Vec<u8>>, Vec<Vec<u8>>) = std::mem::take(records).into_iter().unzip();
+            for (key, pointer) in keys.into_iter().zip(log.append(&values, false).map_err(io_error)?) {
+                batch.insert(key, &pointer.encode()[..]);
+            }
+            tree.apply_batch(std::mem::take(batch))?;
+            Ok(())
+        };
         let read_len = |input: &mut dyn std::io::Read| -> Result<u32> {
             let mut len = [0u8; 4];
             input.read_exact(&mut len).map_err(|_| bad("truncated"))?;
@@ -1066,10 +1420,14 @@ impl Store {
             hasher.write(&key);
             hasher.write(&vlen.to_be_bytes());
             hasher.write(&value);
-            batch.insert(key, value);
+            if key.first() == Some(&EVENT) {
+                records.push((key, value));
+            } else {
+                batch.insert(key, value);
+            }
             pending += 1;
             if pending == 10_000 {
-                tree.apply_batch(std::mem::take(&mut batch))?;
+                apply(&mut batch, &mut records)?;
                 pending = 0;
             }
         }
@@ -1078,7 +1436,9 @@ impl Store {
         if u64::from_be_bytes(sum) != hasher.finish() {
             return Err(bad("checksum mismatch"));
         }
-        tree.apply_batch(batch)?;
+        apply(&mut batch, &mut records)?;
+        log.sync().map_err(io_error)?;
+        drop(log);
         db.flush()?;
         // Keep the open database: dropping and reopening races sled's file lock.
         Store::from_db(db, path, options)
@@ -1086,13 +1446,13 @@ impl Store {
 
     /// Flushes everything to disk.
     pub fn flush(&self) -> Result<()> {
-        self.db.flush()?;
-        Ok(())
+        self.flush_all()
     }
 
-    /// Bytes the data directory takes on disk, as sled reports it.
+    /// Bytes the data directory takes on disk: sled's files (as sled
+    /// reports them) and the record log's segments.
     pub fn size_on_disk(&self) -> Result<u64> {
-        Ok(self.db.size_on_disk()?)
+        Ok(self.db.size_on_disk()? + self.log.size().map_err(io_error)?)
     }
 
     /// Number of events retained in the log.
@@ -1112,7 +1472,9 @@ impl Store {
             };
             kind.records += 1;
             kind.key_bytes += k.len() as u64;
-            kind.value_bytes += v.len() as u64;
+            // A logged record counts with its length, not its pointer's.
+            let pointer = log::Pointer::decode(&v).ok().flatten();
+            kind.value_bytes += pointer.map_or(v.len() as u64, |p| u64::from(p.len));
         }
         Ok(usage)
     }
@@ -1171,6 +1533,22 @@ fn migrate_from_2(db: &sled::Db, tree: &sled::Tree) -> Result<()> {
     tree.insert(meta_key("format"), FORMAT.as_bytes())?;
     db.flush()?;
     tracing::info!(index_entries = removed, from = FORMAT_2, to = FORMAT, "Store format upgraded.");
+    Ok(())
+}
+
+/// Fills `locations` from the pointers in `tree`.
+fn fill_locations(tree: &sled::Tree, locations: &log::Locations) -> Result<()> {
+    let mut chunk = Vec::with_capacity(16 * 1024);
+    for item in tree.scan_prefix([EVENT]) {
+        let (k, v) = item?;
+        if let Some(pointer) = log::Pointer::decode(&v).map_err(|what| Error::Corrupt { what })? {
+            chunk.push((read_u64(&k[1..], "event key")?, pointer));
+        }
+        if chunk.len() == chunk.capacity() {
+            locations.fill(chunk.drain(..));
+        }
+    }
+    locations.fill(chunk);
     Ok(())
 }
 

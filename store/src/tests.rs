@@ -156,7 +156,7 @@ fn bodies_are_stored_compressed_and_read_back_exactly() {
     let store = Store::open(dir.path(), &Options::default()).unwrap();
     let mut index = Index::at(0);
     let events = commit_changes(&store, &mut index, vec![pod_change("a", 1, false)]);
-    let record = store.tree.get(event_key(1)).unwrap().unwrap();
+    let record = store.record(1).unwrap().unwrap();
     assert_eq!(decode_event(&record).unwrap(), events[0]);
     // A body that does not shrink is stored as it is.
     let mut incompressible = events[0].clone();
@@ -237,7 +237,7 @@ fn objects_written_in_place_are_what_their_bodies_serve() {
     let mut out = b"[".to_vec();
     assert!(!store.write_served(99_999, None, &mut out).unwrap());
     // A damaged record is an error and leaves what was written before.
-    let mut damaged = store.tree.get(event_key(events[5].rv)).unwrap().unwrap().to_vec();
+    let mut damaged = store.record(events[5].rv).unwrap().unwrap().to_vec();
     let last = damaged.len() - 1;
     damaged.truncate(last);
     store.tree.insert(event_key(2000), damaged).unwrap();
@@ -260,7 +260,7 @@ fn a_type_gets_a_dictionary_from_its_first_large_batch() {
         let dict = store.dicts.read().unwrap().get("v1/pods").cloned().expect("a dictionary for pods");
         assert!(dict.len() >= DICT_MIN_BYTES && dict.len() <= DICT_MAX_BYTES, "{}", dict.len());
         commit_changes(&store, &mut index, vec![pod_change("p3", 99, false)]);
-        let record = store.tree.get(event_key(first[5].rv)).unwrap().unwrap();
+        let record = store.record(first[5].rv).unwrap().unwrap();
         assert_eq!(decode_head(&record).unwrap().0.body_codec, BODY_LZ4_DICT | BODY_WITH_ROW);
         // Without the dictionary the record cannot be read: it is not guessed.
         assert!(matches!(decode_event(&record), Err(Error::Corrupt { .. })));
@@ -450,6 +450,212 @@ fn data_dirs_of_the_format_before_are_upgraded() {
     assert_eq!(index.len("v1/pods"), 29);
 }
 
+/// Every `e` value of the store, as (RV, pointer).
+fn pointers(store: &Store) -> Vec<(u64, log::Pointer)> {
+    store
+        .tree
+        .scan_prefix([EVENT])
+        .map(|item| {
+            let (k, v) = item.unwrap();
+            (read_u64(&k[1..], "key").unwrap(), log::Pointer::decode(&v).unwrap().expect("a pointer, not a record"))
+        })
+        .collect()
+}
+
+/// The record log's segment files and their sizes.
+fn segment_files(dir: &std::path::Path) -> BTreeMap<String, u64> {
+    std::fs::read_dir(dir.join(log::LOG_DIR))
+        .unwrap()
+        .map(|e| e.unwrap())
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), e.metadata().unwrap().len()))
+        .collect()
+}
+
+#[test]
+fn event_records_go_to_the_record_log_and_damage_there_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), &Options::default()).unwrap();
+    let mut index = Index::at(0);
+    let events = commit_changes(&store, &mut index, (0..50).map(|i| pod_change(&format!("p{i}"), i, false)).collect());
+    // sled holds a pointer per event; the records are in the segment, in order.
+    let pointers = pointers(&store);
+    assert_eq!(pointers.len(), 50);
+    let files = segment_files(dir.path());
+    assert_eq!(files.len(), 1, "{files:?}");
+    let logged: u64 = pointers.iter().map(|(_, p)| u64::from(p.len)).sum();
+    assert_eq!(*files.values().next().unwrap(), logged);
+    assert!(store.size_on_disk().unwrap() >= logged);
+    assert_eq!(store.usage().unwrap().events.value_bytes, logged);
+    for (event, (rv, pointer)) in events.iter().zip(&pointers) {
+        assert_eq!(event.rv, *rv);
+        assert_eq!(store.event(*rv).unwrap().as_ref(), Some(event));
+        assert_eq!(pointer.crc, crc32fast::hash(&encode_event_with(event, store.dicts.read().unwrap().get("v1/pods").map(|d| &d[..])).unwrap()));
+    }
+    // A byte changed in the segment: that event's reads fail as corrupt,
+    // the others still read.
+    let (rv, pointer) = pointers[7];
+    let path = dir.path().join(log::LOG_DIR).join(files.keys().next().unwrap());
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[(pointer.offset + pointer.len / 2) as usize] ^= 0x20;
+    std::fs::write(&path, &bytes).unwrap();
+    assert!(matches!(store.body(rv), Err(Error::Corrupt { .. })));
+    assert!(matches!(store.write_served(rv, None, &mut Vec::new()), Err(Error::Corrupt { .. })));
+    assert_eq!(store.event(pointers[8].0).unwrap().as_ref(), Some(&events[8]));
+    // A truncated segment: the records past its end are corrupt too.
+    let last = pointers[49];
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(u64::from(last.1.offset) + 3).unwrap();
+    assert!(matches!(store.event(last.0), Err(Error::Corrupt { .. })));
+    // A pointer of the wrong length is damage, not a record.
+    store.tree.insert(event_key(1000), &last.1.encode()[..log::POINTER_LEN - 1]).unwrap();
+    assert!(matches!(store.event(1000), Err(Error::Corrupt { .. })));
+}
+
+/// Compaction deletes the segments whose records are mostly dead, after
+/// moving their live records to the end of the log; readers that read a
+/// pointer before the move find the record again.
+#[test]
+fn compaction_reclaims_mostly_dead_segments_and_moves_their_live_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options { log_segment_bytes: 4096, ..Options::default() };
+    let store = Store::open(dir.path(), &opts).unwrap();
+    let mut index = Index::at(0);
+    let member_rv = std::cell::Cell::new(0);
+    let next = || {
+        member_rv.set(member_rv.get() + 1);
+        member_rv.get()
+    };
+    // One object that stays for every three that change, in one batch,
+    // then rounds of changes: the first batch's segments end up a quarter live.
+    let mut first = Vec::new();
+    for i in 0..12 {
+        first.push(pod_change(&format!("keep{i}"), next(), false));
+        for j in 0..3 {
+            first.push(pod_change(&format!("churn{i}-{j}"), next(), false));
+        }
+    }
+    commit_changes(&store, &mut index, first);
+    for _ in 0..4 {
+        commit_changes(&store, &mut index, (0..12).flat_map(|i| (0..3).map(move |j| (i, j))).map(|(i, j)| pod_change(&format!("churn{i}-{j}"), next(), false)).collect());
+    }
+    let bodies: BTreeMap<u64, ServedBody> = index.live_rvs().map(|rv| (rv, store.body(rv).unwrap().unwrap())).collect();
+    let before = segment_files(dir.path());
+    assert!(before.len() > 10, "{before:?}");
+    let keep0 = index.range("v1/pods", None, None).find(|(k, _)| k.name == "keep0").unwrap().1.rv;
+    let old_pointer = store.tree.get(event_key(keep0)).unwrap().unwrap();
+
+    let head = store.head_rv().unwrap();
+    let stats = store.compact(head, &index).unwrap();
+    assert_eq!(stats.kept as usize, bodies.len());
+    let after = segment_files(dir.path());
+    let bytes = |files: &BTreeMap<String, u64>| files.values().sum::<u64>();
+    assert!(bytes(&after) * 2 < bytes(&before), "{} bytes before, {} after", bytes(&before), bytes(&after));
+    // The first batch's segments are gone; what is left is at least half live
+    // (the segments written since, the active one aside).
+    let first_segment = before.keys().next().unwrap();
+    assert!(!after.contains_key(first_segment), "{after:?}");
+    let live = pointers(&store);
+    assert_eq!(live.len(), bodies.len());
+    for (rv, body) in &bodies {
+        assert_eq!(&store.body(*rv).unwrap().unwrap(), body, "object version {rv}");
+    }
+    // The events removed read as gone, one by one and read ahead together.
+    let ahead = store.read_ahead(1..=head).unwrap();
+    for rv in 1..=head {
+        let (mut one, mut together) = (Vec::new(), Vec::new());
+        let found = store.write_served(rv, Some("_m1"), &mut one).unwrap();
+        assert_eq!(found, bodies.contains_key(&rv), "event {rv}");
+        assert_eq!(store.event(rv).unwrap().is_some(), found);
+        assert_eq!(store.write_served_from(&ahead, rv, Some("_m1"), &mut together).unwrap(), found);
+        assert_eq!(one, together);
+        assert_eq!(store.body_from(&ahead, rv).unwrap().as_ref(), bodies.get(&rv));
+    }
+    // A pointer read before the move names a deleted segment: resolving it
+    // says so, and reading the event by its key finds the copy.
+    assert!(store.resolve(old_pointer.clone()).unwrap().is_none());
+    let record = store.scanned(&event_key(keep0), old_pointer).unwrap().unwrap();
+    assert_eq!(decode_body_with(&record, &store.dicts.read().unwrap()).unwrap(), bodies[&keep0]);
+
+    // A version removed from the segment still appended to (never
+    // reclaimed) reads as gone all the same.
+    let superseded = commit_changes(&store, &mut index, vec![pod_change("keep1", next(), false)])[0].rv;
+    commit_changes(&store, &mut index, vec![pod_change("keep1", next(), false)]);
+    let head = store.head_rv().unwrap();
+    store.compact(head, &index).unwrap();
+    assert!(store.event(superseded).unwrap().is_none());
+    assert!(!store.write_served_from(&store.read_ahead([superseded]).unwrap(), superseded, None, &mut Vec::new()).unwrap());
+    let bodies: BTreeMap<u64, ServedBody> = index.live_rvs().map(|rv| (rv, store.body(rv).unwrap().unwrap())).collect();
+
+    // Recovery after a reopen, with and without a snapshot, gives the index.
+    store.write_snapshot(&index).unwrap().unwrap();
+    drop(store);
+    let store = reopen(dir.path(), &opts);
+    let recovered = store.recover().unwrap();
+    assert_eq!(index_contents(&recovered.index), index_contents(&index));
+    assert_eq!(index_contents(&store.replay(head).unwrap()), index_contents(&index));
+    for (rv, body) in &bodies {
+        assert_eq!(&store.body(*rv).unwrap().unwrap(), body, "object version {rv} after reopen");
+    }
+    // A second compaction has nothing more to move: no segment changes
+    // but the one appended to.
+    let files = segment_files(dir.path());
+    store.compact(head, &index).unwrap();
+    assert_eq!(segment_files(dir.path()), files);
+}
+
+/// A data dir of format 3 (event records inside sled) is renamed to this
+/// format when opened; its records and snapshot read as they are, new
+/// records go to the record log, and compaction removes the old ones.
+#[test]
+fn data_dirs_of_format_3_are_read_in_place_and_renamed() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options::default();
+    let mut index = Index::at(0);
+    let events = {
+        let store = Store::open(dir.path(), &opts).unwrap();
+        let mut events = commit_changes(&store, &mut index, (0..30).map(|i| pod_change(&format!("p{i}"), i, false)).collect());
+        events.extend(commit_changes(&store, &mut index, vec![pod_change("p3", 40, true)]));
+        // As format 3 kept them: each record in sled at its event's key.
+        for event in &events {
+            let record = store.record(event.rv).unwrap().unwrap().to_vec();
+            store.tree.insert(event_key(event.rv), record).unwrap();
+        }
+        store.tree.insert(meta_key("format"), FORMAT_3.as_bytes()).unwrap();
+        store.write_snapshot(&index).unwrap().unwrap();
+        store.flush().unwrap();
+        events
+    };
+    std::fs::remove_dir_all(dir.path().join(log::LOG_DIR)).unwrap();
+    // The snapshot as format 3 wrote it (same length, checksum made anew).
+    let path = dir.path().join(SNAPSHOT_FILE);
+    let mut snapshot = std::fs::read(&path).unwrap();
+    let at = snapshot.windows(FORMAT.len()).position(|w| w == FORMAT.as_bytes()).unwrap();
+    snapshot[at..at + FORMAT.len()].copy_from_slice(FORMAT_3.as_bytes());
+    let body_len = snapshot.len() - 4;
+    let crc = crc32fast::hash(&snapshot[..body_len]).to_le_bytes();
+    snapshot[body_len..].copy_from_slice(&crc);
+    std::fs::write(&path, &snapshot).unwrap();
+
+    let store = reopen(dir.path(), &opts);
+    assert_eq!(store.tree.get(meta_key("format")).unwrap().as_deref(), Some(FORMAT.as_bytes()));
+    let recovered = store.recover().unwrap();
+    assert!(matches!(recovered.path, RecoveryPath::Snapshot { .. }), "{}", recovered.path);
+    assert_eq!(index_contents(&recovered.index), index_contents(&index));
+    assert_eq!(index_contents(&store.replay(store.head_rv().unwrap()).unwrap()), index_contents(&index));
+    for event in &events {
+        assert_eq!(store.event(event.rv).unwrap().as_ref(), Some(event));
+    }
+    let newer = commit_changes(&store, &mut index, vec![pod_change("p5", 50, false)]);
+    let inline = store.tree.scan_prefix([EVENT]).filter(|item| log::Pointer::decode(&item.as_ref().unwrap().1).unwrap().is_none()).count();
+    assert_eq!(inline, events.len(), "the old records stay in sled until compacted");
+    assert!(log::Pointer::decode(&store.tree.get(event_key(newer[0].rv)).unwrap().unwrap()).unwrap().is_some());
+    // Compaction to the head: the superseded old record goes, the others stay readable.
+    let head = store.head_rv().unwrap();
+    store.compact(head, &index).unwrap();
+    assert!(store.event(events[5].rv).unwrap().is_none(), "p5's first version removed");
+    assert_eq!(store.event(events[6].rv).unwrap().as_ref(), Some(&events[6]));
+    assert_eq!(index_contents(&store.replay(head).unwrap()), index_contents(&index));
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Upsert(u8),
@@ -482,7 +688,8 @@ proptest! {
     #[test]
     fn store_matches_model(ops in proptest::collection::vec(op(), 1..40)) {
         let dir = tempfile::tempdir().unwrap();
-        let opts = Options::default();
+        // Segments of a few records, so that compactions reclaim some.
+        let opts = Options { log_segment_bytes: 2048, ..Options::default() };
         let mut store = Store::open(dir.path(), &opts).unwrap();
         let mut index = Index::at(0);
         let mut model: BTreeMap<String, u64> = BTreeMap::new(); // name -> member rv

@@ -1,0 +1,355 @@
+//! The record log: event records appended to segment files beside sled,
+//! which keeps for each event only where its record is (a [`Pointer`]).
+//!
+//! Keeping the records themselves in sled's B-tree cost most of a sync's
+//! writes: sled logs its leaves again as they fill, 4.2 KB written per event
+//! of 1.8 KB in a 1M-pod sync, and every byte went through its page cache
+//! and node splits. Appended here, a record is written once, sequentially,
+//! and sled's tree holds small fixed-size values (WiscKey's key-value
+//! separation, Lu et al., FAST 2016).
+//!
+//! Segments are files `log/NNNNNNNNNN.seg` of up to [`SEGMENT_BYTES`]
+//! (a larger record gets a segment of its own); a new one is started at
+//! each open, so a segment is never appended to after a crash, and bytes
+//! past the last record sled points to are dead space. Compaction
+//! ([`crate::Store::compact`]) moves the live records of segments that are
+//! mostly dead to the end of the log, points sled at the copies, and then
+//! deletes the segments.
+//!
+//! Durability: [`RecordLog::append`] syncs the segments it wrote when asked
+//! (before the pointers are committed to sled, so a pointer made durable
+//! never names bytes that are not); [`RecordLog::sync`] syncs them later.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+/// A segment is closed for appending once it holds this many bytes (by
+/// default; see [`crate::Options::log_segment_bytes`]).
+pub const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
+
+/// The log's directory inside the data dir.
+pub const LOG_DIR: &str = "log";
+
+/// First byte of a sled value that is a [`Pointer`]. An event record
+/// written into sled itself (format 3) starts with a bincode varint, which
+/// never starts with 0xFF.
+const POINTER_TAG: u8 = 0xFF;
+
+/// Length of an encoded [`Pointer`] (small enough for sled to keep inline).
+pub const POINTER_LEN: usize = 17;
+
+/// Where a record is: segment, offset, length and its CRC-32.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pointer {
+    /// The segment's number.
+    pub segment: u32,
+    /// Offset of the record in the segment.
+    pub offset: u32,
+    /// The record's length.
+    pub len: u32,
+    /// CRC-32 of the record.
+    pub crc: u32,
+}
+
+impl Pointer {
+    /// As stored in sled.
+    pub fn encode(&self) -> [u8; POINTER_LEN] {
+        let mut out = [0u8; POINTER_LEN];
+        out[0] = POINTER_TAG;
+        for (i, n) in [self.segment, self.offset, self.len, self.crc].into_iter().enumerate() {
+            out[1 + 4 * i..5 + 4 * i].copy_from_slice(&n.to_le_bytes());
+        }
+        out
+    }
+
+    /// A pointer when `value` is one; `None` for a record stored inline.
+    /// `Err` for a value that starts as a pointer but is not one.
+    pub fn decode(value: &[u8]) -> Result<Option<Pointer>, String> {
+        if value.first() != Some(&POINTER_TAG) {
+            return Ok(None);
+        }
+        if value.len() != POINTER_LEN {
+            return Err(format!("record pointer of {} bytes", value.len()));
+        }
+        let word = |i: usize| u32::from_le_bytes(value[1 + 4 * i..5 + 4 * i].try_into().expect("four bytes"));
+        Ok(Some(Pointer { segment: word(0), offset: word(1), len: word(2), crc: word(3) }))
+    }
+}
+
+/// The segment being appended to.
+struct Active {
+    id: u32,
+    file: Arc<File>,
+    len: u64,
+    /// Written since the last sync.
+    dirty: bool,
+}
+
+/// The appending side: the active segment and the next segment's number.
+struct Writer {
+    active: Option<Active>,
+    next_id: u32,
+}
+
+/// The segment files of a data dir.
+pub struct RecordLog {
+    dir: PathBuf,
+    segment_bytes: u64,
+    segments: RwLock<BTreeMap<u32, Arc<File>>>,
+    writer: Mutex<Writer>,
+}
+
+fn segment_name(id: u32) -> String {
+    format!("{id:010}.seg")
+}
+
+fn segment_id(name: &str) -> Option<u32> {
+    let digits = name.strip_suffix(".seg")?;
+    if digits.len() != 10 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+impl RecordLog {
+    /// Opens the log in `data_dir` (creating its directory); appends go to
+    /// a new segment.
+    pub fn open(data_dir: &Path, segment_bytes: u64) -> std::io::Result<RecordLog> {
+        let dir = data_dir.join(LOG_DIR);
+        std::fs::create_dir_all(&dir)?;
+        let mut segments = BTreeMap::new();
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            let Some(id) = entry.file_name().to_str().and_then(segment_id) else { continue };
+            segments.insert(id, Arc::new(File::open(entry.path())?));
+        }
+        let next_id = segments.keys().next_back().map_or(1, |id| id + 1);
+        Ok(RecordLog { dir, segment_bytes: segment_bytes.max(1), segments: RwLock::new(segments), writer: Mutex::new(Writer { active: None, next_id }) })
+    }
+
+    /// Appends `records` in order; their pointers in the same order. With
+    /// `sync`, every segment written is on disk on return.
+    pub fn append(&self, records: &[Vec<u8>], sync: bool) -> std::io::Result<Vec<Pointer>> {
+        let mut writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pointers = Vec::with_capacity(records.len());
+        let mut buf: Vec<u8> = Vec::new();
+        let mut created = false;
+        for record in records {
+            let len = record.len() as u64;
+            let full = writer.active.as_ref().is_none_or(|a| a.len + buf.len() as u64 > 0 && a.len + buf.len() as u64 + len > self.segment_bytes);
+            if full {
+                if let Some(active) = writer.active.as_mut() {
+                    write_out(active, &mut buf)?;
+                    // A closed segment is synced now whatever the mode: only
+                    // the active one is left for `sync`.
+                    active.file.sync_data()?;
+                }
+                let id = writer.next_id;
+                let path = self.dir.join(segment_name(id));
+                let file = Arc::new(std::fs::OpenOptions::new().create_new(true).read(true).write(true).open(&path)?);
+                self.segments.write().unwrap_or_else(|e| e.into_inner()).insert(id, file.clone());
+                writer.next_id = id + 1;
+                writer.active = Some(Active { id, file, len: 0, dirty: false });
+                created = true;
+            }
+            let active = writer.active.as_ref().expect("a segment to append to");
+            let offset = active.len + buf.len() as u64;
+            pointers.push(Pointer {
+                segment: active.id,
+                offset: u32::try_from(offset).map_err(|_| std::io::Error::other("segment offset over 4 GiB"))?,
+                len: u32::try_from(len).map_err(|_| std::io::Error::other("record over 4 GiB"))?,
+                crc: crc32fast::hash(record),
+            });
+            buf.extend_from_slice(record);
+        }
+        if let Some(active) = writer.active.as_mut() {
+            write_out(active, &mut buf)?;
+            if sync && active.dirty {
+                active.file.sync_data()?;
+                active.dirty = false;
+            }
+        }
+        if created && sync {
+            sync_dir(&self.dir)?;
+        }
+        Ok(pointers)
+    }
+
+    /// Syncs what was appended without `sync`.
+    pub fn sync(&self) -> std::io::Result<()> {
+        let mut writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(active) = writer.active.as_mut().filter(|a| a.dirty) {
+            active.file.sync_data()?;
+            active.dirty = false;
+        }
+        sync_dir(&self.dir)
+    }
+
+    /// Reads the record at `pointer` into `out` (replacing what it held),
+    /// checked against the pointer's CRC: false when its segment is gone
+    /// (compaction moved the record: read its pointer again), `Err` when
+    /// the bytes there are not the record (a damaged or truncated segment).
+    pub fn read_into(&self, pointer: Pointer, out: &mut Vec<u8>) -> Result<bool, String> {
+        let Some(file) = self.segments.read().unwrap_or_else(|e| e.into_inner()).get(&pointer.segment).cloned() else {
+            return Ok(false);
+        };
+        out.clear();
+        out.resize(pointer.len as usize, 0);
+        let name = segment_name(pointer.segment);
+        file.read_exact_at(out, u64::from(pointer.offset)).map_err(|e| format!("log segment {name} at {}: {e}", pointer.offset))?;
+        if crc32fast::hash(out) != pointer.crc {
+            return Err(format!("log segment {name} at {}: checksum mismatch", pointer.offset));
+        }
+        Ok(true)
+    }
+
+    /// Reads `len` bytes of segment `segment` from `offset` (several
+    /// records at once); `None` when the segment is gone.
+    pub fn read_span(&self, segment: u32, offset: u32, len: usize) -> Result<Option<Vec<u8>>, String> {
+        let Some(file) = self.segments.read().unwrap_or_else(|e| e.into_inner()).get(&segment).cloned() else {
+            return Ok(None);
+        };
+        let mut out = vec![0u8; len];
+        file.read_exact_at(&mut out, u64::from(offset))
+            .map_err(|e| format!("log segment {} at {offset}: {e}", segment_name(segment)))?;
+        Ok(Some(out))
+    }
+
+    /// The segment being appended to, if any.
+    pub fn active_id(&self) -> Option<u32> {
+        self.writer.lock().unwrap_or_else(|e| e.into_inner()).active.as_ref().map(|a| a.id)
+    }
+
+    /// Every segment and its length in bytes.
+    pub fn segment_sizes(&self) -> std::io::Result<BTreeMap<u32, u64>> {
+        let segments = self.segments.read().unwrap_or_else(|e| e.into_inner()).clone();
+        segments.into_iter().map(|(id, file)| Ok((id, file.metadata()?.len()))).collect()
+    }
+
+    /// Bytes of every segment.
+    pub fn size(&self) -> std::io::Result<u64> {
+        Ok(self.segment_sizes()?.values().sum())
+    }
+
+    /// Deletes segments (none of them the active one): readers that still
+    /// hold one finish with it; new reads of their records find them moved.
+    pub fn remove(&self, ids: &[u32]) -> std::io::Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let active = self.active_id();
+        let mut segments = self.segments.write().unwrap_or_else(|e| e.into_inner());
+        for id in ids {
+            if Some(*id) == active {
+                continue;
+            }
+            segments.remove(id);
+            match std::fs::remove_file(self.dir.join(segment_name(*id))) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+        drop(segments);
+        sync_dir(&self.dir)
+    }
+}
+
+/// Writes `buf` at the end of the active segment and empties it.
+fn write_out(active: &mut Active, buf: &mut Vec<u8>) -> std::io::Result<()> {
+    if buf.is_empty() {
+        return Ok(());
+    }
+    // Past the end whatever happens: a failed write leaves dead bytes
+    // behind, never a place a later record could half overwrite.
+    let at = active.len;
+    active.len += buf.len() as u64;
+    active.dirty = true;
+    active.file.write_all_at(buf, at)?;
+    buf.clear();
+    Ok(())
+}
+
+/// Where each event's record is, kept in memory so that a read needs no
+/// lookup in sled's tree: in a list of 100,000 pods, sled's `Tree::get` of
+/// the pointers was a quarter of kubefold's CPU. Filled from sled after
+/// the store opens, then kept up by commits and compactions; an event it
+/// does not hold (a format 3 record, or before it is filled) is looked up
+/// in sled. About 50 MB for a million events.
+#[derive(Default)]
+pub struct Locations {
+    map: RwLock<std::collections::HashMap<u64, Pointer, std::hash::BuildHasherDefault<RvHasher>>>,
+}
+
+impl Locations {
+    /// Where the record of the event at `rv` is, if known.
+    pub fn get(&self, rv: u64) -> Option<Pointer> {
+        self.map.read().unwrap_or_else(|e| e.into_inner()).get(&rv).copied()
+    }
+
+    /// [`Locations::get`] for each of `rvs`, under one lock.
+    pub fn get_many(&self, rvs: impl IntoIterator<Item = u64>) -> Vec<(u64, Option<Pointer>)> {
+        let map = self.map.read().unwrap_or_else(|e| e.into_inner());
+        rvs.into_iter().map(|rv| (rv, map.get(&rv).copied())).collect()
+    }
+
+    /// Records where these events' records are now.
+    pub fn insert(&self, located: impl IntoIterator<Item = (u64, Pointer)>) {
+        let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
+        map.extend(located);
+    }
+
+    /// Records these locations read from sled, except for events recorded
+    /// since (commits go on while the map is filled).
+    pub fn fill(&self, located: impl IntoIterator<Item = (u64, Pointer)>) {
+        let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
+        for (rv, pointer) in located {
+            map.entry(rv).or_insert(pointer);
+        }
+    }
+
+    /// Forgets these events (compaction removed them).
+    pub fn remove(&self, rvs: impl IntoIterator<Item = u64>) {
+        let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
+        for rv in rvs {
+            map.remove(&rv);
+        }
+    }
+
+    /// Number of events held.
+    pub fn len(&self) -> usize {
+        self.map.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// True when no event is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Hashes an RV by one multiplication: RVs are distinct integers, mostly
+/// consecutive, and need no protection from chosen keys.
+#[derive(Default)]
+pub struct RvHasher(u64);
+
+impl std::hash::Hasher for RvHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
