@@ -837,6 +837,38 @@ fn chaos_soak() {
     );
 }
 
+/// A member's initial list is committed in kubefold's list order
+/// (namespace, name), part after part, so that the records of neighbouring
+/// list items lie together in the record log and a list reads them
+/// together: with one member and nothing changing, every pod's
+/// resourceVersion grows along the list. (Parts collected in a hash map
+/// committed each part in hash order.)
+#[test]
+fn an_initial_list_is_committed_in_list_order() {
+    let fleet = Fleet::start(1, 0.0, |c| c.pods = 5_000);
+    let kf = &fleet.kf;
+    let (name, sim) = &fleet.members[0];
+    let (_, objects) = member_objects(sim, "/api/v1/pods");
+    assert!(objects.len() > 4_000, "the list must come in several parts: {} pods", objects.len());
+    wait_for(Duration::from_secs(120), "kubefold holding every pod", || {
+        status(kf, name)["resources"]["v1/pods"]["objects"].as_u64() == Some(objects.len() as u64)
+    });
+    let list: serde_json::Value = client(Duration::from_secs(120)).get(format!("{}/api/v1/pods", kf.url)).send().unwrap().json().unwrap();
+    let items = list["items"].as_array().unwrap();
+    assert_eq!(items.len(), objects.len());
+    // The member's name: kubefold serves it with the cluster's suffix.
+    let suffix = format!("_{name}");
+    let key = |o: &serde_json::Value| {
+        let served = o["metadata"]["name"].as_str().unwrap();
+        (o["metadata"]["namespace"].as_str().unwrap().to_string(), served.strip_suffix(suffix.as_str()).unwrap_or(served).to_string())
+    };
+    let rv = |o: &serde_json::Value| o["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().unwrap();
+    for pair in items.windows(2) {
+        assert!(key(&pair[0]) < key(&pair[1]), "list order: {:?} before {:?}", key(&pair[0]), key(&pair[1]));
+        assert!(rv(&pair[0]) < rv(&pair[1]), "{:?} at RV {} listed before {:?} at RV {}", key(&pair[0]), rv(&pair[0]), key(&pair[1]), rv(&pair[1]));
+    }
+}
+
 /// A large list sent to clients that read as fast as kubefold writes must
 /// not hold up the other requests of the HTTP worker producing it. With one
 /// worker thread, two clients stream the list of 20,000 pods (about 70 MB)

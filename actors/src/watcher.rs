@@ -596,7 +596,13 @@ impl Run {
             Err(e) => return Some(self.classify(e)),
         };
         let mut lines = Frames::new(reader);
-        let mut objects: std::collections::HashMap<(String, String), Ingested> = std::collections::HashMap::new();
+        // By (namespace, name): one object per key (the last ADDED of a
+        // key wins), and each part committed in kubefold's list order, so
+        // that the records of neighbouring list items lie next to each
+        // other in the record log (a list reads them together). A member
+        // may send its initial events in any order: kube-apiserver's watch
+        // cache does not promise one.
+        let mut objects: std::collections::BTreeMap<(String, String), Ingested> = std::collections::BTreeMap::new();
         let mut parts = RelistParts::default();
         // A member that ignores `sendInitialEvents` (before 1.27) answers as
         // for a watch without resourceVersion: ADDED for the state, then live
