@@ -285,6 +285,10 @@ fn write_out(active: &mut Active, buf: &mut Vec<u8>) -> std::io::Result<()> {
 #[derive(Default)]
 pub struct Locations {
     map: RwLock<std::collections::HashMap<u64, Pointer, std::hash::BuildHasherDefault<RvHasher>>>,
+    /// Set once the map holds every event record of the store (filled,
+    /// and none was met in sled itself): its size is then the number of
+    /// events retained.
+    complete: std::sync::atomic::AtomicBool,
 }
 
 impl Locations {
@@ -330,6 +334,16 @@ impl Locations {
     /// True when no event is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Marks the map as holding every event record of the store.
+    pub fn set_complete(&self) {
+        self.complete.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// The number of events retained, once the map holds them all.
+    pub fn count(&self) -> Option<usize> {
+        self.complete.load(std::sync::atomic::Ordering::Acquire).then(|| self.len())
     }
 }
 

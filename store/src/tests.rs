@@ -259,6 +259,8 @@ fn a_type_gets_a_dictionary_from_its_first_large_batch() {
         first = commit_changes(&store, &mut index, (0..40).map(|i| pod_change(&format!("p{i}"), 10 + i, false)).collect());
         let dict = store.dicts.read().unwrap().get("v1/pods").cloned().expect("a dictionary for pods");
         assert!(dict.len() >= DICT_MIN_BYTES && dict.len() <= DICT_MAX_BYTES, "{}", dict.len());
+        // Bodies are compressed against the dictionary's end only, and read with all of it.
+        assert!(dict.len() > DICT_COMPRESS_BYTES, "{}", dict.len());
         commit_changes(&store, &mut index, vec![pod_change("p3", 99, false)]);
         let record = store.record(first[5].rv).unwrap().unwrap();
         assert_eq!(decode_head(&record).unwrap().0.body_codec, BODY_LZ4_DICT | BODY_WITH_ROW);
@@ -546,6 +548,9 @@ fn compaction_reclaims_mostly_dead_segments_and_moves_their_live_records() {
     let head = store.head_rv().unwrap();
     let stats = store.compact(head, &index).unwrap();
     assert_eq!(stats.kept as usize, bodies.len());
+    // The events counted without a scan are those retained.
+    assert_eq!(loaded_event_count(&store), store.tree.scan_prefix([EVENT]).count());
+    assert_eq!(store.event_count(), bodies.len());
     let after = segment_files(dir.path());
     let bytes = |files: &BTreeMap<String, u64>| files.values().sum::<u64>();
     assert!(bytes(&after) * 2 < bytes(&before), "{} bytes before, {} after", bytes(&before), bytes(&after));
@@ -595,6 +600,7 @@ fn compaction_reclaims_mostly_dead_segments_and_moves_their_live_records() {
     for (rv, body) in &bodies {
         assert_eq!(&store.body(*rv).unwrap().unwrap(), body, "object version {rv} after reopen");
     }
+    assert_eq!(loaded_event_count(&store), store.tree.scan_prefix([EVENT]).count());
     // A second compaction has nothing more to move: no segment changes
     // but the one appended to.
     let files = segment_files(dir.path());
@@ -647,6 +653,10 @@ fn data_dirs_of_format_3_are_read_in_place_and_renamed() {
     let newer = commit_changes(&store, &mut index, vec![pod_change("p5", 50, false)]);
     let inline = store.tree.scan_prefix([EVENT]).filter(|item| log::Pointer::decode(&item.as_ref().unwrap().1).unwrap().is_none()).count();
     assert_eq!(inline, events.len(), "the old records stay in sled until compacted");
+    // With records in sled itself the record locations do not count the
+    // events: they are scanned.
+    assert_eq!(store.locations.count(), None);
+    assert_eq!(store.event_count(), events.len() + 1);
     assert!(log::Pointer::decode(&store.tree.get(event_key(newer[0].rv)).unwrap().unwrap()).unwrap().is_some());
     // Compaction to the head: the superseded old record goes, the others stay readable.
     let head = store.head_rv().unwrap();
@@ -761,8 +771,22 @@ proptest! {
             let mut replay = Index::at(0);
             for e in store.events_after(0) { replay.apply(&e.unwrap()); }
             prop_assert_eq!(index_contents(&replay), index_contents(&index));
+            // The count of events served by the stats is the log's.
+            prop_assert_eq!(store.event_count(), store.tree.scan_prefix([EVENT]).count());
         }
     }
+}
+
+/// The number of events counted from the record locations once they are
+/// loaded (a bounded wait for the thread that loads them).
+fn loaded_event_count(store: &Store) -> usize {
+    for _ in 0..3000 {
+        if let Some(count) = store.locations.count() {
+            return count;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("record locations not loaded");
 }
 
 /// Index entries are stored (and snapshotted) in the encoding of the plain
