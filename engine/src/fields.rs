@@ -187,22 +187,19 @@ pub fn validate(group: &str, plural: &str, selector: &FieldSelector) -> Result<(
 /// The value of one selectable field, `None` for a field never set.
 fn field_value(group: &str, plural: &str, field: &str, object: &Value) -> Option<String> {
     let text = |pointer: &str| {
-        object
-            .pointer(pointer)
+        at(object, pointer)
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string()
     };
     let boolean = |pointer: &str| {
-        object
-            .pointer(pointer)
+        at(object, pointer)
             .and_then(Value::as_bool)
             .unwrap_or(false)
             .to_string()
     };
     let integer = |pointer: &str| {
-        object
-            .pointer(pointer)
+        at(object, pointer)
             .and_then(Value::as_i64)
             .unwrap_or(0)
             .to_string()
@@ -212,8 +209,7 @@ fn field_value(group: &str, plural: &str, field: &str, object: &Value) -> Option
         ("", "pods", "spec.host") => text("/spec/nodeName"),
         ("", "pods", "status.podIPs") => return None,
         // The internal Pod keeps only `podIPs`; v1 `podIP` is its first entry.
-        ("", "pods", "status.podIP") => match object
-            .pointer("/status/podIPs/0/ip")
+        ("", "pods", "status.podIP") => match at(object, "/status/podIPs/0/ip")
             .and_then(Value::as_str)
         {
             Some(ip) => ip.to_string(),
@@ -224,14 +220,33 @@ fn field_value(group: &str, plural: &str, field: &str, object: &Value) -> Option
         ("batch", "jobs", "status.successful") => integer("/status/succeeded"),
         // `source` is the reporting component of old and new events alike.
         ("", "events", "source") => {
-            match object.pointer("/source/component").and_then(Value::as_str) {
+            match at(object, "/source/component").and_then(Value::as_str) {
                 Some(component) if !component.is_empty() => component.to_string(),
                 _ => text("/reportingComponent"),
             }
         }
-        _ => text(&format!("/{}", field.replace('.', "/"))),
+        _ => field
+            .split('.')
+            .try_fold(object, |value, member| value.get(member))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
     };
     Some(value)
+}
+
+/// The value at a JSON pointer of plain members and indexes (no `~`
+/// escapes), as [`Value::pointer`] finds it without the allocations it
+/// makes for each token: fields are read for every object ingested.
+fn at<'v>(object: &'v Value, pointer: &str) -> Option<&'v Value> {
+    pointer.split('/').skip(1).try_fold(object, |value, token| match value {
+        Value::Object(members) => members.get(token),
+        // An index as JSON pointers write it (RFC 6901): no sign, no leading zero.
+        Value::Array(items) if !token.starts_with('+') && (token == "0" || !token.starts_with('0')) => {
+            token.parse::<usize>().ok().and_then(|i| items.get(i))
+        }
+        _ => None,
+    })
 }
 
 #[cfg(test)]
@@ -334,6 +349,22 @@ mod tests {
                 ("spec.host", "nodeNameValue"),
             ])
         );
+    }
+
+    #[test]
+    fn pointers_find_what_serde_json_finds() {
+        let object = json!({
+            "spec": {"nodeName": "n1", "containers": [{"name": "a"}, {"name": "b"}], "odd": null},
+            "status": {"podIPs": [{"ip": "10.0.0.1"}], "phase": "Running"},
+            "list": [1, 2],
+        });
+        for pointer in [
+            "", "/spec", "/spec/nodeName", "/spec/containers/1/name", "/spec/containers/2/name",
+            "/spec/containers/x", "/spec/odd", "/spec/odd/x", "/status/podIPs/0/ip", "/status/phase/x",
+            "/list/1", "/list/01", "/list/+1", "/list/0", "/missing", "/spec/nodeName/0",
+        ] {
+            assert_eq!(at(&object, pointer), object.pointer(pointer), "{pointer}");
+        }
     }
 
     #[test]
