@@ -11,6 +11,7 @@
 //! - [`selection`]: which types are aggregated from which clusters and namespaces.
 //! - [`selector`]: label and field selectors.
 //! - [`fields`]: per-type selectable fields.
+//! - [`scan`]: walking JSON text that has been validated already.
 //! - [`table`]: server-side printing (`meta.k8s.io/v1` Table).
 //! - [`status`]: Kubernetes `Status` errors.
 
@@ -23,6 +24,7 @@ pub mod object;
 pub mod openapi;
 pub mod paging;
 pub mod resources;
+pub mod scan;
 pub mod selection;
 pub mod selector;
 pub mod status;

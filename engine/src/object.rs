@@ -341,10 +341,10 @@ fn may_fail_to_decode(raw: &[u8]) -> bool {
             b'"' => {
                 i += 1;
                 loop {
-                    let Some(at) = raw.get(i..).and_then(|rest| rest.iter().position(|b| *b == b'"' || *b == b'\\')) else {
+                    let Some(at) = crate::scan::quote_or_backslash(raw, i) else {
                         return true;
                     };
-                    i += at;
+                    i = at;
                     if raw[i] == b'"' {
                         i += 1;
                         break;

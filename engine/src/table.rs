@@ -533,15 +533,11 @@ fn copy_keep(keep: &'static Keep) -> Keep {
     }
 }
 
-/// Parses an object's JSON keeping only what `keep` names: the other
-/// members are skipped by the parser, never built (a pod's row needs about
-/// half of its bytes).
+/// Parses an object's JSON, valid JSON already checked, keeping only what
+/// `keep` names: the other members are skipped, never built nor checked
+/// again (a pod's row needs about half of its bytes). See [`crate::scan`].
 pub fn parse_for_row(json: &[u8], keep: &'static Keep) -> serde_json::Result<Value> {
-    use serde::de::DeserializeSeed;
-    let mut de = serde_json::Deserializer::from_slice(json);
-    let value = Pruned(keep).deserialize(&mut de)?;
-    de.end()?;
-    Ok(value)
+    crate::scan::prune(json, keep)
 }
 
 /// An object parsed for its Table row ([`parse_row_source`]).

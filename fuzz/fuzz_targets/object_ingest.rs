@@ -2,13 +2,15 @@
 //! and an object it accepts is served as valid JSON that is the member's
 //! object with exactly kubefold's changes: `kind` and `apiVersion` filled in
 //! when missing, `metadata.name` qualified, `metadata.resourceVersion` the
-//! global RV, and the two `kubefold.io/` annotations set.
+//! global RV, and the two `kubefold.io/` annotations set; its selectable
+//! fields are those of the whole object.
 //!
 //! The resource type is picked by the input's length, so mutations visit
 //! every built-in type (their selectable fields differ) while the seeds stay
 //! plain JSON files.
 #![no_main]
 
+use kubefold_engine::fields;
 use kubefold_engine::object::{ingest, CLUSTER_ANNOTATION, MEMBER_RV_ANNOTATION};
 use kubefold_engine::resources::builtin;
 use libfuzzer_sys::fuzz_target;
@@ -87,4 +89,11 @@ fuzz_target!(|data: &[u8]| {
             "served object differs from the member's object"
         );
     }
+    // The selectable fields, read from the parts ingest keeps, are what
+    // the whole object gives.
+    assert_eq!(
+        ingested.fields,
+        fields::extract(&resource.group, &resource.plural, &member),
+        "selectable fields differ from the whole object's"
+    );
 });

@@ -1,0 +1,304 @@
+//! Walking JSON text that has been validated already.
+//!
+//! When an object is ingested, serde_json reads all of its text once
+//! ([`crate::object::ingest`]). What is read of it afterwards (the parts its
+//! Table row and field selectors need) is found by following the text's
+//! structure only: strings are skipped eight bytes at a time up to their
+//! closing quote, nesting is counted, and only the values kept are decoded.
+//!
+//! Given text that is not valid JSON these functions do not panic: they
+//! return an error where the structure breaks, or values read from the
+//! parts that parse.
+
+use serde_json::Value;
+
+use crate::table::Keep;
+
+/// Text whose structure breaks (valid JSON never gets here).
+fn broken() -> serde_json::Error {
+    serde::de::Error::custom("JSON text breaks off or is malformed")
+}
+
+/// The index of the first non-whitespace byte at or after `i`.
+fn skip_ws(text: &[u8], mut i: usize) -> usize {
+    while let Some(b' ' | b'\n' | b'\r' | b'\t') = text.get(i) {
+        i += 1;
+    }
+    i
+}
+
+const ONES: u64 = u64::from_le_bytes([1; 8]);
+const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
+
+/// The high bit of each byte of `word` that is `byte` (exact up to the
+/// first such byte; bytes after it may be marked wrongly).
+fn bytes_equal(word: u64, byte: u8) -> u64 {
+    let x = word ^ (ONES * u64::from(byte));
+    x.wrapping_sub(ONES) & !x & HIGHS
+}
+
+/// The index of the first quote or backslash at or after `j`, eight bytes
+/// at a time.
+pub fn quote_or_backslash(text: &[u8], mut j: usize) -> Option<usize> {
+    while let Some(chunk) = text.get(j..j + 8) {
+        let Ok(bytes) = <[u8; 8]>::try_from(chunk) else { break };
+        let word = u64::from_le_bytes(bytes);
+        let found = bytes_equal(word, b'"') | bytes_equal(word, b'\\');
+        if found != 0 {
+            return Some(j + (found.trailing_zeros() / 8) as usize);
+        }
+        j += 8;
+    }
+    Some(j + text.get(j..)?.iter().position(|&b| b == b'"' || b == b'\\')?)
+}
+
+/// The index after the closing quote of the string opened at `i`.
+fn string_end(text: &[u8], i: usize) -> Option<usize> {
+    let mut j = i + 1;
+    loop {
+        j = quote_or_backslash(text, j)?;
+        if text.get(j) == Some(&b'"') {
+            return Some(j + 1);
+        }
+        // A backslash: the byte after it never closes the string.
+        j += 2;
+    }
+}
+
+/// The index after the value that starts at `i`.
+fn value_end(text: &[u8], i: usize) -> Option<usize> {
+    match *text.get(i)? {
+        b'"' => string_end(text, i),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut j = i;
+            while let Some(&b) = text.get(j) {
+                match b {
+                    b'"' => {
+                        j = string_end(text, j)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth = depth.checked_sub(1)?;
+                        if depth == 0 {
+                            return Some(j + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+            None
+        }
+        _ => {
+            let rest = &text[i..];
+            let len = rest.iter().position(|b| matches!(b, b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t')).unwrap_or(rest.len());
+            (len > 0).then_some(i + len)
+        }
+    }
+}
+
+/// A key as written between its quotes, decoded only when it has escapes.
+enum Key<'a> {
+    Plain(&'a [u8]),
+    Decoded(Option<String>),
+}
+
+impl<'a> Key<'a> {
+    fn new(raw: &'a [u8]) -> Key<'a> {
+        if !raw.contains(&b'\\') {
+            return Key::Plain(raw);
+        }
+        let mut quoted = Vec::with_capacity(raw.len() + 2);
+        quoted.push(b'"');
+        quoted.extend_from_slice(raw);
+        quoted.push(b'"');
+        Key::Decoded(serde_json::from_slice::<String>(&quoted).ok())
+    }
+
+    fn is(&self, name: &str) -> bool {
+        match self {
+            Key::Plain(raw) => *raw == name.as_bytes(),
+            Key::Decoded(key) => key.as_deref() == Some(name),
+        }
+    }
+}
+
+/// Nesting deeper than serde_json reads (128) is refused.
+const MAX_DEPTH: usize = 128;
+
+/// The value of the valid JSON `text` with only what `keep` names: of an
+/// object the members named (a repeated key keeps its first place and its
+/// last value, as serde_json reads it), of an array each element so; what
+/// is kept whole is decoded as serde_json decodes it. What is not kept is
+/// skipped in the same pass, without being checked.
+pub fn prune(text: &[u8], keep: &Keep) -> serde_json::Result<Value> {
+    let (value, end) = walk(text, skip_ws(text, 0), keep, 0)?;
+    if skip_ws(text, end) != text.len() {
+        return Err(broken());
+    }
+    Ok(value)
+}
+
+/// Reads the value at `i` keeping what `keep` names: the value and the
+/// index after it.
+fn walk(text: &[u8], i: usize, keep: &Keep, depth: usize) -> serde_json::Result<(Value, usize)> {
+    if depth > MAX_DEPTH {
+        return Err(broken());
+    }
+    match (keep, text.get(i)) {
+        (Keep::Fields(fields), Some(b'{')) => {
+            let mut out = serde_json::Map::new();
+            let mut j = skip_ws(text, i + 1);
+            if text.get(j) == Some(&b'}') {
+                return Ok((Value::Object(out), j + 1));
+            }
+            loop {
+                if text.get(j) != Some(&b'"') {
+                    return Err(broken());
+                }
+                let key_end = string_end(text, j).ok_or_else(broken)?;
+                let key = Key::new(&text[j + 1..key_end - 1]);
+                j = skip_ws(text, key_end);
+                if text.get(j) != Some(&b':') {
+                    return Err(broken());
+                }
+                j = skip_ws(text, j + 1);
+                j = match fields.iter().find(|(name, _)| key.is(name)) {
+                    Some((name, keep)) => {
+                        let (value, end) = walk(text, j, keep, depth + 1)?;
+                        out.insert((*name).to_string(), value);
+                        end
+                    }
+                    None => value_end(text, j).ok_or_else(broken)?,
+                };
+                j = skip_ws(text, j);
+                match text.get(j) {
+                    Some(b',') => j = skip_ws(text, j + 1),
+                    Some(b'}') => return Ok((Value::Object(out), j + 1)),
+                    _ => return Err(broken()),
+                }
+            }
+        }
+        (Keep::Fields(_), Some(b'[')) => {
+            let mut out = Vec::new();
+            let mut j = skip_ws(text, i + 1);
+            if text.get(j) == Some(&b']') {
+                return Ok((Value::Array(out), j + 1));
+            }
+            loop {
+                let (value, end) = walk(text, j, keep, depth + 1)?;
+                out.push(value);
+                j = skip_ws(text, end);
+                match text.get(j) {
+                    Some(b',') => j = skip_ws(text, j + 1),
+                    Some(b']') => return Ok((Value::Array(out), j + 1)),
+                    _ => return Err(broken()),
+                }
+            }
+        }
+        _ => {
+            let end = value_end(text, i).ok_or_else(broken)?;
+            Ok((leaf(&text[i..end])?, end))
+        }
+    }
+}
+
+/// A value kept whole. Strings without escapes, `true`, `false` and
+/// `null` are taken as they are; the rest is decoded by serde_json.
+fn leaf(text: &[u8]) -> serde_json::Result<Value> {
+    match text {
+        [b'"', inner @ .., b'"'] if !inner.iter().any(|&b| b == b'\\' || b < 0x20) => match std::str::from_utf8(inner) {
+            Ok(s) => Ok(Value::String(s.to_string())),
+            Err(_) => serde_json::from_slice(text),
+        },
+        b"true" => Ok(Value::Bool(true)),
+        b"false" => Ok(Value::Bool(false)),
+        b"null" => Ok(Value::Null),
+        _ => serde_json::from_slice(text),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What serde_json's full parse keeps of `value` under `keep`.
+    fn reference(value: &Value, keep: &Keep) -> Value {
+        match (keep, value) {
+            (Keep::Fields(fields), Value::Object(map)) => Value::Object(
+                map.iter()
+                    .filter_map(|(k, v)| fields.iter().find(|(name, _)| name == k).map(|(_, keep)| (k.clone(), reference(v, keep))))
+                    .collect(),
+            ),
+            (Keep::Fields(_), Value::Array(items)) => Value::Array(items.iter().map(|v| reference(v, keep)).collect()),
+            _ => value.clone(),
+        }
+    }
+
+    static KEEP: Keep = Keep::Fields(&[
+        ("a", Keep::All),
+        ("b", Keep::Fields(&[("c", Keep::All), ("d\"e", Keep::All)])),
+        ("list", Keep::Fields(&[("name", Keep::All)])),
+    ]);
+
+    #[test]
+    fn prune_keeps_what_a_full_parse_keeps() {
+        let long = "x".repeat(100);
+        let texts: Vec<String> = vec![
+            r#"{"a":1,"b":{"c":"x","z":[1,2,{"c":3}]},"z":"}]\"{["}"#.to_string(),
+            " {\n \"z\" : [ ] , \"a\" : { \"q\" : [ \"\\\\\" , -1.5e3 ] } , \"b\" : { } } \t".to_string(),
+            r#"{"b":{"d\"e":true,"c":null,"c":"last"},"a":"first","a":"second"}"#.to_string(),
+            r#"{"\u0061":"escaped key","list":[{"name":"one","x":1},{"y":2},"text",[{"name":"deep"}],7]}"#.to_string(),
+            r#"{"list":{"name":"an object where a list was expected","other":0}}"#.to_string(),
+            r#"{"a":"ü \ud83d\ude00 \n","b":[{"c":1},{"c":2}]}"#.to_string(),
+            // Quotes and backslashes at every place of an eight-byte word.
+            format!(r#"{{"z":"{long}\"{long}\\","a":"{long}","b":{{"c":"1234567\\\"8","zz":"12345678\"\\\\"}}}}"#),
+            format!(r#"{{"{long}":1,"a":"é{long}\u00e9","b":{{"c":"\"\"\"\"\"\"\"\"\"\\\\"}}}}"#),
+            r#"[{"a":1},{"b":{"c":2}}]"#.to_string(),
+            r#""just a string""#.to_string(),
+            "12345".to_string(),
+            "{}".to_string(),
+            r#"{"a":[true,false,null,0.1,-0,1e400]}"#.to_string(),
+        ];
+        for text in &texts {
+            let full: Value = match serde_json::from_str(text) {
+                Ok(full) => full,
+                // 1e400 is out of range for serde_json too.
+                Err(_) => {
+                    assert!(prune(text.as_bytes(), &KEEP).is_err(), "{text}");
+                    continue;
+                }
+            };
+            let got = prune(text.as_bytes(), &KEEP).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(got, reference(&full, &KEEP), "{text}");
+            // Order as serde_json keeps it.
+            assert_eq!(serde_json::to_string(&got).unwrap(), serde_json::to_string(&reference(&full, &KEEP)).unwrap(), "{text}");
+        }
+    }
+
+    #[test]
+    fn prune_of_each_fixture_is_what_a_full_parse_keeps() {
+        let catalog = crate::resources::builtin();
+        for (file, group, plural) in crate::fixtures::API_TYPES {
+            let text = crate::fixtures::read(file);
+            let full: Value = serde_json::from_slice(&text).unwrap();
+            let resource = catalog.iter().find(|r| r.group == *group && r.plural == *plural).unwrap();
+            let keep = crate::table::ingest_keep(resource);
+            assert_eq!(prune(&text, keep).unwrap(), reference(&full, keep), "{file}");
+        }
+    }
+
+    #[test]
+    fn broken_text_is_an_error_not_a_panic() {
+        for text in [
+            "", " ", "{", "[", "{\"a\"", "{\"a\":", "{\"a\":1", "{\"a\":1,", "{\"a\" 1}", "{a:1}", "[1,", "[1 2]", "\"open", "\"esc\\", "{} x",
+            "{\"b\":{\"c\":[}", "}", "]", "{\"a\":\"12345678901234567890", "{\"a\":[[[[[[[[",
+        ] {
+            assert!(prune(text.as_bytes(), &KEEP).is_err(), "{text:?}");
+        }
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        assert!(prune(deep.as_bytes(), &KEEP).is_err(), "nesting past serde_json's limit");
+    }
+}
