@@ -154,12 +154,36 @@ pub fn selectable_fields(group: &str, plural: &str) -> &'static [&'static str] {
 /// zero values kube-apiserver formats. `status.podIPs` is not extracted
 /// (kube-apiserver accepts it but never sets it, so it matches only `""`).
 pub fn extract(group: &str, plural: &str, object: &Value) -> Vec<(String, String)> {
+    let of = Computed::of(group, plural);
     selectable_fields(group, plural)
         .iter()
         .filter_map(|field| {
-            field_value(group, plural, field, object).map(|value| (field.to_string(), value))
+            field_value(of, field, object).map(|value| (field.to_string(), value))
         })
         .collect()
+}
+
+/// The types whose fields are not all read as plain strings at their
+/// paths, told apart once per object rather than by names for each field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Computed {
+    Pod,
+    Node,
+    Job,
+    Event,
+    Other,
+}
+
+impl Computed {
+    fn of(group: &str, plural: &str) -> Computed {
+        match (group, plural) {
+            ("", "pods") => Computed::Pod,
+            ("", "nodes") => Computed::Node,
+            ("batch", "jobs") => Computed::Job,
+            ("", "events") => Computed::Event,
+            _ => Computed::Other,
+        }
+    }
 }
 
 /// Rejects selectors that use unsupported fields like kube-apiserver: error message `field label not supported: <field>`.
@@ -185,7 +209,7 @@ pub fn validate(group: &str, plural: &str, selector: &FieldSelector) -> Result<(
 }
 
 /// The value of one selectable field, `None` for a field never set.
-fn field_value(group: &str, plural: &str, field: &str, object: &Value) -> Option<String> {
+fn field_value(of: Computed, field: &str, object: &Value) -> Option<String> {
     let text = |pointer: &str| {
         at(object, pointer)
             .and_then(Value::as_str)
@@ -204,22 +228,22 @@ fn field_value(group: &str, plural: &str, field: &str, object: &Value) -> Option
             .unwrap_or(0)
             .to_string()
     };
-    let value = match (group, plural, field) {
-        ("", "pods", "spec.hostNetwork") => boolean("/spec/hostNetwork"),
-        ("", "pods", "spec.host") => text("/spec/nodeName"),
-        ("", "pods", "status.podIPs") => return None,
+    let value = match (of, field) {
+        (Computed::Pod, "spec.hostNetwork") => boolean("/spec/hostNetwork"),
+        (Computed::Pod, "spec.host") => text("/spec/nodeName"),
+        (Computed::Pod, "status.podIPs") => return None,
         // The internal Pod keeps only `podIPs`; v1 `podIP` is its first entry.
-        ("", "pods", "status.podIP") => match at(object, "/status/podIPs/0/ip")
+        (Computed::Pod, "status.podIP") => match at(object, "/status/podIPs/0/ip")
             .and_then(Value::as_str)
         {
             Some(ip) => ip.to_string(),
             None => text("/status/podIP"),
         },
-        ("", "nodes", "spec.unschedulable") => boolean("/spec/unschedulable"),
-        (_, _, "status.replicas") => integer("/status/replicas"),
-        ("batch", "jobs", "status.successful") => integer("/status/succeeded"),
+        (Computed::Node, "spec.unschedulable") => boolean("/spec/unschedulable"),
+        (_, "status.replicas") => integer("/status/replicas"),
+        (Computed::Job, "status.successful") => integer("/status/succeeded"),
         // `source` is the reporting component of old and new events alike.
-        ("", "events", "source") => {
+        (Computed::Event, "source") => {
             match at(object, "/source/component").and_then(Value::as_str) {
                 Some(component) if !component.is_empty() => component.to_string(),
                 _ => text("/reportingComponent"),
