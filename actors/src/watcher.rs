@@ -17,7 +17,7 @@ use futures::{AsyncBufRead, AsyncBufReadExt, FutureExt};
 use kube::api::{ListParams, WatchParams};
 use kube::core::Request as KubeRequest;
 use kubefold_engine::event::Change;
-use kubefold_engine::object::{ingest, Ingested};
+use kubefold_engine::object::{ingest_read, Ingested};
 use kubefold_engine::resources::{ResourceType, TypeRef};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -441,7 +441,7 @@ impl Run {
     }
 
     fn ingest_raw(&self, raw: &RawValue) -> Option<Ingested> {
-        match ingest(&self.resource, &self.spec.name, raw.get().as_bytes()) {
+        match ingest_read(&self.resource, &self.spec.name, raw) {
             Ok(i) => Some(i),
             Err(e) => {
                 self.bad_object(&e.to_string());

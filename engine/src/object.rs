@@ -225,34 +225,11 @@ fn itoa_u64(mut n: u64) -> RvDigits {
 /// parsed on its own, skipping the rest. A repeated key keeps its first place
 /// and its last value, as a `Value` reads it.
 pub fn ingest(resource: &ResourceType, cluster: &str, raw: &[u8]) -> Result<Ingested> {
-    if raw.len() > MAX_OBJECT_BYTES {
-        return Err(Error::TooLarge { size: raw.len(), limit: MAX_OBJECT_BYTES });
-    }
-    // Reading raw values (below) checks the text's structure and encoding
-    // but not what only decoding finds (a `\u` escape of a lone UTF-16
-    // surrogate, a number out of range, nesting past serde_json's limit):
-    // an object that holds any of their ingredients is decoded once,
-    // keeping nothing.
-    if may_fail_to_decode(raw) {
-        serde_json::from_slice::<Decoded>(raw).map_err(Error::InvalidJson)?;
-    }
+    check_size_and_decoding(raw)?;
     let top = Members::parse(raw)?.ok_or(Error::MissingName)?;
-    let meta_raw = top.get("metadata").ok_or(Error::MissingName)?;
-    let meta = Members::parse(meta_raw.get().as_bytes())?.ok_or(Error::MissingName)?;
-    let text = |member: &str| meta.get(member).and_then(|raw| serde_json::from_str::<String>(raw.get()).ok());
-    let name = text("name").filter(|n| !n.is_empty()).ok_or(Error::MissingName)?;
-    let namespace = text("namespace").unwrap_or_default();
-    let member_rv = text("resourceVersion").unwrap_or_default();
-    let uid = text("uid").unwrap_or_default();
-    let mut labels: Vec<(String, String)> = match meta.get("labels").map(|raw| serde_json::from_str::<Value>(raw.get())) {
-        Some(Ok(Value::Object(m))) => m.into_iter().map(|(k, v)| (k, v.as_str().unwrap_or("").to_string())).collect(),
-        _ => Vec::new(),
-    };
-    labels.sort();
-
     // What the type's field selectors and (when its rows have templates)
-    // its Table row read, in one pruned parse; with the metadata they name.
-    let mut parsed = match crate::table::ingest_keep(resource) {
+    // its Table row read, in one pruned parse.
+    let parsed = match crate::table::ingest_keep(resource) {
         crate::table::Keep::All => match serde_json::from_slice::<Value>(raw).map_err(Error::InvalidJson)? {
             Value::Object(members) => members,
             _ => serde_json::Map::new(),
@@ -261,12 +238,62 @@ pub fn ingest(resource: &ResourceType, cluster: &str, raw: &[u8]) -> Result<Inge
             let mut members = serde_json::Map::new();
             for (member, keep) in kept.iter() {
                 if let Some(raw) = top.get(member) {
-                    members.insert((*member).to_string(), crate::table::parse_for_row(raw.get().as_bytes(), keep).map_err(Error::InvalidJson)?);
+                    members.insert((*member).to_string(), crate::table::parse_for_row(raw, keep).map_err(Error::InvalidJson)?);
                 }
             }
             members
         }
     };
+    transform(resource, cluster, raw, &top, parsed)
+}
+
+/// [`ingest`] of text serde_json has read as a [`RawValue`] (what a member
+/// sends is read so): its structure and encoding were checked then, so
+/// its members are found in the same walk that reads what its Table row
+/// and field selectors need (see [`crate::scan`]) instead of a second
+/// parse. The result is [`ingest`]'s.
+pub fn ingest_read(resource: &ResourceType, cluster: &str, raw: &RawValue) -> Result<Ingested> {
+    let text = raw.get().as_bytes();
+    check_size_and_decoding(text)?;
+    match crate::scan::split_pruned(text, crate::table::ingest_keep(resource)).map_err(Error::InvalidJson)? {
+        Some((members, parsed)) => transform(resource, cluster, text, &Members(members), parsed),
+        None => ingest(resource, cluster, text),
+    }
+}
+
+/// Refuses an object over [`MAX_OBJECT_BYTES`], or one that decoding would
+/// refuse beyond what reading raw values checks.
+fn check_size_and_decoding(raw: &[u8]) -> Result<()> {
+    if raw.len() > MAX_OBJECT_BYTES {
+        return Err(Error::TooLarge { size: raw.len(), limit: MAX_OBJECT_BYTES });
+    }
+    // Reading raw values checks the text's structure and encoding but not
+    // what only decoding finds (a `\u` escape of a lone UTF-16 surrogate, a
+    // number out of range, nesting past serde_json's limit): an object that
+    // holds any of their ingredients is decoded once, keeping nothing.
+    if may_fail_to_decode(raw) {
+        serde_json::from_slice::<Decoded>(raw).map_err(Error::InvalidJson)?;
+    }
+    Ok(())
+}
+
+/// The rest of [`ingest`]: the object (`raw`), its `top` members and what
+/// its row and fields read (`parsed`) to the served form.
+fn transform(resource: &ResourceType, cluster: &str, raw: &[u8], top: &Members<'_>, mut parsed: serde_json::Map<String, Value>) -> Result<Ingested> {
+    let meta_raw = top.get("metadata").ok_or(Error::MissingName)?;
+    let meta = Members::parse(meta_raw)?.ok_or(Error::MissingName)?;
+    let text = |member: &str| meta.get(member).and_then(|raw| serde_json::from_slice::<String>(raw).ok());
+    let name = text("name").filter(|n| !n.is_empty()).ok_or(Error::MissingName)?;
+    let namespace = text("namespace").unwrap_or_default();
+    let member_rv = text("resourceVersion").unwrap_or_default();
+    let uid = text("uid").unwrap_or_default();
+    let mut labels: Vec<(String, String)> = match meta.get("labels").map(serde_json::from_slice::<Value>) {
+        Some(Ok(Value::Object(m))) => m.into_iter().map(|(k, v)| (k, v.as_str().unwrap_or("").to_string())).collect(),
+        _ => Vec::new(),
+    };
+    labels.sort();
+
+    // The metadata the fields name.
     let metadata_member = parsed.entry("metadata").or_insert_with(|| Value::Object(serde_json::Map::new()));
     if !metadata_member.is_object() {
         *metadata_member = Value::Object(serde_json::Map::new());
@@ -305,7 +332,7 @@ pub fn ingest(resource: &ResourceType, cluster: &str, raw: &[u8]) -> Result<Inge
             holes = write_metadata(&mut json, &meta, &name, cluster, &member_rv)?;
             metadata.1 = json.len();
         } else {
-            push_compact(&mut json, value.get().as_bytes());
+            push_compact(&mut json, value);
         }
     }
     json.push(b'}');
@@ -467,12 +494,12 @@ fn write_metadata(json: &mut Vec<u8>, meta: &Members<'_>, name: &str, cluster: &
             "resourceVersion" => write_rv(json),
             "annotations" => {
                 json.extend_from_slice(b"\"annotations\":");
-                write_annotations(json, Members::parse(value.get().as_bytes())?.as_ref(), cluster, member_rv);
+                write_annotations(json, Members::parse(value)?.as_ref(), cluster, member_rv);
             }
             _ => {
                 write_str(json, key);
                 json.push(b':');
-                push_compact(json, value.get().as_bytes());
+                push_compact(json, value);
             }
         }
     }
@@ -510,7 +537,7 @@ fn write_annotations(json: &mut Vec<u8>, annotations: Option<&Members<'_>>, clus
                 write_str(json, ours[i].1);
                 written[i] = true;
             }
-            None => push_compact(json, value.get().as_bytes()),
+            None => push_compact(json, value),
         }
     }
     for (i, (key, value)) in ours.iter().enumerate() {
@@ -564,7 +591,7 @@ fn push_compact(json: &mut Vec<u8>, text: &[u8]) {
 /// The members of a JSON object as written: keys decoded, values as raw
 /// text borrowed from the input, in order; a repeated key keeps its first
 /// place and takes its last value.
-struct Members<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+struct Members<'a>(Vec<(Cow<'a, str>, &'a [u8])>);
 
 impl<'a> Members<'a> {
     /// Parses `json`: `None` when it is valid JSON but not an object.
@@ -577,7 +604,7 @@ impl<'a> Members<'a> {
     }
 
     /// The value of a member.
-    fn get(&self, key: &str) -> Option<&'a RawValue> {
+    fn get(&self, key: &str) -> Option<&'a [u8]> {
         self.0.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
     }
 }
@@ -592,29 +619,12 @@ impl<'de> serde::de::Visitor<'de> for MembersVisitor {
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut members: Vec<(Cow<'de, str>, &'de RawValue)> = Vec::new();
-        // Where each key is, once there are too many to search.
-        let mut places: Option<std::collections::HashMap<String, usize>> = None;
+        let mut members = crate::scan::MemberList::new();
         while let Some(key) = map.next_key_seed(KeySeed)? {
             let value: &'de RawValue = map.next_value()?;
-            let found = match &mut places {
-                Some(places) => places.get(key.as_ref()).copied(),
-                None => members.iter().position(|(k, _)| *k == key),
-            };
-            match found {
-                Some(i) => members[i].1 = value,
-                None => {
-                    if let Some(places) = &mut places {
-                        places.insert(key.to_string(), members.len());
-                    }
-                    members.push((key, value));
-                    if places.is_none() && members.len() > 32 {
-                        places = Some(members.iter().enumerate().map(|(i, (k, _))| (k.to_string(), i)).collect());
-                    }
-                }
-            }
+            members.push(key, value.get().as_bytes());
         }
-        Ok(Some(Members(members)))
+        Ok(Some(Members(members.members)))
     }
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
@@ -709,6 +719,36 @@ pub fn to_member(object: &mut Value, member_name: &str, member_rv: Option<&str>)
 
 #[cfg(test)]
 mod tests {
+    /// Ingesting text read as a raw value (one walk) gives what ingesting
+    /// its bytes gives, for every built-in type: the fixtures, and objects
+    /// with escaped, repeated and reordered members, whitespace, no kind.
+    #[test]
+    fn ingest_read_is_ingest() {
+        let mut texts: Vec<Vec<u8>> = crate::fixtures::API_TYPES.iter().map(|(file, _, _)| crate::fixtures::read(file)).collect();
+        for text in [
+            r#"{"metadata":{"name":"a","namespace":"n","labels":{"x":"1","x":"2"}},"spec":{"nodeName":"n1","nodeName":"n2"},"status":{"phase":"Running"}}"#,
+            "{ \"kind\" : \"Pod\" ,\n \"apiVersion\":\"v1\", \"metadata\" : { \"name\" : \"b\" } , \"spec\" : { \"containers\" : [ { \"name\" : \"c\" } ] } }",
+            r#"{"metadata":{"name":"c"},"\u0073pec":{"hostNetwork":true},"metadata":{"name":"d","resourceVersion":"7"}}"#,
+            r#"{"status":{"containerStatuses":[{"name":"a","ready":true,"restartCount":3,"state":{"running":{}}}]},"metadata":{"name":"e","annotations":{"kubefold.io/cluster":"x"}}}"#,
+            r#"{"metadata":{"name":""}}"#,
+            r#"{"metadata":"name"}"#,
+            r#"[{"metadata":{"name":"f"}}]"#,
+            r#"{"metadata":{"name":"g"},"spec":{"x":"\ud800"}}"#,
+        ] {
+            texts.push(text.as_bytes().to_vec());
+        }
+        for resource in crate::resources::builtin() {
+            for text in &texts {
+                let raw: &serde_json::value::RawValue = serde_json::from_slice(text).unwrap();
+                let (read, bytes) = (super::ingest_read(&resource, "m1", raw), super::ingest(&resource, "m1", text));
+                match (read, bytes) {
+                    (Ok(read), Ok(bytes)) => assert_eq!(read, bytes, "{} {}", resource.plural, String::from_utf8_lossy(text)),
+                    (read, bytes) => assert_eq!(read.is_err(), bytes.is_err(), "{} {}", resource.plural, String::from_utf8_lossy(text)),
+                }
+            }
+        }
+    }
+
     /// Whatever serde_json refuses to decode in text whose structure it
     /// reads (as raw values) is caught by the scan; and a plain object
     /// is not decoded twice.

@@ -10,6 +10,8 @@
 //! return an error where the structure breaks, or values read from the
 //! parts that parse.
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
 use crate::table::Keep;
@@ -123,6 +125,67 @@ impl<'a> Key<'a> {
             Key::Decoded(key) => key.as_deref() == Some(name),
         }
     }
+
+    fn into_cow(self) -> serde_json::Result<Cow<'a, str>> {
+        match self {
+            Key::Plain(raw) => Ok(Cow::Borrowed(std::str::from_utf8(raw).map_err(|_| broken())?)),
+            Key::Decoded(key) => key.map(Cow::Owned).ok_or_else(broken),
+        }
+    }
+}
+
+/// An object's members in order, a repeated key keeping its first place
+/// and its last value (as serde_json reads an object).
+pub(crate) struct MemberList<'a, V> {
+    /// The members.
+    pub(crate) members: Vec<(Cow<'a, str>, V)>,
+    /// Where each key is, once there are too many to search.
+    places: Option<std::collections::HashMap<String, usize>>,
+}
+
+impl<'a, V> MemberList<'a, V> {
+    pub(crate) fn new() -> MemberList<'a, V> {
+        MemberList { members: Vec::new(), places: None }
+    }
+
+    /// Adds a member, or sets the value of the one with its key.
+    pub(crate) fn push(&mut self, key: Cow<'a, str>, value: V) {
+        let found = match &self.places {
+            Some(places) => places.get(key.as_ref()).copied(),
+            None => self.members.iter().position(|(k, _)| *k == key),
+        };
+        match found {
+            Some(i) => self.members[i].1 = value,
+            None => {
+                if let Some(places) = &mut self.places {
+                    places.insert(key.to_string(), self.members.len());
+                }
+                self.members.push((key, value));
+                if self.places.is_none() && self.members.len() > 32 {
+                    self.places = Some(self.members.iter().enumerate().map(|(i, (k, _))| (k.to_string(), i)).collect());
+                }
+            }
+        }
+    }
+}
+
+/// The members of the valid JSON object `text` (keys decoded, values as
+/// written, as [`MemberList`] keeps them) and what `keep` names of it (as
+/// [`prune`]), in one walk; `None` when `text` is not an object or `keep`
+/// does not name members.
+#[allow(clippy::type_complexity)]
+pub fn split_pruned<'a>(text: &'a [u8], keep: &Keep) -> serde_json::Result<Option<(Vec<(Cow<'a, str>, &'a [u8])>, serde_json::Map<String, Value>)>> {
+    let start = skip_ws(text, 0);
+    let (Keep::Fields(fields), Some(b'{')) = (keep, text.get(start)) else { return Ok(None) };
+    let mut members = MemberList::new();
+    let (kept, end) = walk_object(text, start, fields, 0, |key, value| {
+        members.push(key.into_cow()?, value);
+        Ok(())
+    })?;
+    if skip_ws(text, end) != text.len() {
+        return Err(broken());
+    }
+    Ok(Some((members.members, kept)))
 }
 
 /// Nesting deeper than serde_json reads (128) is refused.
@@ -149,37 +212,8 @@ fn walk(text: &[u8], i: usize, keep: &Keep, depth: usize) -> serde_json::Result<
     }
     match (keep, text.get(i)) {
         (Keep::Fields(fields), Some(b'{')) => {
-            let mut out = serde_json::Map::new();
-            let mut j = skip_ws(text, i + 1);
-            if text.get(j) == Some(&b'}') {
-                return Ok((Value::Object(out), j + 1));
-            }
-            loop {
-                if text.get(j) != Some(&b'"') {
-                    return Err(broken());
-                }
-                let key_end = string_end(text, j).ok_or_else(broken)?;
-                let key = Key::new(&text[j + 1..key_end - 1]);
-                j = skip_ws(text, key_end);
-                if text.get(j) != Some(&b':') {
-                    return Err(broken());
-                }
-                j = skip_ws(text, j + 1);
-                j = match fields.iter().find(|(name, _)| key.is(name)) {
-                    Some((name, keep)) => {
-                        let (value, end) = walk(text, j, keep, depth + 1)?;
-                        out.insert((*name).to_string(), value);
-                        end
-                    }
-                    None => value_end(text, j).ok_or_else(broken)?,
-                };
-                j = skip_ws(text, j);
-                match text.get(j) {
-                    Some(b',') => j = skip_ws(text, j + 1),
-                    Some(b'}') => return Ok((Value::Object(out), j + 1)),
-                    _ => return Err(broken()),
-                }
-            }
+            let (out, end) = walk_object(text, i, fields, depth, |_, _| Ok(()))?;
+            Ok((Value::Object(out), end))
         }
         (Keep::Fields(_), Some(b'[')) => {
             let mut out = Vec::new();
@@ -201,6 +235,50 @@ fn walk(text: &[u8], i: usize, keep: &Keep, depth: usize) -> serde_json::Result<
         _ => {
             let end = value_end(text, i).ok_or_else(broken)?;
             Ok((leaf(&text[i..end])?, end))
+        }
+    }
+}
+
+/// Reads the object at `i` keeping the members `fields` name (see
+/// [`walk`]); `member` is called with every member's key and text. The
+/// kept members and the index after the object.
+fn walk_object<'a>(
+    text: &'a [u8],
+    i: usize,
+    fields: &[(&str, Keep)],
+    depth: usize,
+    mut member: impl FnMut(Key<'a>, &'a [u8]) -> serde_json::Result<()>,
+) -> serde_json::Result<(serde_json::Map<String, Value>, usize)> {
+    let mut out = serde_json::Map::new();
+    let mut j = skip_ws(text, i + 1);
+    if text.get(j) == Some(&b'}') {
+        return Ok((out, j + 1));
+    }
+    loop {
+        if text.get(j) != Some(&b'"') {
+            return Err(broken());
+        }
+        let key_end = string_end(text, j).ok_or_else(broken)?;
+        let key = Key::new(&text[j + 1..key_end - 1]);
+        j = skip_ws(text, key_end);
+        if text.get(j) != Some(&b':') {
+            return Err(broken());
+        }
+        j = skip_ws(text, j + 1);
+        let end = match fields.iter().find(|(name, _)| key.is(name)) {
+            Some((name, keep)) => {
+                let (value, end) = walk(text, j, keep, depth + 1)?;
+                out.insert((*name).to_string(), value);
+                end
+            }
+            None => value_end(text, j).ok_or_else(broken)?,
+        };
+        member(key, &text[j..end])?;
+        j = skip_ws(text, end);
+        match text.get(j) {
+            Some(b',') => j = skip_ws(text, j + 1),
+            Some(b'}') => return Ok((out, j + 1)),
+            _ => return Err(broken()),
         }
     }
 }

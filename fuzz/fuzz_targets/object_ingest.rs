@@ -3,7 +3,8 @@
 //! object with exactly kubefold's changes: `kind` and `apiVersion` filled in
 //! when missing, `metadata.name` qualified, `metadata.resourceVersion` the
 //! global RV, and the two `kubefold.io/` annotations set; its selectable
-//! fields are those of the whole object.
+//! fields are those of the whole object; `ingest_read` of the same text
+//! read as a raw value gives the same result.
 //!
 //! The resource type is picked by the input's length, so mutations visit
 //! every built-in type (their selectable fields differ) while the seeds stay
@@ -11,7 +12,7 @@
 #![no_main]
 
 use kubefold_engine::fields;
-use kubefold_engine::object::{ingest, CLUSTER_ANNOTATION, MEMBER_RV_ANNOTATION};
+use kubefold_engine::object::{ingest, ingest_read, CLUSTER_ANNOTATION, MEMBER_RV_ANNOTATION};
 use kubefold_engine::resources::builtin;
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Map, Value};
@@ -53,7 +54,15 @@ fn expected(member: &Value, kind: &str, api_version: &str, name: &str, rv: u64) 
 fuzz_target!(|data: &[u8]| {
     let catalog = builtin();
     let resource = &catalog[data.len() % catalog.len()];
-    let Ok(ingested) = ingest(resource, CLUSTER, data) else {
+    let result = ingest(resource, CLUSTER, data);
+    // Text read as a raw value (what watchers pass) ingests the same way.
+    if let Ok(raw) = serde_json::from_slice::<&serde_json::value::RawValue>(data) {
+        match (&result, ingest_read(resource, CLUSTER, raw)) {
+            (Ok(bytes), Ok(read)) => assert_eq!(bytes, &read, "ingest_read differs from ingest"),
+            (bytes, read) => assert_eq!(bytes.is_err(), read.is_err(), "ingest_read accepts what ingest refuses, or refuses what it accepts"),
+        }
+    }
+    let Ok(ingested) = result else {
         return;
     };
     let member: Value = serde_json::from_slice(data).expect("ingest accepted invalid JSON");
