@@ -11,6 +11,7 @@
 //! - [`load`]: open- and closed-loop gets, watch clients, marker writes.
 //! - [`phases`]: the benchmark phases (sync, lists, gets, watch, restart, sled).
 //! - [`report`]: figures, the table and the JSON file.
+//! - [`sledref`]: the raw-sled reference, in child processes.
 //! - [`stats`]: percentiles of samples.
 
 mod http;
@@ -18,6 +19,7 @@ mod load;
 mod phases;
 mod procs;
 mod report;
+mod sledref;
 mod stats;
 
 use std::path::PathBuf;
@@ -197,6 +199,10 @@ fn parse_args() -> Result<Args> {
 }
 
 fn main() -> Result<()> {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.first().map(String::as_str) == Some("sled-reference") {
+        return sledref::child_main(&argv[1..]);
+    }
     let args = parse_args()?;
     let started = Instant::now();
     let scratch = std::env::temp_dir().join(format!("kubefold-bench-{}", std::process::id()));

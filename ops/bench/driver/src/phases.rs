@@ -19,6 +19,7 @@ use crate::http::{self, Client, ACCEPT_TABLE};
 use crate::load::{self, LineKind, Target, WatchGroup, WatchLog};
 use crate::procs::{self, Proc};
 use crate::report::{fmt, Figure, Report};
+use crate::sledref;
 use crate::stats::{summary, Summary};
 use crate::Ctx;
 
@@ -289,66 +290,6 @@ fn list_items(body: &[u8]) -> Result<Vec<Bytes>> {
     }
     let list: List<'_> = serde_json::from_slice(body)?;
     Ok(list.items.iter().map(|r| Bytes::copy_from_slice(r.get().as_bytes())).collect())
-}
-
-/// The sled reference: the same number of records, batch-inserted as
-/// kubefold commits them (one batch per member's relist, flushed).
-struct SledRef {
-    insert_s: f64,
-    records: usize,
-    batch: usize,
-    bytes: u64,
-    reopen_scan_s: f64,
-}
-
-fn sled_reference(dir: &Path, records: &[Bytes], n: usize, batch: usize) -> Result<SledRef> {
-    let _ = std::fs::remove_dir_all(dir);
-    let open = || sled::Config::new().path(dir).cache_capacity(256 * 1024 * 1024).flush_every_ms(Some(500)).segment_size(8 * 1024 * 1024).open();
-    let started = Instant::now();
-    {
-        let db = open()?;
-        let tree = db.open_tree("bench")?;
-        let mut i = 0usize;
-        while i < n {
-            let mut b = sled::Batch::default();
-            for j in i..(i + batch).min(n) {
-                b.insert(&(j as u64).to_be_bytes()[..], records[j % records.len()].as_ref());
-            }
-            tree.apply_batch(b)?;
-            db.flush()?;
-            i += batch;
-        }
-    }
-    let insert_s = started.elapsed().as_secs_f64();
-    let bytes = procs::dir_bytes(dir).0;
-    // sled's flusher thread holds the directory's lock after the database
-    // is dropped until its last flush ends, which took over 10 s after a 1M
-    // insert: the open is retried for up to 2 minutes, and only the attempt
-    // that succeeds is timed.
-    let mut started: Instant;
-    let mut attempts = 0;
-    let db = loop {
-        started = Instant::now();
-        match open() {
-            Ok(db) => break db,
-            Err(sled::Error::Io(e)) if e.kind() == std::io::ErrorKind::WouldBlock && attempts < 2400 => {
-                attempts += 1;
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Err(e) => return Err(e.into()),
-        }
-    };
-    let count = {
-        let tree = db.open_tree("bench")?;
-        tree.iter().keys().count()
-    };
-    drop(db);
-    let reopen_scan_s = started.elapsed().as_secs_f64();
-    if count != n {
-        bail!("sled reference: {count} records read back, {n} written");
-    }
-    let _ = std::fs::remove_dir_all(dir);
-    Ok(SledRef { insert_s, records: n, batch, bytes, reopen_scan_s })
 }
 
 /// The storage limit: the same bytes appended to one file, `fdatasync` after each batch.
@@ -650,7 +591,7 @@ async fn size_step(ctx: &Ctx, report: &mut Report, n: usize, restart: bool, curv
 
     // The sled reference, with nothing else running.
     let batch = per.max(1);
-    let sled_ref = sled_reference(&ctx.scratch.join(format!("sled-{n}")), &records, sync.head_rv.max(n as u64) as usize, batch)
+    let sled_ref = sledref::measure(&ctx.scratch.join(format!("sled-{n}")), &records, sync.head_rv.max(n as u64) as usize, batch)
         .context("sled reference")?;
     let file_ref = file_reference(&ctx.scratch.join(format!("append-{n}")), &records, sync.head_rv.max(n as u64) as usize, batch)
         .context("append-only file reference")?;
