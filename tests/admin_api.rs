@@ -459,26 +459,16 @@ fn wait_reflects(admin: &Admin, cluster: &str, sim: &SimHandle) {
 }
 
 /// Runs `kubefold restore --in FILE --data-dir DIR`; returns its stdout and
-/// the data dir it filled.
-///
-/// `Store::restore` (store/src/lib.rs) drops its sled handle and reopens the
-/// directory at once, and sled's flusher thread may still hold the lock then:
-/// that one failure ("could not acquire lock") is retried, into a fresh
-/// directory, until the store is fixed. Any other failure fails the test.
+/// the data dir it filled. Restore writes the store, drops it and opens it
+/// again at once: that must not fail on sled's lock.
 fn restore(file: &Path, dir: &Path) -> (String, PathBuf) {
-    for attempt in 0..3 {
-        let target = if attempt == 0 { dir.to_path_buf() } else { dir.with_extension(format!("retry{attempt}")) };
-        let out = Command::new(env!("CARGO_BIN_EXE_kubefold"))
-            .args(["restore", "--in", file.to_str().unwrap(), "--data-dir", target.to_str().unwrap()])
-            .output()
-            .unwrap();
-        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
-        if out.status.success() {
-            return (stdout, target);
-        }
-        assert!(stderr.contains("could not acquire lock"), "restore failed: {stdout}{stderr}");
-    }
-    panic!("restore could not reopen the data dir it wrote, three times");
+    let out = Command::new(env!("CARGO_BIN_EXE_kubefold"))
+        .args(["restore", "--in", file.to_str().unwrap(), "--data-dir", dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
+    assert!(out.status.success(), "restore failed: {stdout}{stderr}");
+    (stdout, dir.to_path_buf())
 }
 
 /// A token file with an admin and a viewer.

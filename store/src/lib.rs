@@ -219,6 +219,24 @@ pub struct Store {
     compacting: std::sync::Arc<std::sync::Mutex<()>>,
     /// Where the records are, in memory.
     locations: std::sync::Arc<log::Locations>,
+    /// The thread filling `locations` at open, stopped and joined when the
+    /// last handle goes (it holds the sled tree, and so the data dir's lock).
+    _filler: std::sync::Arc<Filler>,
+}
+
+/// Stops and joins the thread that fills the record locations.
+struct Filler {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Filler {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// Gaps up to this many bytes between records are read through by
@@ -379,6 +397,57 @@ fn sled_config(path: &Path, options: &Options, segment_size: usize) -> sled::Con
         .flush_every_ms(Some(options.flush_every_ms))
         .cache_capacity(options.cache_capacity)
         .segment_size(segment_size)
+}
+
+/// How long an open waits for a data dir's lock that this process still
+/// holds (see [`open_sled`]).
+const OWN_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Opens sled in `path`. sled locks its `db` file (`flock`); after the last
+/// handle of a store is dropped, work sled handed to its I/O threads may
+/// keep the file, and so the lock, open for a moment. A lock held by this
+/// process is therefore waited for (up to [`OWN_LOCK_WAIT`]); one held by
+/// another process fails at once and names that process.
+fn open_sled(path: &Path, options: &Options, segment_size: usize) -> Result<sled::Db> {
+    let deadline = std::time::Instant::now() + OWN_LOCK_WAIT;
+    loop {
+        let failed = match sled_config(path, options, segment_size).open() {
+            Ok(db) => return Ok(db),
+            Err(source) => source,
+        };
+        let locked = failed.to_string().contains("could not acquire lock");
+        let holder = if locked { lock_holder(&path.join("db")) } else { None };
+        let ours = holder.is_none_or(|pid| pid == std::process::id());
+        if !locked || !ours || std::time::Instant::now() >= deadline {
+            let source = match holder.filter(|pid| *pid != std::process::id()) {
+                Some(pid) => sled::Error::Io(std::io::Error::other(format!(
+                    "{failed}; the lock is held by process {pid}: another kubefold on this data dir?"
+                ))),
+                None => failed,
+            };
+            return Err(Error::OpenFailed { path: path.to_path_buf(), source });
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The process holding a `flock` on `file`, from `/proc/locks` (Linux):
+/// `N: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE START END`. `None` when it
+/// cannot be told.
+fn lock_holder(file: &Path) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let inode = std::fs::metadata(file).ok()?.ino();
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    locks.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // "1:" "FLOCK" "ADVISORY" "WRITE" pid dev:inode ...; blocked
+        // waiters are listed with "->" and do not hold the lock.
+        if fields.get(1) != Some(&"FLOCK") {
+            return None;
+        }
+        let found: u64 = fields.get(5)?.rsplit(':').next()?.parse().ok()?;
+        (found == inode).then(|| fields.get(4)?.parse().ok()).flatten()
+    })
 }
 
 /// The segment size a sled data dir was created with (its `conf` file).
@@ -672,9 +741,7 @@ impl Store {
             Some(size) if size != SEGMENT_SIZE => size,
             _ => SEGMENT_SIZE,
         };
-        let db = sled_config(path, options, segment_size)
-            .open()
-            .map_err(|source| Error::OpenFailed { path: path.to_path_buf(), source })?;
+        let db = open_sled(path, options, segment_size)?;
         if segment_size != SEGMENT_SIZE {
             let found = match db.open_tree("kubefold")?.get(meta_key("format"))? {
                 Some(found) if found.as_ref() != FORMAT.as_bytes() => String::from_utf8_lossy(&found).into_owned(),
@@ -725,6 +792,27 @@ impl Store {
             dicts.insert(String::from_utf8_lossy(&k[prefix.len()..]).into_owned(), v.to_vec().into());
         }
         let log = log::RecordLog::open(path, options.log_segment_bytes).map_err(io_error)?;
+        let locations = std::sync::Arc::new(log::Locations::default());
+        let compacting = std::sync::Arc::new(std::sync::Mutex::new(()));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // Under the compaction lock: a compaction removing or moving records
+        // while they are read here would leave stale locations behind.
+        let thread = {
+            let (compacting, tree, locations, stop) = (compacting.clone(), tree.clone(), locations.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name("store-locations".into())
+                .spawn(move || {
+                    let _compacting = compacting.lock().unwrap_or_else(|e| e.into_inner());
+                    let started = std::time::Instant::now();
+                    match fill_locations(&tree, &locations, &stop) {
+                        Ok(true) => locations.set_complete(),
+                        Ok(false) => {}
+                        Err(e) => tracing::warn!(error = %e, "Record locations not loaded; reads look them up in sled."),
+                    }
+                    tracing::debug!(events = locations.len(), seconds = started.elapsed().as_secs_f64(), "Record locations loaded.");
+                })
+                .map_err(io_error)?
+        };
         let store = Store {
             db,
             tree,
@@ -733,25 +821,10 @@ impl Store {
             snapshot: std::sync::Arc::new(std::sync::Mutex::new(0)),
             dicts: std::sync::Arc::new(std::sync::RwLock::new(dicts)),
             log: std::sync::Arc::new(log),
-            compacting: std::sync::Arc::new(std::sync::Mutex::new(())),
-            locations: std::sync::Arc::new(log::Locations::default()),
+            compacting,
+            locations,
+            _filler: std::sync::Arc::new(Filler { stop, thread: Some(thread) }),
         };
-        // Under the compaction lock: a compaction removing or moving records
-        // while they are read here would leave stale locations behind.
-        let (compacting, tree, locations) = (store.compacting.clone(), store.tree.clone(), store.locations.clone());
-        std::thread::Builder::new()
-            .name("store-locations".into())
-            .spawn(move || {
-                let _compacting = compacting.lock().unwrap_or_else(|e| e.into_inner());
-                let started = std::time::Instant::now();
-                match fill_locations(&tree, &locations) {
-                    Ok(true) => locations.set_complete(),
-                    Ok(false) => {}
-                    Err(e) => tracing::warn!(error = %e, "Record locations not loaded; reads look them up in sled."),
-                }
-                tracing::debug!(events = locations.len(), seconds = started.elapsed().as_secs_f64(), "Record locations loaded.");
-            })
-            .map_err(io_error)?;
         Ok(store)
     }
 
@@ -1396,9 +1469,7 @@ impl Store {
         if magic != *BACKUP_MAGIC {
             return Err(bad("not a kubefold backup of this format"));
         }
-        let db = sled_config(path, options, SEGMENT_SIZE)
-            .open()
-            .map_err(|source| Error::OpenFailed { path: path.to_path_buf(), source })?;
+        let db = open_sled(path, options, SEGMENT_SIZE)?;
         let tree = db.open_tree("kubefold")?;
         let log = log::RecordLog::open(path, options.log_segment_bytes).map_err(io_error)?;
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
@@ -1555,10 +1626,14 @@ fn migrate_from_2(db: &sled::Db, tree: &sled::Tree) -> Result<()> {
 
 /// Fills `locations` from the pointers in `tree`; true when every event
 /// record is in the record log (none in sled itself).
-fn fill_locations(tree: &sled::Tree, locations: &log::Locations) -> Result<bool> {
+fn fill_locations(tree: &sled::Tree, locations: &log::Locations, stop: &std::sync::atomic::AtomicBool) -> Result<bool> {
     let mut chunk = Vec::with_capacity(16 * 1024);
     let mut all_logged = true;
     for item in tree.scan_prefix([EVENT]) {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            // The store is closing: the locations will not be complete.
+            return Ok(false);
+        }
         let (k, v) = item?;
         match log::Pointer::decode(&v).map_err(|what| Error::Corrupt { what })? {
             Some(pointer) => chunk.push((read_u64(&k[1..], "event key")?, pointer)),

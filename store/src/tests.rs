@@ -41,20 +41,6 @@ fn commit_changes(store: &Store, index: &mut Index, changes: Vec<Change>) -> Vec
     events
 }
 
-/// Opens the store again in this process: sled's I/O threads may hold the
-/// data dir's lock for a moment after the last handle was dropped.
-fn reopen(path: &std::path::Path, opts: &Options) -> Store {
-    for _ in 0..100 {
-        match Store::open(path, opts) {
-            Err(Error::OpenFailed { source, .. }) if source.to_string().contains("could not acquire lock") => {
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
-            other => return other.unwrap(),
-        }
-    }
-    panic!("data dir still locked after 5 s");
-}
-
 fn index_contents(index: &Index) -> Vec<(ObjectKey, u64, String)> {
     index.range("v1/pods", None, None).map(|(k, e)| (k.clone(), e.rv, e.member_rv().to_string())).collect()
 }
@@ -82,7 +68,7 @@ fn events_and_index_round_trip_through_reopen() {
         assert_eq!(served["metadata"]["name"], "a_m1");
         assert_eq!(served["metadata"]["resourceVersion"], "3");
     }
-    let store = reopen(dir.path(), &opts);
+    let store = Store::open(dir.path(), &opts).unwrap();
     let recovered = store.recover().unwrap();
     assert_eq!(recovered.index.head_rv(), 4);
     assert_eq!(index_contents(&recovered.index), index_contents(&index));
@@ -269,7 +255,7 @@ fn a_type_gets_a_dictionary_from_its_first_large_batch() {
         assert!(matches!(decode_body_with(&record, &Dicts::new()), Err(Error::Corrupt { .. })));
         assert_eq!(store.body(first[5].rv).unwrap().unwrap(), first[5].body);
     }
-    let store = reopen(dir.path(), &opts);
+    let store = Store::open(dir.path(), &opts).unwrap();
     assert_eq!(store.event(first[5].rv).unwrap().unwrap(), first[5]);
     let all: Vec<StoredEvent> = store.events_after(0).map(|e| e.unwrap()).collect();
     assert_eq!(all.len(), 42);
@@ -300,7 +286,7 @@ fn recovery_uses_a_valid_snapshot_and_replays_the_log_after_it() {
         commit_changes(&store, &mut index, vec![pod_change("p3", 30, true), pod_change("p4", 31, false), pod_change("new", 32, false)]);
         // No clean shutdown: the snapshot is three events behind.
     }
-    let store = reopen(dir.path(), &opts);
+    let store = Store::open(dir.path(), &opts).unwrap();
     let recovered = store.recover().unwrap();
     assert_eq!(recovered.path, RecoveryPath::Snapshot { snapshot_rv: 20, replayed: 3 });
     assert_eq!(recovered.index.head_rv(), 23);
@@ -359,7 +345,7 @@ fn undecodable_records_are_reported_as_corruption() {
         store.tree.insert(meta_key("head"), &1u64.to_be_bytes()[..]).unwrap();
         store.flush().unwrap();
     }
-    let store = reopen(dir.path(), &Options::default());
+    let store = Store::open(dir.path(), &Options::default()).unwrap();
     let err = store.recover().err().unwrap();
     assert!(matches!(err, Error::Corrupt { .. }), "{err}");
 }
@@ -442,7 +428,7 @@ fn data_dirs_of_the_format_before_are_upgraded() {
         store.tree.insert(meta_key("format"), FORMAT_2.as_bytes()).unwrap();
         store.flush().unwrap();
     }
-    let store = reopen(dir.path(), &opts);
+    let store = Store::open(dir.path(), &opts).unwrap();
     assert_eq!(store.tree.get(meta_key("format")).unwrap().as_deref(), Some(FORMAT.as_bytes()));
     assert_eq!(store.tree.scan_prefix([b'i']).count(), 0, "index entries removed");
     let recovered = store.recover().unwrap();
@@ -593,7 +579,7 @@ fn compaction_reclaims_mostly_dead_segments_and_moves_their_live_records() {
     // Recovery after a reopen, with and without a snapshot, gives the index.
     store.write_snapshot(&index).unwrap().unwrap();
     drop(store);
-    let store = reopen(dir.path(), &opts);
+    let store = Store::open(dir.path(), &opts).unwrap();
     let recovered = store.recover().unwrap();
     assert_eq!(index_contents(&recovered.index), index_contents(&index));
     assert_eq!(index_contents(&store.replay(head).unwrap()), index_contents(&index));
@@ -641,7 +627,7 @@ fn data_dirs_of_format_3_are_read_in_place_and_renamed() {
     snapshot[body_len..].copy_from_slice(&crc);
     std::fs::write(&path, &snapshot).unwrap();
 
-    let store = reopen(dir.path(), &opts);
+    let store = Store::open(dir.path(), &opts).unwrap();
     assert_eq!(store.tree.get(meta_key("format")).unwrap().as_deref(), Some(FORMAT.as_bytes()));
     let recovered = store.recover().unwrap();
     assert!(matches!(recovered.path, RecoveryPath::Snapshot { .. }), "{}", recovered.path);
@@ -755,7 +741,7 @@ proptest! {
                 Op::Reopen => {
                     pending.clear(); // uncommitted changes are lost in a crash
                     drop(store);
-                    store = reopen(dir.path(), &opts);
+                    store = Store::open(dir.path(), &opts).unwrap();
                     index = store.recover().unwrap().index;
                 }
             }
@@ -825,4 +811,49 @@ fn index_entries_keep_the_encoding_of_the_plain_struct() {
     assert_eq!(read, entry);
     let back: Plain = decode(&written);
     assert_eq!(back, plain);
+}
+
+/// sled's I/O threads may keep the data dir's lock for a moment after the
+/// last handle of a store is dropped; an open in the same process waits for
+/// it instead of failing (as `kubefold restore` did when it reopened the
+/// store it had just written).
+#[test]
+fn a_store_reopens_at_once_after_its_last_handle_goes() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options::default();
+    let mut index = Index::at(0);
+    for round in 0..40u64 {
+        let store = Store::open(dir.path(), &opts).unwrap();
+        assert_eq!(store.head_rv().unwrap(), round, "round {round} sees every earlier commit");
+        commit_changes(&store, &mut index, vec![pod_change(&format!("p{round}"), round + 1, false)]);
+        store.flush().unwrap();
+    }
+}
+
+/// A data dir locked by another process is refused at once, naming that
+/// process (two kubefolds on one data dir would corrupt it).
+#[test]
+fn a_lock_held_by_another_process_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(Store::open(dir.path(), &Options::default()).unwrap());
+    let db = dir.path().join("db");
+    // util-linux `flock` takes the same kind of lock (flock(2)) as sled.
+    // It holds the lock until `cat` reads the end of its input.
+    let mut holder =
+        std::process::Command::new("flock").arg("-x").arg(&db).arg("cat").stdin(std::process::Stdio::piped()).spawn().unwrap();
+    let mut tries = 0;
+    while lock_holder(&db) != Some(holder.id()) {
+        tries += 1;
+        assert!(tries < 1000, "flock never took the lock");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let result = Store::open(dir.path(), &Options::default());
+    drop(holder.stdin.take());
+    assert!(holder.wait().unwrap().success());
+    let err = result.err().expect("a locked data dir is refused");
+    let text = err.to_string();
+    assert!(matches!(err, Error::OpenFailed { .. }), "{text}");
+    assert!(text.contains(&format!("held by process {}", holder.id())), "{text}");
+    // Once the other process is gone, the data dir opens.
+    Store::open(dir.path(), &Options::default()).unwrap();
 }
