@@ -719,6 +719,39 @@ pub fn to_member(object: &mut Value, member_name: &str, member_rv: Option<&str>)
 
 #[cfg(test)]
 mod tests {
+    /// The compact form of pretty-printed JSON is serde_json's compact
+    /// serialisation of the same value: whitespace between tokens goes,
+    /// whitespace, quotes and backslashes inside strings stay.
+    #[test]
+    fn push_compact_drops_only_whitespace_between_tokens() {
+        let long = "y".repeat(37);
+        let mut values: Vec<serde_json::Value> =
+            crate::fixtures::API_TYPES.iter().map(|(file, _, _)| serde_json::from_slice(&crate::fixtures::read(file)).unwrap()).collect();
+        for text in [
+            r#"{"a":"x y","b":[1, 2,{"c":" \" "}],"d":"\\\\","e":"\t\n","f":"ü é \u2028","g":[],"h":{}}"#.to_string(),
+            format!(r#"{{"{long}":"1234567\"","k":"12345678\\\\","m":["  ","\"\"\"\"\"\"\"\"\"", null, true, -1.5e3]}}"#),
+            r#""just a string with spaces""#.to_string(),
+            "[ ]".to_string(),
+        ] {
+            values.push(serde_json::from_str(&text).unwrap());
+        }
+        for value in &values {
+            let compact = serde_json::to_vec(value).unwrap();
+            for text in [serde_json::to_vec_pretty(value).unwrap(), compact.clone()] {
+                let mut got = b"prefix".to_vec();
+                super::push_compact(&mut got, &text);
+                assert_eq!(String::from_utf8_lossy(&got[6..]), String::from_utf8_lossy(&compact));
+            }
+        }
+        // Whitespace of every kind, at every place of an eight-byte word.
+        for pad in 0..9 {
+            let text = format!("{{{}\"a\"\t:\r\n[ 1 ,\"{}\" ] }}", " ".repeat(pad), " ".repeat(pad));
+            let mut got = Vec::new();
+            super::push_compact(&mut got, text.as_bytes());
+            assert_eq!(String::from_utf8(got).unwrap(), format!("{{\"a\":[1,\"{}\"]}}", " ".repeat(pad)));
+        }
+    }
+
     /// Ingesting text read as a raw value (one walk) gives what ingesting
     /// its bytes gives, for every built-in type: the fixtures, and objects
     /// with escaped, repeated and reordered members, whitespace, no kind.
