@@ -126,3 +126,73 @@ fn removing_a_cluster_turns_its_objects_into_deleted_events() {
     });
     assert!(!kf.get_json("/api/v1/pods?labelSelector=kubefold.io%2Fcluster%3Dmember1")["items"].as_array().unwrap().is_empty());
 }
+
+/// A list streaming while compaction passes its version is written whole
+/// and stays the list of its snapshot: kube-apiserver never ends a list
+/// response early because etcd compacted (only a later page's continue
+/// token can expire). The list outgrows every buffer on its way (42 MB of
+/// pods against a few MB of socket and producer buffers), its client stops
+/// reading after the first part, every pod is changed and compacted away
+/// meanwhile, then the client reads on.
+#[test]
+fn a_list_streaming_while_compaction_passes_it_is_written_whole() {
+    const PODS: usize = 12_000;
+    let sim = kubefold_testdata::start(kubefold_testdata::SimConfig { name: "member1".into(), pods: PODS, ..Default::default() }).unwrap();
+    let members = vec![("member1".to_string(), sim)];
+    let (tmp, dir) = data_dir();
+    let config = tmp.path().join("kubefold.yaml");
+    std::fs::write(&config, "retention:\n  maxEvents: 5\n  maxAgeSeconds: 86400\n  compactionIntervalSeconds: 3600\n").unwrap();
+    let kf = Kubefold::serve(&dir, &cluster_flags(&members), &["--config", config.to_str().unwrap()]);
+    kf.wait_ready();
+    let sim = &members[0].1;
+    let load_pods = |list: &Value| list["items"].as_array().unwrap().iter().filter(|p| p["metadata"]["namespace"].as_str().unwrap().starts_with("load-")).count();
+    wait_for(Duration::from_secs(120), "the pods synced", || load_pods(&kf.get_json("/api/v1/pods?limit=100000")) == PODS);
+
+    let mut list = reqwest::blocking::Client::builder().timeout(None).build().unwrap().get(format!("{}/api/v1/pods", kf.url)).send().unwrap();
+    assert_eq!(list.status().as_u16(), 200);
+    let mut body = vec![0u8; 256 << 10];
+    std::io::Read::read_exact(&mut list, &mut body).unwrap();
+    let text = String::from_utf8_lossy(&body);
+    let list_rv: u64 = text.split("\"resourceVersion\":\"").nth(1).unwrap().split('"').next().unwrap().parse().unwrap();
+
+    // Every pod changes at the member (a new label), and kubefold takes it in.
+    let pods: Value = reqwest::blocking::get(format!("{}/api/v1/pods", sim.url())).unwrap().json().unwrap();
+    let mut last = String::new();
+    for pod in pods["items"].as_array().unwrap() {
+        let mut pod = pod.clone();
+        pod["apiVersion"] = "v1".into();
+        pod["kind"] = "Pod".into();
+        pod["metadata"]["labels"]["changed"] = "yes".into();
+        last = format!("/api/v1/namespaces/{}/pods/{}_member1", pod["metadata"]["namespace"].as_str().unwrap(), pod["metadata"]["name"].as_str().unwrap());
+        sim.put_object(pod).unwrap();
+    }
+    wait_for(Duration::from_secs(120), "the changes ingested", || {
+        kf.get(&last).1.contains("\"changed\":\"yes\"")
+    });
+    let (code, stats) = post(&format!("{}/admin/v1/compact", kf.url));
+    assert_eq!(code, 200, "{stats}");
+    let stats: Value = serde_json::from_str(&stats).unwrap();
+    assert!(stats["floor"].as_u64().unwrap() > list_rv, "compaction passed the list's version: {stats}");
+    assert!(stats["kept"].as_u64().unwrap() >= 2 * PODS as u64, "the listed versions, superseded, are kept while the list is written: {stats}");
+
+    // The client reads on: the whole list of its snapshot.
+    std::io::Read::read_to_end(&mut list, &mut body).unwrap_or_else(|e| panic!("the list broke off: {e}; kubefold: {}", kf.logs()));
+    let list: Value = serde_json::from_slice(&body).unwrap_or_else(|e| panic!("the list is not whole JSON ({} bytes): {e}", body.len()));
+    assert_eq!(rv_of(&list), list_rv);
+    let items = list["items"].as_array().unwrap();
+    assert_eq!(load_pods(&list), PODS);
+    assert!(items.iter().all(|p| rv_of(p) <= list_rv && p["metadata"]["labels"].get("changed").is_none()), "every item as of the list's version");
+    // Once it is written, the next compaction removes what the list held.
+    let mut pod = pods["items"][0].clone();
+    pod["apiVersion"] = "v1".into();
+    pod["kind"] = "Pod".into();
+    pod["metadata"]["labels"]["changed"] = "again".into();
+    let again = format!("/api/v1/namespaces/{}/pods/{}_member1", pod["metadata"]["namespace"].as_str().unwrap(), pod["metadata"]["name"].as_str().unwrap());
+    sim.put_object(pod).unwrap();
+    wait_for(Duration::from_secs(60), "one more change ingested", || kf.get(&again).1.contains("\"changed\":\"again\""));
+    let (code, stats) = post(&format!("{}/admin/v1/compact", kf.url));
+    assert_eq!(code, 200, "{stats}");
+    let stats: Value = serde_json::from_str(&stats).unwrap();
+    // (Those the five retained events after the floor replaced stay.)
+    assert!(stats["removed"].as_u64().unwrap() >= PODS as u64 - 5, "released with the list: {stats}");
+}

@@ -341,17 +341,20 @@ pub fn get(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &str, query
 pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, read_at: ReadAt) -> Result<HttpResponse, Status> {
     let filter = Filter::parse(&scope.resource, query)?;
     let limit = query.limit()?;
-    let (snapshot, start_after) = match query.continue_token.as_deref().filter(|t| !t.is_empty()) {
+    // The snapshot's records are kept from compaction while the list is
+    // written (a long list streams for seconds).
+    let store = state.fleet.store();
+    let ((snapshot, pin), start_after) = match query.continue_token.as_deref().filter(|t| !t.is_empty()) {
         Some(token) => {
             if !matches!(read_at, ReadAt::Latest | ReadAt::Any) {
                 return Err(Status::bad_request("specifying resource version is not allowed when using continue"));
             }
             let (rv, key) = paging::decode(&state.token_secret, token).map_err(|e| Status::bad_request(e.to_string()))?;
-            (state.snapshot_at(rv)?, Some(key))
+            (store.pin(|| state.snapshot_at(rv))?, Some(key))
         }
         None => match read_at {
-            ReadAt::Exact(rv) => (state.snapshot_at(rv)?, None),
-            _ => (state.fleet.snapshot(), None),
+            ReadAt::Exact(rv) => (store.pin(|| state.snapshot_at(rv))?, None),
+            _ => (store.pin(|| Ok::<_, Status>(state.fleet.snapshot()))?, None),
         },
     };
     let resource_key = scope.resource.key();
@@ -379,6 +382,8 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
         items.push(ListItem { cluster, suffix, rv: entry.rv });
         last = Some(key);
     }
+    // From here on only the listed objects' records are kept.
+    pin.narrow(items.iter().map(|item| item.rv).collect());
     let count_remaining = !filter.has_selector();
     let rv = snapshot.head_rv();
     let token = if more { last.map(|k| paging::encode(&state.token_secret, rv, k)) } else { None };
@@ -404,7 +409,8 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
         (head, ItemWriter::Json)
     };
     let mut list = ListBody {
-        store: state.fleet.store().clone(),
+        pin,
+        store: store.clone(),
         items: Arc::new(items),
         writer: Arc::new(writer),
         head: Some(head),
@@ -493,6 +499,9 @@ impl ItemWriter {
 /// A list response being produced: its head, then items read from the store
 /// a chunk at a time, then the closing brackets.
 struct ListBody {
+    /// Keeps the items' records from compaction until the list is written
+    /// (or its client went away).
+    pin: kubefold_store::ReadPin,
     store: kubefold_store::Store,
     items: Arc<Vec<ListItem>>,
     writer: Arc<ItemWriter>,
@@ -545,8 +554,9 @@ impl ListBody {
             })
             .collect();
         let (mut receivers, mut current, mut left, mut ended) = (receivers, 0, batches, false);
+        let pin = self.pin;
         futures::stream::poll_fn(move |cx| {
-            let _streaming = &streaming;
+            let (_streaming, _pin) = (&streaming, &pin);
             if ended {
                 return std::task::Poll::Ready(None);
             }

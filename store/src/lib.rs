@@ -222,6 +222,49 @@ pub struct Store {
     /// The thread filling `locations` at open, stopped and joined when the
     /// last handle goes (it holds the sled tree, and so the data dir's lock).
     _filler: std::sync::Arc<Filler>,
+    /// What the responses being served read: compaction keeps it.
+    pins: std::sync::Arc<Pins>,
+}
+
+/// The event records that reads in progress will read, kept by compaction
+/// until each read ends (a list is streamed from the records of its
+/// snapshot; kube-apiserver never ends a list response early because etcd
+/// compacted).
+#[derive(Default)]
+struct Pins {
+    next: std::sync::atomic::AtomicU64,
+    held: std::sync::Mutex<std::collections::HashMap<u64, Pinned>>,
+}
+
+/// What one read keeps.
+#[derive(Clone)]
+enum Pinned {
+    /// Every object of an index (until the read knows which it needs).
+    Index(std::sync::Arc<Index>),
+    /// These events.
+    Rvs(std::sync::Arc<[u64]>),
+}
+
+/// A read's hold on event records: compaction keeps them until it is
+/// dropped (see [`Store::pin`]).
+pub struct ReadPin {
+    pins: std::sync::Arc<Pins>,
+    id: u64,
+}
+
+impl ReadPin {
+    /// Keeps only the records of the events `rvs` from now on.
+    pub fn narrow(&self, rvs: std::sync::Arc<[u64]>) {
+        if let Some(pinned) = self.pins.held.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&self.id) {
+            *pinned = Pinned::Rvs(rvs);
+        }
+    }
+}
+
+impl Drop for ReadPin {
+    fn drop(&mut self) {
+        self.pins.held.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.id);
+    }
 }
 
 /// Stops and joins the thread that fills the record locations.
@@ -824,6 +867,7 @@ impl Store {
             compacting,
             locations,
             _filler: std::sync::Arc::new(Filler { stop, thread: Some(thread) }),
+            pins: std::sync::Arc::new(Pins::default()),
         };
         Ok(store)
     }
@@ -842,6 +886,25 @@ impl Store {
             Some(v) => read_u64(&v, "compacted rv"),
             None => Ok(0),
         }
+    }
+
+    /// Takes an index with `take` and keeps the records of every object in
+    /// it from compaction until the pin is dropped (or narrowed with
+    /// [`ReadPin::narrow`]). Taking and pinning are one step for
+    /// compaction: it either sees the pin or started before the index was
+    /// taken, and then keeps every object live in it anyway (it keeps what
+    /// is live in an index at least as new).
+    pub fn pin<E>(&self, take: impl FnOnce() -> std::result::Result<std::sync::Arc<Index>, E>) -> std::result::Result<(std::sync::Arc<Index>, ReadPin), E> {
+        let mut held = self.pins.held.lock().unwrap_or_else(|e| e.into_inner());
+        let index = take()?;
+        let id = self.pins.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        held.insert(id, Pinned::Index(index.clone()));
+        Ok((index, ReadPin { pins: self.pins.clone(), id }))
+    }
+
+    /// Reads in progress that hold records (see [`Store::pin`]).
+    pub fn pinned_reads(&self) -> usize {
+        self.pins.held.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     /// Commits a batch atomically; with [`Durability::Sync`] it is on disk on return.
@@ -1297,6 +1360,17 @@ impl Store {
             self.log.segment_sizes().map_err(io_error)?.into_iter().filter(|(id, _)| active.is_none_or(|a| *id < a)).collect();
         self.tree.insert(meta_key("compacted"), &floor.to_be_bytes()[..])?;
         let mut keep: std::collections::HashSet<u64> = live.live_rvs().filter(|rv| *rv <= floor).collect();
+        // And what the reads in progress will read (a list streaming from
+        // an older snapshot), read now: a read pinned later took an index
+        // at least as new as `live` (see `Store::pin`).
+        let pinned: Vec<Pinned> = self.pins.held.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+        for pin in &pinned {
+            match pin {
+                Pinned::Index(index) => keep.extend(index.live_rvs().filter(|rv| *rv <= floor)),
+                Pinned::Rvs(rvs) => keep.extend(rvs.iter().copied().filter(|rv| *rv <= floor)),
+            }
+        }
+        drop(pinned);
         // Every retained record in a reclaimable segment: (rv, pointer).
         let mut retained: Vec<(u64, log::Pointer)> = Vec::new();
         let mut note = |rv: u64, value: &[u8]| -> Result<()> {

@@ -857,3 +857,40 @@ fn a_lock_held_by_another_process_is_refused_naming_it() {
     // Once the other process is gone, the data dir opens.
     Store::open(dir.path(), &Options::default()).unwrap();
 }
+
+/// A read in progress (a list streaming from its snapshot) keeps the
+/// records it will read through compactions that pass its version: first
+/// every object of its index, then the events it narrowed to; once dropped,
+/// the next compaction removes them.
+#[test]
+fn compaction_keeps_what_pinned_reads_will_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options { log_segment_bytes: 4096, ..Options::default() };
+    let store = Store::open(dir.path(), &opts).unwrap();
+    let mut index = Index::at(0);
+    commit_changes(&store, &mut index, (0..8).map(|i| pod_change(&format!("p{i}"), i + 1, false)).collect());
+    let listed: Vec<u64> = index.live_rvs().collect();
+    let bodies: Vec<ServedBody> = listed.iter().map(|rv| store.body(*rv).unwrap().unwrap()).collect();
+    let (snapshot, pin) = store.pin(|| Ok::<_, Error>(std::sync::Arc::new(index.clone()))).unwrap();
+    assert_eq!(snapshot.head_rv(), index.head_rv());
+    assert_eq!(store.pinned_reads(), 1);
+    // Every object changes twice after the list's snapshot.
+    for round in 0..2u64 {
+        commit_changes(&store, &mut index, (0..8).map(|i| pod_change(&format!("p{i}"), 100 + round * 10 + i, false)).collect());
+    }
+    let read_all = |rvs: &[u64]| rvs.iter().map(|rv| store.body(*rv).unwrap()).collect::<Vec<_>>();
+    store.compact(store.head_rv().unwrap() - 2, &index).unwrap();
+    assert_eq!(read_all(&listed), bodies.iter().cloned().map(Some).collect::<Vec<_>>(), "the pinned index's objects are kept");
+    // Narrowed to half the objects: the next compaction removes the others.
+    pin.narrow(listed[..4].into());
+    commit_changes(&store, &mut index, (0..8).map(|i| pod_change(&format!("p{i}"), 200 + i, false)).collect());
+    store.compact(store.head_rv().unwrap() - 2, &index).unwrap();
+    let after = read_all(&listed);
+    assert_eq!(&after[..4], &bodies[..4].iter().cloned().map(Some).collect::<Vec<_>>()[..]);
+    assert_eq!(after[4..], [None, None, None, None]);
+    drop(pin);
+    assert_eq!(store.pinned_reads(), 0);
+    commit_changes(&store, &mut index, vec![pod_change("p0", 300, false)]);
+    store.compact(store.head_rv().unwrap(), &index).unwrap();
+    assert_eq!(read_all(&listed[..4]), [None, None, None, None], "released with the pin");
+}
