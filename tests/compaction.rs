@@ -133,9 +133,11 @@ fn removing_a_cluster_turns_its_objects_into_deleted_events() {
 /// token can expire). The list outgrows every buffer on its way (42 MB of
 /// pods against a few MB of socket and producer buffers), its client stops
 /// reading after the first part, every pod is changed and compacted away
-/// meanwhile, then the client reads on.
+/// meanwhile, then the client reads on. The same for a watch's initial
+/// state (`sendInitialEvents=true`), read slowly meanwhile: every object
+/// of its snapshot arrives as ADDED before the initial-events-end bookmark.
 #[test]
-fn a_list_streaming_while_compaction_passes_it_is_written_whole() {
+fn lists_and_initial_watch_states_streaming_while_compaction_passes_them_are_whole() {
     const PODS: usize = 12_000;
     let sim = kubefold_testdata::start(kubefold_testdata::SimConfig { name: "member1".into(), pods: PODS, ..Default::default() }).unwrap();
     let members = vec![("member1".to_string(), sim)];
@@ -195,4 +197,62 @@ fn a_list_streaming_while_compaction_passes_it_is_written_whole() {
     let stats: Value = serde_json::from_str(&stats).unwrap();
     // (Those the five retained events after the floor replaced stay.)
     assert!(stats["removed"].as_u64().unwrap() >= PODS as u64 - 5, "released with the list: {stats}");
+
+    // A watch's initial state (alone now: the list above held the same
+    // records) while every pod changes a third time and compaction passes.
+    // The watch's reader takes about 1.3 MB/s (its buffers never stay full
+    // long enough for it to count as too slow) until told to hurry.
+    let hurry = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watch = reqwest::blocking::Client::builder()
+        .timeout(None)
+        .build()
+        .unwrap()
+        .get(format!("{}/api/v1/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true", kf.url))
+        .send()
+        .unwrap();
+    assert_eq!(watch.status().as_u16(), 200);
+    let watcher = {
+        let hurry = hurry.clone();
+        std::thread::spawn(move || -> Result<usize, String> {
+            let mut reader = std::io::BufReader::new(watch);
+            let (mut added, mut unpaced) = (0usize, 0usize);
+            loop {
+                let mut line = String::new();
+                if std::io::BufRead::read_line(&mut reader, &mut line).map_err(|e| e.to_string())? == 0 {
+                    return Err(format!("the watch ended before its initial-events-end bookmark, after {added} pods"));
+                }
+                unpaced += line.len();
+                if unpaced >= 64 << 10 && !hurry.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(50));
+                    unpaced = 0;
+                }
+                let event: Value = serde_json::from_str(&line).map_err(|e| format!("{e}: {line}"))?;
+                let pod = &event["object"];
+                match event["type"].as_str() {
+                    Some("ADDED") if pod["metadata"]["namespace"].as_str().is_some_and(|ns| ns.starts_with("load-")) => {
+                        if pod["metadata"]["labels"]["changed"] == "third" {
+                            return Err(format!("an initial ADDED event is newer than the watch's snapshot: {line}"));
+                        }
+                        added += 1;
+                    }
+                    Some("ADDED") => {}
+                    Some("BOOKMARK") if pod["metadata"]["annotations"]["k8s.io/initial-events-end"] == "true" => return Ok(added),
+                    _ => return Err(format!("before the initial-events-end bookmark: {line}")),
+                }
+            }
+        })
+    };
+
+    for pod in pods["items"].as_array().unwrap() {
+        let mut pod = pod.clone();
+        pod["apiVersion"] = "v1".into();
+        pod["kind"] = "Pod".into();
+        pod["metadata"]["labels"]["changed"] = "third".into();
+        sim.put_object(pod).unwrap();
+    }
+    wait_for(Duration::from_secs(120), "the third changes ingested", || kf.get(&last).1.contains("\"changed\":\"third\""));
+    let (code, stats) = post(&format!("{}/admin/v1/compact", kf.url));
+    assert_eq!(code, 200, "{stats}");
+    hurry.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(watcher.join().unwrap(), Ok(PODS), "every pod of the watch's snapshot arrives as ADDED; compaction: {stats}");
 }

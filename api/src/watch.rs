@@ -191,7 +191,17 @@ pub fn watch(
     let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     // Subscribe before reading the snapshot so that no event falls between them.
     let events = state.fleet.subscribe();
-    let snapshot = state.fleet.snapshot();
+    // What the watch reads from the store before its live events is kept
+    // from compaction until it is sent: the snapshot's objects (initial
+    // state) or the events after its resourceVersion (replay). The floor is
+    // read after the pin is taken (see `Store::pin_after`).
+    let store = state.fleet.store().clone();
+    let (snapshot, state_pin) = store.pin(|| Ok::<_, std::convert::Infallible>(state.fleet.snapshot())).unwrap_or_else(|e| match e {});
+    let pin = match start {
+        Start::State { .. } => Some(state_pin),
+        Start::After(from) => Some(store.pin_after(from)),
+        Start::Now => None,
+    };
     let compacted = state.fleet.compacted_rv();
     let watch = Watch { state, scope, filter, table, headers_sent: false, bookmarks, tx, queued: queued.clone(), sent_rv: 0, batch: None, batch_rv: 0, resource_key: String::new() };
     let registered = Registered::new(user_agent);
@@ -200,7 +210,7 @@ pub fn watch(
         let _registered = registered;
         let end = tokio::time::sleep_until(deadline);
         tokio::pin!(end);
-        let run = watch.run(start, snapshot, compacted, events, deadline);
+        let run = watch.run(start, (snapshot, pin), compacted, events, deadline);
         tokio::select! {
             _ = run => {}
             _ = &mut end => {}
@@ -221,7 +231,7 @@ impl Watch {
     async fn run(
         mut self,
         start: Start,
-        snapshot: Arc<kubefold_engine::index::Index>,
+        (snapshot, pin): (Arc<kubefold_engine::index::Index>, Option<kubefold_store::ReadPin>),
         compacted: u64,
         mut events: broadcast::Receiver<Arc<StoredEvent>>,
         deadline: tokio::time::Instant,
@@ -272,6 +282,8 @@ impl Watch {
                 last = last.max(from);
             }
         }
+        // From here on only live events, handed on from memory.
+        drop(pin);
         let interval = self.state.config.bookmark_interval;
         let mut next_bookmark = next_bookmark_time(tokio::time::Instant::now(), interval, deadline);
         // Without a next bookmark time its branch is disabled and the sleep

@@ -243,6 +243,8 @@ enum Pinned {
     Index(std::sync::Arc<Index>),
     /// These events.
     Rvs(std::sync::Arc<[u64]>),
+    /// Every event after this RV (a watch replaying them).
+    After(u64),
 }
 
 /// A read's hold on event records: compaction keeps them until it is
@@ -902,6 +904,18 @@ impl Store {
         Ok((index, ReadPin { pins: self.pins.clone(), id }))
     }
 
+    /// Keeps every event after `rv` from compaction until the pin is
+    /// dropped: a watch replaying the log from `rv`. Compaction reads its
+    /// pins after the compaction floor is published, so a reader that
+    /// takes this pin and then finds `rv` not below the published floor has
+    /// every event after `rv` until it drops the pin.
+    pub fn pin_after(&self, rv: u64) -> ReadPin {
+        let mut held = self.pins.held.lock().unwrap_or_else(|e| e.into_inner());
+        let id = self.pins.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        held.insert(id, Pinned::After(rv));
+        ReadPin { pins: self.pins.clone(), id }
+    }
+
     /// Reads in progress that hold records (see [`Store::pin`]).
     pub fn pinned_reads(&self) -> usize {
         self.pins.held.lock().unwrap_or_else(|e| e.into_inner()).len()
@@ -1364,10 +1378,13 @@ impl Store {
         // an older snapshot), read now: a read pinned later took an index
         // at least as new as `live` (see `Store::pin`).
         let pinned: Vec<Pinned> = self.pins.held.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+        // Events after this are all kept (a replaying watch).
+        let mut keep_after = u64::MAX;
         for pin in &pinned {
             match pin {
                 Pinned::Index(index) => keep.extend(index.live_rvs().filter(|rv| *rv <= floor)),
                 Pinned::Rvs(rvs) => keep.extend(rvs.iter().copied().filter(|rv| *rv <= floor)),
+                Pinned::After(rv) => keep_after = keep_after.min(*rv),
             }
         }
         drop(pinned);
@@ -1393,7 +1410,7 @@ impl Store {
         for item in self.tree.range(event_key(0)..=event_key(floor)) {
             let (k, v) = item?;
             let rv = read_u64(&k[1..], "event key")?;
-            if keep.contains(&rv) {
+            if keep.contains(&rv) || rv > keep_after {
                 note(rv, &v)?;
                 kept += 1;
                 continue;

@@ -894,3 +894,27 @@ fn compaction_keeps_what_pinned_reads_will_read() {
     store.compact(store.head_rv().unwrap(), &index).unwrap();
     assert_eq!(read_all(&listed[..4]), [None, None, None, None], "released with the pin");
 }
+
+/// A watch replaying the log from an RV keeps every event after it through
+/// a compaction that passes it; once the pin is dropped they may go.
+#[test]
+fn compaction_keeps_the_events_after_a_pinned_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), &Options::default()).unwrap();
+    let mut index = Index::at(0);
+    commit_changes(&store, &mut index, (0..4).map(|i| pod_change(&format!("p{i}"), i + 1, false)).collect());
+    let from = store.head_rv().unwrap();
+    let pin = store.pin_after(from);
+    for round in 0..3u64 {
+        commit_changes(&store, &mut index, (0..4).map(|i| pod_change(&format!("p{i}"), 10 + round * 10 + i, false)).collect());
+    }
+    let after: Vec<u64> = (from + 1..=store.head_rv().unwrap()).collect();
+    store.compact(store.head_rv().unwrap() - 1, &index).unwrap();
+    let replayed: Vec<u64> = store.events_after(from).map(|e| e.unwrap().rv).collect();
+    assert_eq!(replayed, after, "every event after the replay's start is kept");
+    drop(pin);
+    commit_changes(&store, &mut index, vec![pod_change("p0", 100, false)]);
+    store.compact(store.head_rv().unwrap() - 1, &index).unwrap();
+    let left = store.events_after(from).count();
+    assert!(left < after.len(), "released with the pin: {left} events after {from} left");
+}
