@@ -157,20 +157,24 @@ fn lists_and_initial_watch_states_streaming_while_compaction_passes_them_are_who
     let text = String::from_utf8_lossy(&body);
     let list_rv: u64 = text.split("\"resourceVersion\":\"").nth(1).unwrap().split('"').next().unwrap().parse().unwrap();
 
-    // Every pod changes at the member (a new label), and kubefold takes it in.
+    // Sets the label `changed` of `count` pods at the member and waits
+    // until kubefold has the last of them (one watch: in order).
     let pods: Value = reqwest::blocking::get(format!("{}/api/v1/pods", sim.url())).unwrap().json().unwrap();
-    let mut last = String::new();
-    for pod in pods["items"].as_array().unwrap() {
-        let mut pod = pod.clone();
-        pod["apiVersion"] = "v1".into();
-        pod["kind"] = "Pod".into();
-        pod["metadata"]["labels"]["changed"] = "yes".into();
-        last = format!("/api/v1/namespaces/{}/pods/{}_member1", pod["metadata"]["namespace"].as_str().unwrap(), pod["metadata"]["name"].as_str().unwrap());
-        sim.put_object(pod).unwrap();
-    }
-    wait_for(Duration::from_secs(120), "the changes ingested", || {
-        kf.get(&last).1.contains("\"changed\":\"yes\"")
-    });
+    let relabel = |count: usize, value: &str| {
+        let mut last = String::new();
+        for pod in pods["items"].as_array().unwrap().iter().take(count) {
+            let mut pod = pod.clone();
+            pod["apiVersion"] = "v1".into();
+            pod["kind"] = "Pod".into();
+            pod["metadata"]["labels"]["changed"] = value.into();
+            last = format!("/api/v1/namespaces/{}/pods/{}_member1", pod["metadata"]["namespace"].as_str().unwrap(), pod["metadata"]["name"].as_str().unwrap());
+            sim.put_object(pod).unwrap();
+        }
+        wait_for(Duration::from_secs(120), "the changes ingested", || kf.get(&last).1.contains(&format!("\"changed\":\"{value}\"")));
+    };
+
+    // Every pod changes at the member, and kubefold takes it in.
+    relabel(usize::MAX, "yes");
     let (code, stats) = post(&format!("{}/admin/v1/compact", kf.url));
     assert_eq!(code, 200, "{stats}");
     let stats: Value = serde_json::from_str(&stats).unwrap();
@@ -185,13 +189,7 @@ fn lists_and_initial_watch_states_streaming_while_compaction_passes_them_are_who
     assert_eq!(load_pods(&list), PODS);
     assert!(items.iter().all(|p| rv_of(p) <= list_rv && p["metadata"]["labels"].get("changed").is_none()), "every item as of the list's version");
     // Once it is written, the next compaction removes what the list held.
-    let mut pod = pods["items"][0].clone();
-    pod["apiVersion"] = "v1".into();
-    pod["kind"] = "Pod".into();
-    pod["metadata"]["labels"]["changed"] = "again".into();
-    let again = format!("/api/v1/namespaces/{}/pods/{}_member1", pod["metadata"]["namespace"].as_str().unwrap(), pod["metadata"]["name"].as_str().unwrap());
-    sim.put_object(pod).unwrap();
-    wait_for(Duration::from_secs(60), "one more change ingested", || kf.get(&again).1.contains("\"changed\":\"again\""));
+    relabel(1, "again");
     let (code, stats) = post(&format!("{}/admin/v1/compact", kf.url));
     assert_eq!(code, 200, "{stats}");
     let stats: Value = serde_json::from_str(&stats).unwrap();
@@ -243,14 +241,7 @@ fn lists_and_initial_watch_states_streaming_while_compaction_passes_them_are_who
         })
     };
 
-    for pod in pods["items"].as_array().unwrap() {
-        let mut pod = pod.clone();
-        pod["apiVersion"] = "v1".into();
-        pod["kind"] = "Pod".into();
-        pod["metadata"]["labels"]["changed"] = "third".into();
-        sim.put_object(pod).unwrap();
-    }
-    wait_for(Duration::from_secs(120), "the third changes ingested", || kf.get(&last).1.contains("\"changed\":\"third\""));
+    relabel(usize::MAX, "third");
     let (code, stats) = post(&format!("{}/admin/v1/compact", kf.url));
     assert_eq!(code, 200, "{stats}");
     hurry.store(true, std::sync::atomic::Ordering::Relaxed);
