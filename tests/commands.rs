@@ -238,8 +238,9 @@ fn kubefold_demo_serves_three_members_and_its_estimator_table_follows_a_kubectl_
     let control_plane_line = demo.line("control plane karmada: ");
     let (control_plane, rest) = control_plane_line.split_once(' ').unwrap();
     let stand_in: SocketAddr = rest.trim_start_matches("(estimator stand-in of member1 on ").trim_end_matches(')').parse().unwrap();
-    let printed = demo.lines.lock().unwrap().join("\n");
-    assert!(printed.contains(&format!("kubectl --server {control_plane} -n karmada-system edit service karmada-scheduler-estimator-member1")), "{printed}");
+    // Printed after the control plane's line: waited for, not read at once.
+    let edit = format!("kubectl --server {control_plane} -n karmada-system edit service karmada-scheduler-estimator-member1");
+    wait_for(Duration::from_secs(60), "the demo's edit hint", || demo.lines.lock().unwrap().iter().any(|l| l.contains(&edit)));
     wait_for(Duration::from_secs(90), "the demo ready", || http_get(&format!("{url}/readyz")).0 == 200);
     println!("kubefold demo: listening after start, ready {:?} after start", started.elapsed());
     assert!(cwd.path().join("kubefold-data").is_dir(), "the demo keeps its data in ./kubefold-data");
