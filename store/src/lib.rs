@@ -29,6 +29,7 @@
 //! otherwise.
 
 pub mod log;
+mod lz4;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -214,6 +215,8 @@ pub struct Store {
     dicts: std::sync::Arc<std::sync::RwLock<Dicts>>,
     /// The event records.
     log: std::sync::Arc<log::RecordLog>,
+    /// How commits compress bodies.
+    compressors: std::sync::Arc<std::sync::Mutex<Compressors>>,
     /// Held while a compaction runs (it alone changes or removes events),
     /// and while `locations` is filled.
     compacting: std::sync::Arc<std::sync::Mutex<()>>,
@@ -396,15 +399,6 @@ const BODY_WITH_ROW: u8 = 0x80;
 const DICT_MIN_BYTES: usize = 4 * 1024;
 /// ... and at most this many (LZ4 reaches back 64 KiB).
 const DICT_MAX_BYTES: usize = 16 * 1024;
-/// Bodies are compressed against the last this many bytes of their
-/// dictionary. LZ4 prepares the dictionary again for each body (a hash of
-/// every third position), which cost more than compressing the body with
-/// all 16 KiB; a match offset counts back from the dictionary's end, so
-/// what its end yields decodes with the whole dictionary, as stored. On
-/// 5,000 of the simulator's pods: 2.9 us and 433 bytes per body with
-/// 8 KiB, 4.4 us and 446 bytes with 16 KiB, 2.2 us and 481 bytes with 4 KiB.
-const DICT_COMPRESS_BYTES: usize = 8 * 1024;
-
 /// Compression dictionaries by resource type (immutable once written).
 type Dicts = std::collections::HashMap<String, std::sync::Arc<[u8]>>;
 
@@ -586,17 +580,55 @@ impl EventHead {
 /// when its type has no dictionary: the head, then the body, LZ4-compressed
 /// when that is smaller.
 pub fn encode_event(event: &StoredEvent) -> Result<Vec<u8>> {
-    encode_event_with(event, None)
+    encode_event_with(event, None, &mut Compressors::default())
 }
 
-/// [`encode_event`] compressing with `dict`, the dictionary of the event's type.
-fn encode_event_with(event: &StoredEvent, dict: Option<&[u8]>) -> Result<Vec<u8>> {
+/// Bodies' compression state kept between events: the prepared
+/// dictionaries (see [`lz4`]) and scratch space.
+#[derive(Default)]
+struct Compressors {
+    /// By resource type: the dictionary (its identity: a type's dictionary
+    /// forgotten after a failed commit is made again, different) and its
+    /// preparation.
+    prepared: std::collections::HashMap<String, (std::sync::Arc<[u8]>, std::sync::Arc<lz4::Prepared>)>,
+    /// For types without a dictionary.
+    plain: Option<std::sync::Arc<lz4::Prepared>>,
+    table: Vec<u32>,
+    body: Vec<u8>,
+}
+
+impl Compressors {
+    /// The compressor for `dict`, the dictionary of `resource` (none: plain
+    /// LZ4), prepared on first use.
+    fn get(&mut self, resource: &str, dict: Option<&std::sync::Arc<[u8]>>) -> std::sync::Arc<lz4::Prepared> {
+        match dict {
+            None => self.plain.get_or_insert_with(|| std::sync::Arc::new(lz4::Prepared::new(b""))).clone(),
+            Some(dict) => match self.prepared.get(resource) {
+                Some((known, prepared)) if std::sync::Arc::ptr_eq(known, dict) => prepared.clone(),
+                _ => {
+                    let prepared = std::sync::Arc::new(lz4::Prepared::new(dict));
+                    self.prepared.insert(resource.to_string(), (dict.clone(), prepared.clone()));
+                    prepared
+                }
+            },
+        }
+    }
+}
+
+/// [`encode_event`] compressing with `dict`, the dictionary of the event's
+/// type, with `compressors` (the compressed body is made in its scratch
+/// space). The record is written into one buffer of its final size.
+fn encode_event_with(event: &StoredEvent, dict: Option<&std::sync::Arc<[u8]>>, compressors: &mut Compressors) -> Result<Vec<u8>> {
     let json = &event.body.json;
-    let (codec, compressed) = match dict {
-        Some(dict) => (BODY_LZ4_DICT, lz4_flex::block::compress_with_dict(json, &dict[dict.len().saturating_sub(DICT_COMPRESS_BYTES)..])),
-        None => (BODY_LZ4, lz4_flex::block::compress(json)),
+    let prepared = compressors.get(&event.resource, dict);
+    let Compressors { table, body: compressed, .. } = compressors;
+    prepared.compress(json, table, compressed);
+    let codec = if dict.is_some() { BODY_LZ4_DICT } else { BODY_LZ4 };
+    let compressed = (codec, compressed.len());
+    let (mut codec, body) = match compressed {
+        (codec, n) if n < json.len() => (codec, &compressors.body[..n]),
+        _ => (BODY_RAW, &json[..]),
     };
-    let (mut codec, body) = if compressed.len() < json.len() { (codec, &compressed[..]) } else { (BODY_RAW, &json[..]) };
     if event.body.row.is_some() {
         codec |= BODY_WITH_ROW;
     }
@@ -616,11 +648,23 @@ fn encode_event_with(event: &StoredEvent, dict: Option<&[u8]>) -> Result<Vec<u8>
         body_len: u32::try_from(json.len()).map_err(|_| Error::Corrupt { what: format!("event {}: body over 4 GiB", event.rv) })?,
         body_codec: codec,
     };
-    let mut out = encode(&head)?;
+    // Integers take at most 10 bytes, a string its length and at most 10.
+    let strings = |pairs: &[(String, String)]| pairs.iter().map(|(k, v)| k.len() + v.len() + 20).sum::<usize>();
+    let head_max = 160
+        + event.resource.len()
+        + event.key.namespace.len()
+        + event.key.name.len()
+        + event.key.cluster.len()
+        + event.member_rv.len()
+        + event.uid.len()
+        + strings(&event.labels)
+        + strings(&event.fields);
+    let row_len = event.body.row.as_ref().map_or(0, |row| 12 + row.template.len());
+    let mut out = Vec::with_capacity(head_max + row_len + body.len());
+    bincode::serde::encode_into_std_write(&head, &mut out, config())?;
     if let Some(row) = &event.body.row {
         let template_len = u32::try_from(row.template.len())
             .map_err(|_| Error::Corrupt { what: format!("event {}: Table row over 4 GiB", event.rv) })?;
-        out.reserve(12 + row.template.len() + body.len());
         for n in [row.metadata_start, row.metadata_end, template_len] {
             out.extend_from_slice(&n.to_le_bytes());
         }
@@ -870,6 +914,7 @@ impl Store {
             locations,
             _filler: std::sync::Arc::new(Filler { stop, thread: Some(thread) }),
             pins: std::sync::Arc::new(Pins::default()),
+            compressors: std::sync::Arc::new(std::sync::Mutex::new(Compressors::default())),
         };
         Ok(store)
     }
@@ -931,11 +976,13 @@ impl Store {
             batch.insert(meta_key(&format!("{DICT_PREFIX}{resource}")), &dict[..]);
             dicts.insert(resource.clone(), dict.clone());
         }
+        let mut compressors = self.compressors.lock().unwrap_or_else(|e| e.into_inner());
         let records = commit
             .events
             .iter()
-            .map(|event| encode_event_with(event, dicts.get(&event.resource).map(|d| &d[..])))
+            .map(|event| encode_event_with(event, dicts.get(&event.resource), &mut compressors))
             .collect::<Result<Vec<_>>>()?;
+        drop(compressors);
         // Records first, then the pointers to them.
         let pointers = self.log.append(&records, self.durability == Durability::Sync).map_err(io_error)?;
         for (event, pointer) in commit.events.iter().zip(&pointers) {

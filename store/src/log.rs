@@ -139,7 +139,7 @@ impl RecordLog {
     pub fn append(&self, records: &[Vec<u8>], sync: bool) -> std::io::Result<Vec<Pointer>> {
         let mut writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         let mut pointers = Vec::with_capacity(records.len());
-        let mut buf: Vec<u8> = Vec::new();
+        let mut buf: Vec<u8> = Vec::with_capacity(records.iter().map(Vec::len).sum::<usize>().min(self.segment_bytes as usize));
         let mut created = false;
         for record in records {
             let len = record.len() as u64;
