@@ -225,7 +225,7 @@ fn itoa_u64(mut n: u64) -> RvDigits {
 /// parsed on its own, skipping the rest. A repeated key keeps its first place
 /// and its last value, as a `Value` reads it.
 pub fn ingest(resource: &ResourceType, cluster: &str, raw: &[u8]) -> Result<Ingested> {
-    check_size_and_decoding(raw)?;
+    let may_hold_nul = check_size_and_decoding(raw)?;
     let top = Members::parse(raw)?.ok_or(Error::MissingName)?;
     // What the type's field selectors and (when its rows have templates)
     // its Table row read, in one pruned parse.
@@ -244,7 +244,7 @@ pub fn ingest(resource: &ResourceType, cluster: &str, raw: &[u8]) -> Result<Inge
             members
         }
     };
-    transform(resource, cluster, raw, &top, parsed)
+    transform(resource, cluster, raw, &top, parsed, may_hold_nul)
 }
 
 /// [`ingest`] of text serde_json has read as a [`RawValue`] (what a member
@@ -254,16 +254,17 @@ pub fn ingest(resource: &ResourceType, cluster: &str, raw: &[u8]) -> Result<Inge
 /// parse. The result is [`ingest`]'s.
 pub fn ingest_read(resource: &ResourceType, cluster: &str, raw: &RawValue) -> Result<Ingested> {
     let text = raw.get().as_bytes();
-    check_size_and_decoding(text)?;
+    let may_hold_nul = check_size_and_decoding(text)?;
     match crate::scan::split_pruned(text, crate::table::ingest_keep(resource)).map_err(Error::InvalidJson)? {
-        Some((members, parsed)) => transform(resource, cluster, text, &Members(members), parsed),
+        Some((members, parsed)) => transform(resource, cluster, text, &Members(members), parsed, may_hold_nul),
         None => ingest(resource, cluster, text),
     }
 }
 
 /// Refuses an object over [`MAX_OBJECT_BYTES`], or one that decoding would
-/// refuse beyond what reading raw values checks.
-fn check_size_and_decoding(raw: &[u8]) -> Result<()> {
+/// refuse beyond what reading raw values checks. Returns whether its text
+/// may hold a NUL character (see [`Scan`]).
+fn check_size_and_decoding(raw: &[u8]) -> Result<bool> {
     if raw.len() > MAX_OBJECT_BYTES {
         return Err(Error::TooLarge { size: raw.len(), limit: MAX_OBJECT_BYTES });
     }
@@ -271,15 +272,23 @@ fn check_size_and_decoding(raw: &[u8]) -> Result<()> {
     // what only decoding finds (a `\u` escape of a lone UTF-16 surrogate, a
     // number out of range, nesting past serde_json's limit): an object that
     // holds any of their ingredients is decoded once, keeping nothing.
-    if may_fail_to_decode(raw) {
+    let scan = scan_for_decoding(raw);
+    if scan.may_fail_to_decode {
         serde_json::from_slice::<Decoded>(raw).map_err(Error::InvalidJson)?;
     }
-    Ok(())
+    Ok(scan.may_hold_nul)
 }
 
 /// The rest of [`ingest`]: the object (`raw`), its `top` members and what
 /// its row and fields read (`parsed`) to the served form.
-fn transform(resource: &ResourceType, cluster: &str, raw: &[u8], top: &Members<'_>, mut parsed: serde_json::Map<String, Value>) -> Result<Ingested> {
+fn transform(
+    resource: &ResourceType,
+    cluster: &str,
+    raw: &[u8],
+    top: &Members<'_>,
+    mut parsed: serde_json::Map<String, Value>,
+    may_hold_nul: bool,
+) -> Result<Ingested> {
     let meta_raw = top.get("metadata").ok_or(Error::MissingName)?;
     let meta = Members::parse(meta_raw)?.ok_or(Error::MissingName)?;
     let text = |member: &str| meta.get(member).and_then(|raw| serde_json::from_slice::<String>(raw).ok());
@@ -338,7 +347,7 @@ fn transform(resource: &ResourceType, cluster: &str, raw: &[u8], top: &Members<'
     json.push(b'}');
     let (name_end, rv_at) = holes;
     let row = crate::table::has_row_template(resource)
-        .then(|| crate::table::row_template(resource, &parsed, &name, cluster))
+        .then(|| crate::table::row_template(resource, &parsed, &name, cluster, may_hold_nul))
         .flatten()
         .map(|template| TableRow { template, metadata_start: metadata.0 as u32, metadata_end: metadata.1 as u32 });
     Ok(Ingested {
@@ -353,14 +362,28 @@ fn transform(resource: &ResourceType, cluster: &str, raw: &[u8], top: &Members<'
 }
 
 
-/// Whether `raw` (JSON as far as its structure goes) holds what decoding
-/// refuses beyond that: a `\u` escape in the surrogate range (`D800` to
-/// `DFFF`: lone or badly paired surrogates), a number with an exponent or
-/// more than 18 digits (out of range), nesting 100 deep (serde_json's limit
-/// is 128). A scan without decoding: a pod's JSON holds none of these, and
-/// decoding each object just to find out cost 6.6 % of a sync's CPU. Errs
-/// on the side of decoding: malformed text also answers true.
-fn may_fail_to_decode(raw: &[u8]) -> bool {
+/// What [`scan_for_decoding`] finds in an object's text.
+struct Scan {
+    /// Whether `raw` (JSON as far as its structure goes) holds what decoding
+    /// refuses beyond that: a `\u` escape in the surrogate range (`D800` to
+    /// `DFFF`: lone or badly paired surrogates), a number with an exponent or
+    /// more than 18 digits (out of range), nesting 100 deep (serde_json's limit
+    /// is 128). A scan without decoding: a pod's JSON holds none of these, and
+    /// decoding each object just to find out cost 6.6 % of a sync's CPU. Errs
+    /// on the side of decoding: malformed text also answers true.
+    may_fail_to_decode: bool,
+    /// Whether the text holds the escape `\u0000`. JSON text has a NUL
+    /// character in a string only so (control characters are escaped, RFC
+    /// 8259 section 7), so text without it has none: the Table row's check
+    /// for NUL characters can be skipped. True too when the scan stopped
+    /// early.
+    may_hold_nul: bool,
+}
+
+/// Scans `raw` for what [`Scan`] tells, in one pass.
+fn scan_for_decoding(raw: &[u8]) -> Scan {
+    let stop = Scan { may_fail_to_decode: true, may_hold_nul: true };
+    let mut may_hold_nul = false;
     let mut depth = 0u32;
     let mut i = 0;
     while i < raw.len() {
@@ -369,7 +392,7 @@ fn may_fail_to_decode(raw: &[u8]) -> bool {
                 i += 1;
                 loop {
                     let Some(at) = crate::scan::quote_or_backslash(raw, i) else {
-                        return true;
+                        return stop;
                     };
                     i = at;
                     if raw[i] == b'"' {
@@ -379,9 +402,9 @@ fn may_fail_to_decode(raw: &[u8]) -> bool {
                     // `\uD800` to `\uDFFF`, in either case.
                     if raw.get(i + 1) == Some(&b'u') {
                         match raw.get(i + 2..i + 4) {
-                            Some([d, x]) if d.eq_ignore_ascii_case(&b'd') && matches!(x, b'8'..=b'9' | b'a'..=b'f' | b'A'..=b'F') => return true,
-                            Some(_) => {}
-                            None => return true,
+                            Some([d, x]) if d.eq_ignore_ascii_case(&b'd') && matches!(x, b'8'..=b'9' | b'a'..=b'f' | b'A'..=b'F') => return stop,
+                            Some(_) => may_hold_nul |= raw.get(i + 2..i + 6) == Some(b"0000"),
+                            None => return stop,
                         }
                     }
                     i += 2;
@@ -390,7 +413,7 @@ fn may_fail_to_decode(raw: &[u8]) -> bool {
             b'[' | b'{' => {
                 depth += 1;
                 if depth >= 100 {
-                    return true;
+                    return stop;
                 }
                 i += 1;
             }
@@ -402,14 +425,14 @@ fn may_fail_to_decode(raw: &[u8]) -> bool {
                 let len = raw[i..].iter().position(|b| !matches!(b, b'-' | b'+' | b'.' | b'0'..=b'9' | b'e' | b'E')).unwrap_or(raw.len() - i);
                 let number = &raw[i..i + len];
                 if number.len() > 18 || number.iter().any(|b| matches!(b, b'e' | b'E')) {
-                    return true;
+                    return stop;
                 }
                 i += len;
             }
             _ => i += 1,
         }
     }
-    false
+    Scan { may_fail_to_decode: false, may_hold_nul }
 }
 
 /// Any JSON value, decoded as serde_json decodes it (strings unescaped,
@@ -800,7 +823,7 @@ mod tests {
         for raw in refused.iter().map(|s| s.to_string()).chain([deep]) {
             assert!(serde_json::from_str::<&serde_json::value::RawValue>(&raw).is_ok(), "{raw}: structure reads");
             assert!(serde_json::from_str::<super::Decoded>(&raw).is_err(), "{raw}: decoding refuses");
-            assert!(super::may_fail_to_decode(raw.as_bytes()), "{raw}: the scan misses it");
+            assert!(super::scan_for_decoding(raw.as_bytes()).may_fail_to_decode, "{raw}: the scan misses it");
         }
         let plain = [
             r#"{"a":"\u00e9 \"\\ \u0041","b":[1,-2,3.5,true,false,null],"c":{"d":"e1e999"}}"#.to_string(),
@@ -809,10 +832,43 @@ mod tests {
         ];
         for raw in plain {
             assert!(serde_json::from_str::<super::Decoded>(&raw).is_ok(), "{raw}");
-            assert!(!super::may_fail_to_decode(raw.as_bytes()), "{raw}: decoded for nothing");
+            assert!(!super::scan_for_decoding(raw.as_bytes()).may_fail_to_decode, "{raw}: decoded for nothing");
         }
         // A pair of surrogates makes the scan decode (it does not pair them), which accepts it.
-        assert!(super::may_fail_to_decode(br#"{"a":"\ud83d\ude00"}"#));
+        assert!(super::scan_for_decoding(br#"{"a":"\ud83d\ude00"}"#).may_fail_to_decode);
+    }
+
+    /// The scan tells text that may hold a NUL character (the escape
+    /// `\u0000`) from text that holds none, escaped backslashes included.
+    #[test]
+    fn the_decoding_scan_finds_nul_escapes() {
+        for (raw, nul) in [
+            (r#"{"a":"\u0000"}"#, true),
+            (r#"{"\u0000":1}"#, true),
+            (r#"{"a":"x\\\u0000"}"#, true),
+            (r#"{"a":"\\u0000"}"#, false),
+            (r#"{"a":"\u00001"}"#, true),
+            (r#"{"a":"\u0001\u0100 u0000 \\"}"#, false),
+            (r#"{"a":"\u000"}"#, false),
+            (r#"{"a":[1,2,{"b":null}]}"#, false),
+        ] {
+            let decoded = serde_json::from_str::<serde_json::Value>(raw);
+            if let Ok(value) = &decoded {
+                // What serde_json reads agrees where the text is valid.
+                fn has(v: &serde_json::Value) -> bool {
+                    match v {
+                        serde_json::Value::String(s) => s.contains('\0'),
+                        serde_json::Value::Array(items) => items.iter().any(has),
+                        serde_json::Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has(v)),
+                        _ => false,
+                    }
+                }
+                assert_eq!(has(value), nul, "{raw}");
+            }
+            let scan = super::scan_for_decoding(raw.as_bytes());
+            assert!(!scan.may_fail_to_decode || decoded.is_err(), "{raw}");
+            assert_eq!(scan.may_hold_nul, nul || scan.may_fail_to_decode, "{raw}");
+        }
     }
 
     use super::*;

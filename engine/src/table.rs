@@ -772,12 +772,13 @@ const ROW_TEMPLATE_VERSION: u8 = 1;
 /// member's name of the object. `None` for types whose columns can change
 /// while objects are stored (custom resources' printer columns) and for
 /// objects with a NUL character in their text, which a mark could not be
-/// told from.
-pub fn row_template(resource: &ResourceType, object: &Value, name: &str, cluster: &str) -> Option<Vec<u8>> {
+/// told from. `may_hold_nul`: false when the object's text is known to
+/// hold none (its strings and keys are not searched then).
+pub fn row_template(resource: &ResourceType, object: &Value, name: &str, cluster: &str, may_hold_nul: bool) -> Option<Vec<u8>> {
     if Printer::of(resource) == Printer::Default && !resource.printer_columns.is_empty() {
         return None;
     }
-    if has_nul(object) || name.contains(ROW_MARK) || cluster.contains(ROW_MARK) {
+    if (may_hold_nul && has_nul(object)) || name.contains(ROW_MARK) || cluster.contains(ROW_MARK) {
         return None;
     }
     let display_name = format!("{name}{ROW_MARK}{SUFFIX_MARK}");
@@ -2717,6 +2718,15 @@ mod tests {
         let nul = pod_object(json!({}), json!({"phase": "Running", "reason": "a\u{0}Q"}), None);
         let ingested = crate::object::ingest(&resource("", "pods"), "member1", &serde_json::to_vec(&nul).unwrap()).unwrap();
         assert!(ingested.body.row.is_none());
+        // Read both ways, and with the reason among the row's conditions.
+        let condition = pod_object(json!({}), json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "False", "reason": "x\u{0}"}]}), None);
+        for object in [&nul, &condition] {
+            let text = serde_json::to_string(object).unwrap();
+            assert!(text.contains("\\u0000"), "{text}");
+            let raw: &serde_json::value::RawValue = serde_json::from_str(&text).unwrap();
+            assert!(crate::object::ingest_read(&resource("", "pods"), "member1", raw).unwrap().body.row.is_none(), "{text}");
+            assert!(crate::object::ingest(&resource("", "pods"), "member1", text.as_bytes()).unwrap().body.row.is_none(), "{text}");
+        }
         // A custom resource's printer columns can change while its objects are stored.
         let mut crd = resource("", "pods");
         crd.group = "example.com".into();
