@@ -290,15 +290,17 @@ fn transform(
     may_hold_nul: bool,
 ) -> Result<Ingested> {
     let meta_raw = top.get("metadata").ok_or(Error::MissingName)?;
-    let meta = Members::parse(meta_raw)?.ok_or(Error::MissingName)?;
-    let text = |member: &str| meta.get(member).and_then(|raw| serde_json::from_slice::<String>(raw).ok());
+    // Parts of text read already (by serde_json, or by `Members::parse` in `ingest`).
+    let meta = Members::of_valid(meta_raw)?.ok_or(Error::MissingName)?;
+    let text = |member: &str| meta.get(member).and_then(string_of);
     let name = text("name").filter(|n| !n.is_empty()).ok_or(Error::MissingName)?;
     let namespace = text("namespace").unwrap_or_default();
     let member_rv = text("resourceVersion").unwrap_or_default();
     let uid = text("uid").unwrap_or_default();
-    let mut labels: Vec<(String, String)> = match meta.get("labels").map(serde_json::from_slice::<Value>) {
-        Some(Ok(Value::Object(m))) => m.into_iter().map(|(k, v)| (k, v.as_str().unwrap_or("").to_string())).collect(),
-        _ => Vec::new(),
+    // A label whose value is not a string reads as empty.
+    let mut labels: Vec<(String, String)> = match meta.get("labels").map(Members::of_valid).transpose()?.flatten() {
+        Some(members) => members.0.into_iter().map(|(k, v)| (k.into_owned(), string_of(v).unwrap_or_default())).collect(),
+        None => Vec::new(),
     };
     labels.sort();
 
@@ -517,7 +519,7 @@ fn write_metadata(json: &mut Vec<u8>, meta: &Members<'_>, name: &str, cluster: &
             "resourceVersion" => write_rv(json),
             "annotations" => {
                 json.extend_from_slice(b"\"annotations\":");
-                write_annotations(json, Members::parse(value)?.as_ref(), cluster, member_rv);
+                write_annotations(json, Members::of_valid(value)?.as_ref(), cluster, member_rv);
             }
             _ => {
                 write_str(json, key);
@@ -611,6 +613,16 @@ fn push_compact(json: &mut Vec<u8>, text: &[u8]) {
     }
 }
 
+/// The string that valid JSON text `raw` is (`None` for other values):
+/// taken as it is when it has no escapes, else decoded by serde_json.
+fn string_of(raw: &[u8]) -> Option<String> {
+    match raw {
+        [b'"', inner @ .., b'"'] if !inner.contains(&b'\\') => std::str::from_utf8(inner).ok().map(str::to_string),
+        [b'"', ..] => serde_json::from_slice(raw).ok(),
+        _ => None,
+    }
+}
+
 /// The members of a JSON object as written: keys decoded, values as raw
 /// text borrowed from the input, in order; a repeated key keeps its first
 /// place and takes its last value.
@@ -624,6 +636,14 @@ impl<'a> Members<'a> {
         let members = (&mut de).deserialize_any(MembersVisitor).map_err(Error::InvalidJson)?;
         de.end().map_err(Error::InvalidJson)?;
         Ok(members)
+    }
+
+    /// [`Members::parse`] of text known to be valid JSON (a part of text
+    /// read already), by walking it (see [`crate::scan`]) instead of
+    /// parsing it again.
+    fn of_valid(json: &'a [u8]) -> Result<Option<Members<'a>>> {
+        static NONE: crate::table::Keep = crate::table::Keep::Fields(&[]);
+        Ok(crate::scan::split_pruned(json, &NONE).map_err(Error::InvalidJson)?.map(|(members, _)| Members(members)))
     }
 
     /// The value of a member.
@@ -772,6 +792,36 @@ mod tests {
             let mut got = Vec::new();
             super::push_compact(&mut got, text.as_bytes());
             assert_eq!(String::from_utf8(got).unwrap(), format!("{{\"a\":[1,\"{}\"]}}", " ".repeat(pad)));
+        }
+    }
+
+    /// The name, namespace, version, UID and labels ingested are what
+    /// serde_json reads of the metadata: escapes decoded, a repeated key's
+    /// last value, a label that is not a string empty, either way in.
+    #[test]
+    fn metadata_is_read_as_serde_json_reads_it() {
+        let texts = [
+            r#"{"metadata":{"name":"a\u002fb","namespace":"n\"s","resourceVersion":"7","uid":"u-1","labels":{"k\u0031":"v\n1","k2":"x","k2":"y","num":3,"e":"","\u00e9":"\u00e9t\u00e9"}}}"#,
+            r#"{"metadata":{"labels":{"z":"1","a":"2"},"name":"plain","name":"last"}}"#,
+            r#"{"metadata":{"name":"c","labels":["not","an","object"]}}"#,
+            r#"{ "metadata" : { "name" : "spaced" , "labels" : { "a b" : "c d" } } }"#,
+        ];
+        for text in texts {
+            let full: Value = serde_json::from_str(text).unwrap();
+            let meta = &full["metadata"];
+            let mut labels: Vec<(String, String)> = meta["labels"]
+                .as_object()
+                .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string())).collect())
+                .unwrap_or_default();
+            labels.sort();
+            let raw: &RawValue = serde_json::from_str(text).unwrap();
+            for got in [ingest(&pods(), "m1", text.as_bytes()).unwrap(), ingest_read(&pods(), "m1", raw).unwrap()] {
+                assert_eq!(got.name, meta["name"].as_str().unwrap(), "{text}");
+                assert_eq!(got.namespace, meta["namespace"].as_str().unwrap_or(""), "{text}");
+                assert_eq!(got.member_rv, meta["resourceVersion"].as_str().unwrap_or(""), "{text}");
+                assert_eq!(got.uid, meta["uid"].as_str().unwrap_or(""), "{text}");
+                assert_eq!(got.labels, labels, "{text}");
+            }
         }
     }
 
