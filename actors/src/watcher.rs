@@ -811,7 +811,7 @@ impl<R: AsyncBufRead + Unpin> Frames<R> {
                 return (!self.buf.is_empty()).then(|| Ok(std::mem::take(&mut self.buf)));
             }
             // No await from here on: what is consumed is in `buf`.
-            let (taken, line_end) = match available.iter().position(|b| *b == b'\n') {
+            let (taken, line_end) = match memchr::memchr(b'\n', available) {
                 Some(i) => (i + 1, Some(i)),
                 None => (available.len(), None),
             };
