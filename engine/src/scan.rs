@@ -55,7 +55,7 @@ pub fn quote_or_backslash(text: &[u8], mut j: usize) -> Option<usize> {
 }
 
 /// The index after the closing quote of the string opened at `i`.
-fn string_end(text: &[u8], i: usize) -> Option<usize> {
+pub(crate) fn string_end(text: &[u8], i: usize) -> Option<usize> {
     let mut j = i + 1;
     loop {
         j = quote_or_backslash(text, j)?;
