@@ -254,11 +254,53 @@ pub fn ingest(resource: &ResourceType, cluster: &str, raw: &[u8]) -> Result<Inge
 /// parse. The result is [`ingest`]'s.
 pub fn ingest_read(resource: &ResourceType, cluster: &str, raw: &RawValue) -> Result<Ingested> {
     let text = raw.get().as_bytes();
-    let may_hold_nul = check_size_and_decoding(text)?;
-    match crate::scan::split_pruned(text, crate::table::ingest_keep(resource)).map_err(Error::InvalidJson)? {
-        Some((members, parsed)) => transform(resource, cluster, text, &Members(members), parsed, may_hold_nul),
-        None => ingest(resource, cluster, text),
+    if text.len() > MAX_OBJECT_BYTES {
+        return Err(Error::TooLarge { size: text.len(), limit: MAX_OBJECT_BYTES });
     }
+    // What decoding would refuse beyond what reading raw values checks (see
+    // `check_size_and_decoding`) is looked for in two parts: the escapes by
+    // a search for backslashes, numbers and nesting by the walk.
+    let escapes = scan_escapes(text);
+    let decodes = || serde_json::from_slice::<Decoded>(text).map(|_| ()).map_err(Error::InvalidJson);
+    match crate::scan::split_pruned(text, crate::table::ingest_keep(resource)) {
+        Ok(Some((members, parsed, doubt))) => {
+            if doubt || escapes.may_fail_to_decode {
+                decodes()?;
+            }
+            transform(resource, cluster, text, &Members(members), parsed, escapes.may_hold_nul)
+        }
+        Ok(None) => ingest(resource, cluster, text),
+        // Decoding names what is wrong when it can.
+        Err(e) => {
+            decodes()?;
+            Err(Error::InvalidJson(e))
+        }
+    }
+}
+
+/// The escapes of text that reads as a JSON value: what [`Scan`] tells of
+/// them (a `\u` escape of a surrogate, `\u0000`), found by a search for
+/// backslashes. In such text a backslash is in a string, opening an escape
+/// or escaped by the one before it, so they are read in order.
+fn scan_escapes(raw: &[u8]) -> Scan {
+    let mut scan = Scan { may_fail_to_decode: false, may_hold_nul: false };
+    let mut escaped_up_to = 0;
+    for at in memchr::memchr_iter(b'\\', raw) {
+        if at < escaped_up_to {
+            continue;
+        }
+        escaped_up_to = at + 2;
+        if raw.get(at + 1) == Some(&b'u') {
+            match raw.get(at + 2..at + 6) {
+                Some([d, x, ..]) if d.eq_ignore_ascii_case(&b'd') && matches!(x, b'8'..=b'9' | b'a'..=b'f' | b'A'..=b'F') => {
+                    scan.may_fail_to_decode = true;
+                }
+                Some(hex) => scan.may_hold_nul |= hex == b"0000",
+                None => scan.may_fail_to_decode = true,
+            }
+        }
+    }
+    scan
 }
 
 /// Refuses an object over [`MAX_OBJECT_BYTES`], or one that decoding would
@@ -642,7 +684,7 @@ impl<'a> Members<'a> {
     /// parsing it again.
     fn of_valid(json: &'a [u8]) -> Result<Option<Members<'a>>> {
         static NONE: crate::table::Keep = crate::table::Keep::Fields(&[]);
-        Ok(crate::scan::split_pruned(json, &NONE).map_err(Error::InvalidJson)?.map(|(members, _)| Members(members)))
+        Ok(crate::scan::split_pruned(json, &NONE).map_err(Error::InvalidJson)?.map(|(members, ..)| Members(members)))
     }
 
     /// The value of a member.
@@ -885,6 +927,65 @@ mod tests {
         }
         // A pair of surrogates makes the scan decode (it does not pair them), which accepts it.
         assert!(super::scan_for_decoding(br#"{"a":"\ud83d\ude00"}"#).may_fail_to_decode);
+    }
+
+    /// `ingest_read` refuses what decoding refuses and accepts the rest,
+    /// wherever the ingredient is: in a part the row keeps (decoded there),
+    /// in a part it skips (the walk's doubt or the escape search), in a
+    /// key, deep in nesting; and without decoding for nothing.
+    #[test]
+    fn ingest_read_refuses_what_decoding_refuses_wherever_it_is() {
+        let ingredients = [
+            (r#""\ud813d""#, false),
+            (r#""\uDC00""#, false),
+            (r#""x\uD800\u0041""#, false),
+            (r#""\ud83d\ude00""#, true),
+            (r#""\\ud800""#, true),
+            (r#""\u0000""#, true),
+            ("1e999", false),
+            ("-1E+400", false),
+            ("1.5e3", true),
+            ("123456789012345678901234567890", true),
+            (&format!("1{}", "0".repeat(400)), false),
+            ("-0.25", true),
+            (r#"{"\udfff":1}"#, false),
+            (r#"{"k\u00e9":[1,2,{"x":null}]}"#, true),
+        ];
+        let places: [fn(&str) -> String; 6] = [
+            |v| format!(r#"{{"metadata":{{"name":"p"}},"spec":{{"nodeName":"n","x":{v}}}}}"#),
+            |v| format!(r#"{{"metadata":{{"name":"p"}},"status":{{"phase":{v}}}}}"#),
+            |v| format!(r#"{{"metadata":{{"name":"p"}},"spec":{{"readinessGates":[{{"conditionType":{v}}}]}}}}"#),
+            |v| format!(r#"{{"metadata":{{"name":"p","annotations":{{"a":{v}}}}}}}"#),
+            |v| format!(r#"{{"metadata":{{"name":"p"}},"spec":{{"volumes":{}{v}{}}}}}"#, "[".repeat(95), "]".repeat(95)),
+            |v| format!(r#"{{"metadata":{{"name":"p"}},"spec":{{"readinessGates":{}{v}{}}}}}"#, "[".repeat(95), "]".repeat(95)),
+        ];
+        for (ingredient, accepted) in ingredients {
+            for place in places {
+                let text = place(ingredient);
+                let raw: &RawValue = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+                let decodes = serde_json::from_str::<Value>(&text).is_ok();
+                let got = ingest_read(&pods(), "m1", raw);
+                assert_eq!(got.is_ok(), decodes, "{text}: {:?}", got.err());
+                if !text.contains(&"[".repeat(95)) {
+                    assert_eq!(decodes, accepted, "{text}");
+                }
+                assert_eq!(got.is_ok(), ingest(&pods(), "m1", text.as_bytes()).is_ok(), "{text}");
+            }
+        }
+        // Nesting past serde_json's limit in a part the row skips, and in one it keeps whole.
+        for text in [
+            format!(r#"{{"metadata":{{"name":"p"}},"spec":{{"volumes":{}{}}}}}"#, "[".repeat(140), "]".repeat(140)),
+            format!(r#"{{"metadata":{{"name":"p"}},"spec":{{"readinessGates":{}{}}}}}"#, "[".repeat(140), "]".repeat(140)),
+        ] {
+            assert!(serde_json::from_str::<Value>(&text).is_err());
+            if let Ok(raw) = serde_json::from_str::<&RawValue>(&text) {
+                assert!(ingest_read(&pods(), "m1", raw).is_err(), "{text}");
+            }
+        }
+        // A pod's own text is not in doubt, so it is not decoded again.
+        let text = crate::fixtures::read("core.v1.Pod.json");
+        let (_, _, doubt) = crate::scan::split_pruned(&text, crate::table::ingest_keep(&pods())).unwrap().unwrap();
+        assert!(!doubt && !scan_escapes(&text).may_fail_to_decode);
     }
 
     /// The scan tells text that may hold a NUL character (the escape

@@ -67,12 +67,29 @@ pub(crate) fn string_end(text: &[u8], i: usize) -> Option<usize> {
     }
 }
 
-/// The index after the value that starts at `i`.
-fn value_end(text: &[u8], i: usize) -> Option<usize> {
+/// Nesting at which a walk doubts that decoding would accept the text
+/// (serde_json refuses past 128; counted with a margin).
+const DOUBTFUL_DEPTH: usize = 90;
+
+/// Whether decoding could refuse the number `text` that reading raw values
+/// accepted: one with an exponent or more than 18 digits may be out of range.
+fn doubtful_number(text: &[u8]) -> bool {
+    text.len() > 18 || text.iter().any(|b| matches!(b, b'e' | b'E'))
+}
+
+/// The length of the number at the start of `text`.
+fn number_len(text: &[u8]) -> usize {
+    text.iter().position(|b| !matches!(b, b'-' | b'+' | b'.' | b'0'..=b'9' | b'e' | b'E')).unwrap_or(text.len())
+}
+
+/// The index after the value that starts at `i`, which is `depth` deep;
+/// sets `doubt` when the value holds a number or nesting decoding could
+/// refuse (see [`split_pruned`]).
+fn value_end(text: &[u8], i: usize, depth: usize, doubt: &mut bool) -> Option<usize> {
     match *text.get(i)? {
         b'"' => string_end(text, i),
         b'{' | b'[' => {
-            let mut depth = 0usize;
+            let mut nested = 0usize;
             let mut j = i;
             while let Some(&b) = text.get(j) {
                 match b {
@@ -80,12 +97,21 @@ fn value_end(text: &[u8], i: usize) -> Option<usize> {
                         j = string_end(text, j)?;
                         continue;
                     }
-                    b'{' | b'[' => depth += 1,
+                    b'{' | b'[' => {
+                        nested += 1;
+                        *doubt |= depth + nested >= DOUBTFUL_DEPTH;
+                    }
                     b'}' | b']' => {
-                        depth = depth.checked_sub(1)?;
-                        if depth == 0 {
+                        nested = nested.checked_sub(1)?;
+                        if nested == 0 {
                             return Some(j + 1);
                         }
+                    }
+                    b'-' | b'0'..=b'9' => {
+                        let len = number_len(&text[j..]);
+                        *doubt |= doubtful_number(&text[j..j + len]);
+                        j += len;
+                        continue;
                     }
                     _ => {}
                 }
@@ -93,9 +119,12 @@ fn value_end(text: &[u8], i: usize) -> Option<usize> {
             }
             None
         }
-        _ => {
+        first => {
             let rest = &text[i..];
             let len = rest.iter().position(|b| matches!(b, b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t')).unwrap_or(rest.len());
+            if matches!(first, b'-' | b'0'..=b'9') {
+                *doubt |= doubtful_number(&rest[..len]);
+            }
             (len > 0).then_some(i + len)
         }
     }
@@ -172,20 +201,24 @@ impl<'a, V> MemberList<'a, V> {
 /// The members of the valid JSON object `text` (keys decoded, values as
 /// written, as [`MemberList`] keeps them) and what `keep` names of it (as
 /// [`prune`]), in one walk; `None` when `text` is not an object or `keep`
-/// does not name members.
+/// does not name members. The flag: whether the walk passed over a number
+/// or nesting that decoding could refuse (a number with an exponent or more
+/// than 18 digits, nesting near serde_json's limit): reading raw values
+/// checks neither. What it kept was decoded, so is not in doubt.
 #[allow(clippy::type_complexity)]
-pub fn split_pruned<'a>(text: &'a [u8], keep: &Keep) -> serde_json::Result<Option<(Vec<(Cow<'a, str>, &'a [u8])>, serde_json::Map<String, Value>)>> {
+pub fn split_pruned<'a>(text: &'a [u8], keep: &Keep) -> serde_json::Result<Option<(Vec<(Cow<'a, str>, &'a [u8])>, serde_json::Map<String, Value>, bool)>> {
     let start = skip_ws(text, 0);
     let (Keep::Fields(fields), Some(b'{')) = (keep, text.get(start)) else { return Ok(None) };
     let mut members = MemberList::new();
-    let (kept, end) = walk_object(text, start, fields, 0, |key, value| {
+    let mut doubt = false;
+    let (kept, end) = walk_object(text, start, fields, 0, &mut doubt, |key, value| {
         members.push(key.into_cow()?, value);
         Ok(())
     })?;
     if skip_ws(text, end) != text.len() {
         return Err(broken());
     }
-    Ok(Some((members.members, kept)))
+    Ok(Some((members.members, kept, doubt)))
 }
 
 /// Nesting deeper than serde_json reads (128) is refused.
@@ -197,7 +230,7 @@ const MAX_DEPTH: usize = 128;
 /// is kept whole is decoded as serde_json decodes it. What is not kept is
 /// skipped in the same pass, without being checked.
 pub fn prune(text: &[u8], keep: &Keep) -> serde_json::Result<Value> {
-    let (value, end) = walk(text, skip_ws(text, 0), keep, 0)?;
+    let (value, end) = walk(text, skip_ws(text, 0), keep, 0, &mut false)?;
     if skip_ws(text, end) != text.len() {
         return Err(broken());
     }
@@ -205,14 +238,15 @@ pub fn prune(text: &[u8], keep: &Keep) -> serde_json::Result<Value> {
 }
 
 /// Reads the value at `i` keeping what `keep` names: the value and the
-/// index after it.
-fn walk(text: &[u8], i: usize, keep: &Keep, depth: usize) -> serde_json::Result<(Value, usize)> {
+/// index after it (`doubt`: see [`split_pruned`]).
+fn walk(text: &[u8], i: usize, keep: &Keep, depth: usize, doubt: &mut bool) -> serde_json::Result<(Value, usize)> {
     if depth > MAX_DEPTH {
         return Err(broken());
     }
+    *doubt |= depth >= DOUBTFUL_DEPTH;
     match (keep, text.get(i)) {
         (Keep::Fields(fields), Some(b'{')) => {
-            let (out, end) = walk_object(text, i, fields, depth, |_, _| Ok(()))?;
+            let (out, end) = walk_object(text, i, fields, depth, doubt, |_, _| Ok(()))?;
             Ok((Value::Object(out), end))
         }
         (Keep::Fields(_), Some(b'[')) => {
@@ -222,7 +256,7 @@ fn walk(text: &[u8], i: usize, keep: &Keep, depth: usize) -> serde_json::Result<
                 return Ok((Value::Array(out), j + 1));
             }
             loop {
-                let (value, end) = walk(text, j, keep, depth + 1)?;
+                let (value, end) = walk(text, j, keep, depth + 1, doubt)?;
                 out.push(value);
                 j = skip_ws(text, end);
                 match text.get(j) {
@@ -233,7 +267,8 @@ fn walk(text: &[u8], i: usize, keep: &Keep, depth: usize) -> serde_json::Result<
             }
         }
         _ => {
-            let end = value_end(text, i).ok_or_else(broken)?;
+            // Decoded whole below, but alone: nesting counts from here.
+            let end = value_end(text, i, depth, doubt).ok_or_else(broken)?;
             Ok((leaf(&text[i..end])?, end))
         }
     }
@@ -247,6 +282,7 @@ fn walk_object<'a>(
     i: usize,
     fields: &[(&str, Keep)],
     depth: usize,
+    doubt: &mut bool,
     mut member: impl FnMut(Key<'a>, &'a [u8]) -> serde_json::Result<()>,
 ) -> serde_json::Result<(serde_json::Map<String, Value>, usize)> {
     let mut out = serde_json::Map::new();
@@ -267,11 +303,11 @@ fn walk_object<'a>(
         j = skip_ws(text, j + 1);
         let end = match fields.iter().find(|(name, _)| key.is(name)) {
             Some((name, keep)) => {
-                let (value, end) = walk(text, j, keep, depth + 1)?;
+                let (value, end) = walk(text, j, keep, depth + 1, doubt)?;
                 out.insert((*name).to_string(), value);
                 end
             }
-            None => value_end(text, j).ok_or_else(broken)?,
+            None => value_end(text, j, depth + 1, doubt).ok_or_else(broken)?,
         };
         member(key, &text[j..end])?;
         j = skip_ws(text, end);
