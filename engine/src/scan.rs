@@ -56,13 +56,20 @@ pub fn quote_or_backslash(text: &[u8], mut j: usize) -> Option<usize> {
 
 /// The index after the closing quote of the string opened at `i`.
 pub(crate) fn string_end(text: &[u8], i: usize) -> Option<usize> {
+    string_end_escaped(text, i).map(|(end, _)| end)
+}
+
+/// [`string_end`], and whether the string has an escape.
+fn string_end_escaped(text: &[u8], i: usize) -> Option<(usize, bool)> {
     let mut j = i + 1;
+    let mut escaped = false;
     loop {
         j = quote_or_backslash(text, j)?;
         if text.get(j) == Some(&b'"') {
-            return Some(j + 1);
+            return Some((j + 1, escaped));
         }
         // A backslash: the byte after it never closes the string.
+        escaped = true;
         j += 2;
     }
 }
@@ -137,8 +144,9 @@ enum Key<'a> {
 }
 
 impl<'a> Key<'a> {
-    fn new(raw: &'a [u8]) -> Key<'a> {
-        if !raw.contains(&b'\\') {
+    /// The key written as `raw`, which has an escape if `escaped`.
+    fn new(raw: &'a [u8], escaped: bool) -> Key<'a> {
+        if !escaped {
             return Key::Plain(raw);
         }
         let mut quoted = Vec::with_capacity(raw.len() + 2);
@@ -294,8 +302,8 @@ fn walk_object<'a>(
         if text.get(j) != Some(&b'"') {
             return Err(broken());
         }
-        let key_end = string_end(text, j).ok_or_else(broken)?;
-        let key = Key::new(&text[j + 1..key_end - 1]);
+        let (key_end, escaped) = string_end_escaped(text, j).ok_or_else(broken)?;
+        let key = Key::new(&text[j + 1..key_end - 1], escaped);
         j = skip_ws(text, key_end);
         if text.get(j) != Some(&b':') {
             return Err(broken());
