@@ -11,7 +11,7 @@
 //! Kubernetes docs page "Field Selectors"
 //! (<https://kubernetes.io/docs/concepts/overview/working-with-objects/field-selectors/#list-of-supported-fields>).
 
-use serde_json::Value;
+use crate::json::Json;
 
 use crate::selector::{FieldSelector, Result, SelectorError};
 use crate::table::Keep;
@@ -153,7 +153,7 @@ pub fn selectable_fields(group: &str, plural: &str) -> &'static [&'static str] {
 /// Missing numbers read as `"0"` and missing booleans as `"false"`, the Go
 /// zero values kube-apiserver formats. `status.podIPs` is not extracted
 /// (kube-apiserver accepts it but never sets it, so it matches only `""`).
-pub fn extract(group: &str, plural: &str, object: &Value) -> Vec<(String, String)> {
+pub fn extract<J: Json>(group: &str, plural: &str, object: &J) -> Vec<(String, String)> {
     let of = Computed::of(group, plural);
     selectable_fields(group, plural)
         .iter()
@@ -209,22 +209,22 @@ pub fn validate(group: &str, plural: &str, selector: &FieldSelector) -> Result<(
 }
 
 /// The value of one selectable field, `None` for a field never set.
-fn field_value(of: Computed, field: &str, object: &Value) -> Option<String> {
+fn field_value<J: Json>(of: Computed, field: &str, object: &J) -> Option<String> {
     let text = |pointer: &str| {
-        at(object, pointer)
-            .and_then(Value::as_str)
+        object.walk(pointer)
+            .and_then(J::as_str)
             .unwrap_or_default()
             .to_string()
     };
     let boolean = |pointer: &str| {
-        at(object, pointer)
-            .and_then(Value::as_bool)
+        object.walk(pointer)
+            .and_then(J::as_bool)
             .unwrap_or(false)
             .to_string()
     };
     let integer = |pointer: &str| {
-        at(object, pointer)
-            .and_then(Value::as_i64)
+        object.walk(pointer)
+            .and_then(J::as_i64)
             .unwrap_or(0)
             .to_string()
     };
@@ -233,8 +233,8 @@ fn field_value(of: Computed, field: &str, object: &Value) -> Option<String> {
         (Computed::Pod, "spec.host") => text("/spec/nodeName"),
         (Computed::Pod, "status.podIPs") => return None,
         // The internal Pod keeps only `podIPs`; v1 `podIP` is its first entry.
-        (Computed::Pod, "status.podIP") => match at(object, "/status/podIPs/0/ip")
-            .and_then(Value::as_str)
+        (Computed::Pod, "status.podIP") => match object.walk("/status/podIPs/0/ip")
+            .and_then(J::as_str)
         {
             Some(ip) => ip.to_string(),
             None => text("/status/podIP"),
@@ -244,7 +244,7 @@ fn field_value(of: Computed, field: &str, object: &Value) -> Option<String> {
         (Computed::Job, "status.successful") => integer("/status/succeeded"),
         // `source` is the reporting component of old and new events alike.
         (Computed::Event, "source") => {
-            match at(object, "/source/component").and_then(Value::as_str) {
+            match object.walk("/source/component").and_then(J::as_str) {
                 Some(component) if !component.is_empty() => component.to_string(),
                 _ => text("/reportingComponent"),
             }
@@ -252,25 +252,11 @@ fn field_value(of: Computed, field: &str, object: &Value) -> Option<String> {
         _ => field
             .split('.')
             .try_fold(object, |value, member| value.get(member))
-            .and_then(Value::as_str)
+            .and_then(J::as_str)
             .unwrap_or_default()
             .to_string(),
     };
     Some(value)
-}
-
-/// The value at a JSON pointer of plain members and indexes (no `~`
-/// escapes), as [`Value::pointer`] finds it without the allocations it
-/// makes for each token: fields are read for every object ingested.
-fn at<'v>(object: &'v Value, pointer: &str) -> Option<&'v Value> {
-    pointer.split('/').skip(1).try_fold(object, |value, token| match value {
-        Value::Object(members) => members.get(token),
-        // An index as JSON pointers write it (RFC 6901): no sign, no leading zero.
-        Value::Array(items) if !token.starts_with('+') && (token == "0" || !token.starts_with('0')) => {
-            token.parse::<usize>().ok().and_then(|i| items.get(i))
-        }
-        _ => None,
-    })
 }
 
 #[cfg(test)]
@@ -373,22 +359,6 @@ mod tests {
                 ("spec.host", "nodeNameValue"),
             ])
         );
-    }
-
-    #[test]
-    fn pointers_find_what_serde_json_finds() {
-        let object = json!({
-            "spec": {"nodeName": "n1", "containers": [{"name": "a"}, {"name": "b"}], "odd": null},
-            "status": {"podIPs": [{"ip": "10.0.0.1"}], "phase": "Running"},
-            "list": [1, 2],
-        });
-        for pointer in [
-            "", "/spec", "/spec/nodeName", "/spec/containers/1/name", "/spec/containers/2/name",
-            "/spec/containers/x", "/spec/odd", "/spec/odd/x", "/status/podIPs/0/ip", "/status/phase/x",
-            "/list/1", "/list/01", "/list/+1", "/list/0", "/missing", "/spec/nodeName/0",
-        ] {
-            assert_eq!(at(&object, pointer), object.pointer(pointer), "{pointer}");
-        }
     }
 
     #[test]

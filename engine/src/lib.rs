@@ -12,6 +12,7 @@
 //! - [`selector`]: label and field selectors.
 //! - [`fields`]: per-type selectable fields.
 //! - [`scan`]: walking JSON text that has been validated already.
+//! - [`json`]: reading parsed JSON, serde_json's or the walk's.
 //! - [`table`]: server-side printing (`meta.k8s.io/v1` Table).
 //! - [`status`]: Kubernetes `Status` errors.
 
@@ -19,6 +20,7 @@ pub mod estimator;
 pub mod event;
 pub mod fields;
 pub mod index;
+pub mod json;
 pub mod names;
 pub mod object;
 pub mod openapi;

@@ -13,6 +13,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 use thiserror::Error;
 
+use crate::json::Node;
 use crate::resources::ResourceType;
 
 /// Annotation naming the member cluster that owns an object.
@@ -230,18 +231,15 @@ pub fn ingest(resource: &ResourceType, cluster: &str, raw: &[u8]) -> Result<Inge
     // What the type's field selectors and (when its rows have templates)
     // its Table row read, in one pruned parse.
     let parsed = match crate::table::ingest_keep(resource) {
-        crate::table::Keep::All => match serde_json::from_slice::<Value>(raw).map_err(Error::InvalidJson)? {
-            Value::Object(members) => members,
-            _ => serde_json::Map::new(),
-        },
+        keep @ crate::table::Keep::All => crate::scan::prune(raw, keep).map_err(Error::InvalidJson)?,
         crate::table::Keep::Fields(kept) => {
-            let mut members = serde_json::Map::new();
+            let mut members = Vec::new();
             for (member, keep) in kept.iter() {
                 if let Some(raw) = top.get(member) {
-                    members.insert((*member).to_string(), crate::table::parse_for_row(raw, keep).map_err(Error::InvalidJson)?);
+                    members.push((Cow::Borrowed(*member), crate::table::parse_for_row(raw, keep).map_err(Error::InvalidJson)?));
                 }
             }
-            members
+            Node::Object(members)
         }
     };
     transform(resource, cluster, raw, &top, parsed, may_hold_nul)
@@ -328,7 +326,7 @@ fn transform(
     cluster: &str,
     raw: &[u8],
     top: &Members<'_>,
-    mut parsed: serde_json::Map<String, Value>,
+    mut parsed: Node<'_>,
     may_hold_nul: bool,
 ) -> Result<Ingested> {
     let meta_raw = top.get("metadata").ok_or(Error::MissingName)?;
@@ -347,15 +345,13 @@ fn transform(
     labels.sort();
 
     // The metadata the fields name.
-    let metadata_member = parsed.entry("metadata").or_insert_with(|| Value::Object(serde_json::Map::new()));
-    if !metadata_member.is_object() {
-        *metadata_member = Value::Object(serde_json::Map::new());
+    if !matches!(parsed, Node::Object(_)) {
+        parsed = Node::Object(Vec::new());
     }
-    if let Value::Object(m) = metadata_member {
-        m.insert("name".into(), Value::from(name.as_str()));
-        m.insert("namespace".into(), Value::from(namespace.as_str()));
+    if let Some(metadata_member) = parsed.entry("metadata") {
+        metadata_member.set("name", Node::String(Cow::Owned(name.clone())));
+        metadata_member.set("namespace", Node::String(Cow::Owned(namespace.clone())));
     }
-    let parsed = Value::Object(parsed);
     let fields = crate::fields::extract(&resource.group, &resource.plural, &parsed);
 
     let mut json = Vec::with_capacity(raw.len() + 128);

@@ -12,8 +12,7 @@
 
 use std::borrow::Cow;
 
-use serde_json::Value;
-
+use crate::json::Node;
 use crate::table::Keep;
 
 /// Text whose structure breaks (valid JSON never gets here).
@@ -214,7 +213,7 @@ impl<'a, V> MemberList<'a, V> {
 /// than 18 digits, nesting near serde_json's limit): reading raw values
 /// checks neither. What it kept was decoded, so is not in doubt.
 #[allow(clippy::type_complexity)]
-pub fn split_pruned<'a>(text: &'a [u8], keep: &Keep) -> serde_json::Result<Option<(Vec<(Cow<'a, str>, &'a [u8])>, serde_json::Map<String, Value>, bool)>> {
+pub fn split_pruned<'a>(text: &'a [u8], keep: &Keep) -> serde_json::Result<Option<(Vec<(Cow<'a, str>, &'a [u8])>, Node<'a>, bool)>> {
     let start = skip_ws(text, 0);
     let (Keep::Fields(fields), Some(b'{')) = (keep, text.get(start)) else { return Ok(None) };
     let mut members = MemberList::new();
@@ -237,7 +236,7 @@ const MAX_DEPTH: usize = 128;
 /// last value, as serde_json reads it), of an array each element so; what
 /// is kept whole is decoded as serde_json decodes it. What is not kept is
 /// skipped in the same pass, without being checked.
-pub fn prune(text: &[u8], keep: &Keep) -> serde_json::Result<Value> {
+pub fn prune<'a>(text: &'a [u8], keep: &Keep) -> serde_json::Result<Node<'a>> {
     let (value, end) = walk(text, skip_ws(text, 0), keep, 0, &mut false)?;
     if skip_ws(text, end) != text.len() {
         return Err(broken());
@@ -247,21 +246,36 @@ pub fn prune(text: &[u8], keep: &Keep) -> serde_json::Result<Value> {
 
 /// Reads the value at `i` keeping what `keep` names: the value and the
 /// index after it (`doubt`: see [`split_pruned`]).
-fn walk(text: &[u8], i: usize, keep: &Keep, depth: usize, doubt: &mut bool) -> serde_json::Result<(Value, usize)> {
+fn walk<'a>(text: &'a [u8], i: usize, keep: &Keep, depth: usize, doubt: &mut bool) -> serde_json::Result<(Node<'a>, usize)> {
     if depth > MAX_DEPTH {
         return Err(broken());
     }
     *doubt |= depth >= DOUBTFUL_DEPTH;
     match (keep, text.get(i)) {
-        (Keep::Fields(fields), Some(b'{')) => {
-            let (out, end) = walk_object(text, i, fields, depth, doubt, |_, _| Ok(()))?;
-            Ok((Value::Object(out), end))
+        (Keep::Fields(fields), Some(b'{')) => walk_object(text, i, fields, depth, doubt, |_, _| Ok(())),
+        (Keep::All, Some(b'{')) => {
+            let mut members = MemberList::new();
+            let mut j = skip_ws(text, i + 1);
+            if text.get(j) == Some(&b'}') {
+                return Ok((Node::Object(members.members), j + 1));
+            }
+            loop {
+                let (key, value_at) = member_key(text, j)?;
+                let (value, end) = walk(text, value_at, &Keep::All, depth + 1, doubt)?;
+                members.push(key.into_cow()?, value);
+                j = skip_ws(text, end);
+                match text.get(j) {
+                    Some(b',') => j = skip_ws(text, j + 1),
+                    Some(b'}') => return Ok((Node::Object(members.members), j + 1)),
+                    _ => return Err(broken()),
+                }
+            }
         }
-        (Keep::Fields(_), Some(b'[')) => {
+        (_, Some(b'[')) => {
             let mut out = Vec::new();
             let mut j = skip_ws(text, i + 1);
             if text.get(j) == Some(&b']') {
-                return Ok((Value::Array(out), j + 1));
+                return Ok((Node::Array(out), j + 1));
             }
             loop {
                 let (value, end) = walk(text, j, keep, depth + 1, doubt)?;
@@ -269,17 +283,31 @@ fn walk(text: &[u8], i: usize, keep: &Keep, depth: usize, doubt: &mut bool) -> s
                 j = skip_ws(text, end);
                 match text.get(j) {
                     Some(b',') => j = skip_ws(text, j + 1),
-                    Some(b']') => return Ok((Value::Array(out), j + 1)),
+                    Some(b']') => return Ok((Node::Array(out), j + 1)),
                     _ => return Err(broken()),
                 }
             }
         }
         _ => {
-            // Decoded whole below, but alone: nesting counts from here.
             let end = value_end(text, i, depth, doubt).ok_or_else(broken)?;
             Ok((leaf(&text[i..end])?, end))
         }
     }
+}
+
+/// The key of the member at `j` (at its opening quote) and the index of
+/// its value.
+fn member_key(text: &[u8], j: usize) -> serde_json::Result<(Key<'_>, usize)> {
+    if text.get(j) != Some(&b'"') {
+        return Err(broken());
+    }
+    let (key_end, escaped) = string_end_escaped(text, j).ok_or_else(broken)?;
+    let key = Key::new(&text[j + 1..key_end - 1], escaped);
+    let j = skip_ws(text, key_end);
+    if text.get(j) != Some(&b':') {
+        return Err(broken());
+    }
+    Ok((key, skip_ws(text, j + 1)))
 }
 
 /// Reads the object at `i` keeping the members `fields` name (see
@@ -288,31 +316,27 @@ fn walk(text: &[u8], i: usize, keep: &Keep, depth: usize, doubt: &mut bool) -> s
 fn walk_object<'a>(
     text: &'a [u8],
     i: usize,
-    fields: &[(&str, Keep)],
+    fields: &'static [(&'static str, Keep)],
     depth: usize,
     doubt: &mut bool,
     mut member: impl FnMut(Key<'a>, &'a [u8]) -> serde_json::Result<()>,
-) -> serde_json::Result<(serde_json::Map<String, Value>, usize)> {
-    let mut out = serde_json::Map::new();
+) -> serde_json::Result<(Node<'a>, usize)> {
+    let mut out: Vec<(Cow<'a, str>, Node<'a>)> = Vec::new();
     let mut j = skip_ws(text, i + 1);
     if text.get(j) == Some(&b'}') {
-        return Ok((out, j + 1));
+        return Ok((Node::Object(out), j + 1));
     }
     loop {
-        if text.get(j) != Some(&b'"') {
-            return Err(broken());
-        }
-        let (key_end, escaped) = string_end_escaped(text, j).ok_or_else(broken)?;
-        let key = Key::new(&text[j + 1..key_end - 1], escaped);
-        j = skip_ws(text, key_end);
-        if text.get(j) != Some(&b':') {
-            return Err(broken());
-        }
-        j = skip_ws(text, j + 1);
+        let (key, value_at) = member_key(text, j)?;
+        j = value_at;
         let end = match fields.iter().find(|(name, _)| key.is(name)) {
             Some((name, keep)) => {
                 let (value, end) = walk(text, j, keep, depth + 1, doubt)?;
-                out.insert((*name).to_string(), value);
+                // A repeated key: its first place, its last value.
+                match out.iter_mut().find(|(k, _)| k == name) {
+                    Some((_, kept)) => *kept = value,
+                    None => out.push((Cow::Borrowed(*name), value)),
+                }
                 end
             }
             None => value_end(text, j, depth + 1, doubt).ok_or_else(broken)?,
@@ -321,30 +345,36 @@ fn walk_object<'a>(
         j = skip_ws(text, end);
         match text.get(j) {
             Some(b',') => j = skip_ws(text, j + 1),
-            Some(b'}') => return Ok((out, j + 1)),
+            Some(b'}') => return Ok((Node::Object(out), j + 1)),
             _ => return Err(broken()),
         }
     }
 }
 
-/// A value kept whole. Strings without escapes, `true`, `false` and
-/// `null` are taken as they are; the rest is decoded by serde_json.
-fn leaf(text: &[u8]) -> serde_json::Result<Value> {
+/// A value that is not an object or array. Strings without escapes,
+/// `true`, `false` and `null` are taken as they are; the rest is decoded
+/// by serde_json.
+fn leaf(text: &[u8]) -> serde_json::Result<Node<'_>> {
     match text {
-        [b'"', inner @ .., b'"'] if !inner.iter().any(|&b| b == b'\\' || b < 0x20) => match std::str::from_utf8(inner) {
-            Ok(s) => Ok(Value::String(s.to_string())),
-            Err(_) => serde_json::from_slice(text),
-        },
-        b"true" => Ok(Value::Bool(true)),
-        b"false" => Ok(Value::Bool(false)),
-        b"null" => Ok(Value::Null),
-        _ => serde_json::from_slice(text),
+        [b'"', inner @ .., b'"'] => {
+            if !inner.iter().any(|&b| b == b'\\' || b < 0x20) {
+                if let Ok(s) = std::str::from_utf8(inner) {
+                    return Ok(Node::String(Cow::Borrowed(s)));
+                }
+            }
+            serde_json::from_slice::<String>(text).map(|s| Node::String(Cow::Owned(s)))
+        }
+        b"true" => Ok(Node::Bool(true)),
+        b"false" => Ok(Node::Bool(false)),
+        b"null" => Ok(Node::Null),
+        _ => serde_json::from_slice::<serde_json::Number>(text).map(Node::Number),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     /// What serde_json's full parse keeps of `value` under `keep`.
     fn reference(value: &Value, keep: &Keep) -> Value {
@@ -393,7 +423,7 @@ mod tests {
                     continue;
                 }
             };
-            let got = prune(text.as_bytes(), &KEEP).unwrap_or_else(|e| panic!("{text}: {e}"));
+            let got = prune(text.as_bytes(), &KEEP).unwrap_or_else(|e| panic!("{text}: {e}")).to_value();
             assert_eq!(got, reference(&full, &KEEP), "{text}");
             // Order as serde_json keeps it.
             assert_eq!(serde_json::to_string(&got).unwrap(), serde_json::to_string(&reference(&full, &KEEP)).unwrap(), "{text}");
@@ -408,7 +438,7 @@ mod tests {
             let full: Value = serde_json::from_slice(&text).unwrap();
             let resource = catalog.iter().find(|r| r.group == *group && r.plural == *plural).unwrap();
             let keep = crate::table::ingest_keep(resource);
-            assert_eq!(prune(&text, keep).unwrap(), reference(&full, keep), "{file}");
+            assert_eq!(prune(&text, keep).unwrap().to_value(), reference(&full, keep), "{file}");
         }
     }
 

@@ -18,6 +18,7 @@ use std::collections::BTreeSet;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
+use crate::json::Json;
 use crate::resources::ResourceType;
 use crate::selector::LabelSelector;
 
@@ -295,9 +296,9 @@ pub fn json_path<'a>(object: &'a Value, path: &str) -> Option<&'a Value> {
 }
 
 /// The row cells for one object, in `columns` order. `display_name` is the name as served (qualified or not); `now` is the current time for AGE.
-pub fn cells(
+pub fn cells<J: Json>(
     resource: &crate::resources::ResourceType,
-    object: &serde_json::Value,
+    object: &J,
     display_name: &str,
     cluster: &str,
     now: chrono::DateTime<chrono::Utc>,
@@ -306,7 +307,7 @@ pub fn cells(
 }
 
 /// [`cells`] printed at `now`.
-fn cells_at(resource: &ResourceType, object: &Value, display_name: &str, cluster: &str, now: Now) -> Vec<Value> {
+fn cells_at<J: Json>(resource: &ResourceType, object: &J, display_name: &str, cluster: &str, now: Now) -> Vec<Value> {
     let printer = Printer::of(resource);
     if printer == Printer::Event {
         return event_cells(object, display_name, cluster, now);
@@ -318,8 +319,9 @@ fn cells_at(resource: &ResourceType, object: &Value, display_name: &str, cluster
         Printer::Deployment => {
             let (containers, images) = template_containers(object);
             let selector = match object.walk("/spec/selector") {
-                None | Some(Value::Null) => String::new(),
-                Some(selector) => LabelSelector::from_label_selector(selector)
+                None => String::new(),
+                Some(selector) if selector.is_null() => String::new(),
+                Some(selector) => LabelSelector::from_label_selector(&selector.as_value())
                     .map(|s| s.to_string())
                     .unwrap_or_else(|_| "<invalid>".to_string()),
             };
@@ -369,7 +371,7 @@ fn cells_at(resource: &ResourceType, object: &Value, display_name: &str, cluster
             let count = |pointer: &str| {
                 object
                     .walk(pointer)
-                    .and_then(Value::as_object)
+                    .and_then(J::members)
                     .map_or(0, |m| m.len())
             };
             cells.extend([Value::from(count("/data") + count("/binaryData")), age]);
@@ -377,8 +379,8 @@ fn cells_at(resource: &ResourceType, object: &Value, display_name: &str, cluster
         Printer::EndpointSlice => {
             let ports = items(object, "/ports").iter().map(|port| {
                 match (
-                    port.get("port").and_then(Value::as_i64),
-                    port.get("name").and_then(Value::as_str),
+                    port.get("port").and_then(J::as_i64),
+                    port.get("name").and_then(J::as_str),
                 ) {
                     (Some(number), _) => number.to_string(),
                     (None, Some(name)) => name.to_string(),
@@ -397,7 +399,7 @@ fn cells_at(resource: &ResourceType, object: &Value, display_name: &str, cluster
             ]);
         }
         Printer::Default if !resource.printer_columns.is_empty() => {
-            cells.extend(printer_column_cells(resource, object, now));
+            cells.extend(printer_column_cells(resource, &object.as_value(), now));
             if !shows_creation_time(resource) {
                 cells.push(age);
             }
@@ -536,7 +538,7 @@ fn copy_keep(keep: &'static Keep) -> Keep {
 /// Parses an object's JSON, valid JSON already checked, keeping only what
 /// `keep` names: the other members are skipped, never built nor checked
 /// again (a pod's row needs about half of its bytes). See [`crate::scan`].
-pub fn parse_for_row(json: &[u8], keep: &'static Keep) -> serde_json::Result<Value> {
+pub fn parse_for_row<'a>(json: &'a [u8], keep: &'static Keep) -> serde_json::Result<crate::json::Node<'a>> {
     crate::scan::prune(json, keep)
 }
 
@@ -774,7 +776,7 @@ const ROW_TEMPLATE_VERSION: u8 = 1;
 /// objects with a NUL character in their text, which a mark could not be
 /// told from. `may_hold_nul`: false when the object's text is known to
 /// hold none (its strings and keys are not searched then).
-pub fn row_template(resource: &ResourceType, object: &Value, name: &str, cluster: &str, may_hold_nul: bool) -> Option<Vec<u8>> {
+pub fn row_template<J: Json>(resource: &ResourceType, object: &J, name: &str, cluster: &str, may_hold_nul: bool) -> Option<Vec<u8>> {
     if Printer::of(resource) == Printer::Default && !resource.printer_columns.is_empty() {
         return None;
     }
@@ -795,13 +797,14 @@ pub fn row_template(resource: &ResourceType, object: &Value, name: &str, cluster
 }
 
 /// Whether any key or string in `value` has a NUL character.
-fn has_nul(value: &Value) -> bool {
-    match value {
-        Value::String(s) => s.contains(ROW_MARK),
-        Value::Array(items) => items.iter().any(has_nul),
-        Value::Object(map) => map.iter().any(|(k, v)| k.contains(ROW_MARK) || has_nul(v)),
-        _ => false,
+fn has_nul<J: Json>(value: &J) -> bool {
+    if let Some(s) = value.as_str() {
+        return s.contains(ROW_MARK);
     }
+    if let Some(items) = value.as_array() {
+        return items.iter().any(has_nul);
+    }
+    value.members().is_some_and(|members| members.into_iter().any(|(k, v)| k.contains(ROW_MARK) || has_nul(v)))
 }
 
 /// Writes the row of a template from [`row_template`] as printed at `now`,
@@ -872,10 +875,7 @@ fn write_json_text(out: &mut Vec<u8>, text: &str) {
 
 /// The row conditions kube-apiserver attaches (`TableRow.conditions`): a
 /// `Completed` condition for pods that succeeded or failed, empty otherwise.
-pub fn row_conditions(
-    resource: &crate::resources::ResourceType,
-    object: &serde_json::Value,
-) -> Vec<serde_json::Value> {
+pub fn row_conditions<J: Json>(resource: &crate::resources::ResourceType, object: &J) -> Vec<serde_json::Value> {
     if Printer::of(resource) != Printer::Pod {
         return Vec::new();
     }
@@ -957,29 +957,29 @@ pub fn partial_object_metadata(object: &serde_json::Value) -> serde_json::Value 
 }
 
 /// The string at a JSON pointer, `""` when absent.
-fn text<'a>(value: &'a Value, pointer: &str) -> &'a str {
+fn text<'a, J: Json>(value: &'a J, pointer: &str) -> &'a str {
     value
         .walk(pointer)
-        .and_then(Value::as_str)
+        .and_then(J::as_str)
         .unwrap_or_default()
 }
 
 /// The integer at a JSON pointer, 0 when absent (Go's zero value).
-fn int(value: &Value, pointer: &str) -> i64 {
-    value.walk(pointer).and_then(Value::as_i64).unwrap_or(0)
+fn int<J: Json>(value: &J, pointer: &str) -> i64 {
+    value.walk(pointer).and_then(J::as_i64).unwrap_or(0)
 }
 
 /// The array at a JSON pointer, empty when absent.
-fn items<'a>(value: &'a Value, pointer: &str) -> &'a [Value] {
+fn items<'a, J: Json>(value: &'a J, pointer: &str) -> &'a [J] {
     value
         .walk(pointer)
-        .and_then(Value::as_array)
-        .map_or(&[], Vec::as_slice)
+        .and_then(J::as_array)
+        .unwrap_or(&[])
 }
 
 /// A timestamp at a JSON pointer; `None` when absent or unparsable (Go's zero time).
-fn timestamp(value: &Value, pointer: &str) -> Option<DateTime<Utc>> {
-    let text = value.walk(pointer).and_then(Value::as_str)?;
+fn timestamp<J: Json>(value: &J, pointer: &str) -> Option<DateTime<Utc>> {
+    let text = value.walk(pointer).and_then(J::as_str)?;
     DateTime::parse_from_rfc3339(text)
         .ok()
         .map(|t| t.with_timezone(&Utc))
@@ -996,25 +996,25 @@ fn since(time: Option<DateTime<Utc>>, now: Now) -> String {
     }
 }
 
-fn age(object: &Value, now: Now) -> String {
+fn age<J: Json>(object: &J, now: Now) -> String {
     since(timestamp(object, "/metadata/creationTimestamp"), now)
 }
 
 /// `spec.replicas`, defaulted to 1 as the API server defaults it.
-fn desired_replicas(object: &Value) -> i64 {
+fn desired_replicas<J: Json>(object: &J) -> i64 {
     object
         .walk("/spec/replicas")
-        .and_then(Value::as_i64)
+        .and_then(J::as_i64)
         .unwrap_or(1)
 }
 
 /// `layoutContainerCells`: container names and images of the pod template.
-fn template_containers(object: &Value) -> (String, String) {
+fn template_containers<J: Json>(object: &J) -> (String, String) {
     let containers = items(object, "/spec/template/spec/containers");
     let join = |field: &str| {
         containers
             .iter()
-            .map(|c| c.get(field).and_then(Value::as_str).unwrap_or_default())
+            .map(|c| c.get(field).and_then(J::as_str).unwrap_or_default())
             .collect::<Vec<_>>()
             .join(",")
     };
@@ -1023,11 +1023,11 @@ fn template_containers(object: &Value) -> (String, String) {
 
 /// `metav1.FormatLabelSelector`: `<none>` for an empty or missing selector,
 /// `<error>` for an invalid one.
-fn format_label_selector(selector: Option<&Value>) -> String {
+fn format_label_selector<J: Json>(selector: Option<&J>) -> String {
     let Some(selector) = selector.filter(|s| !s.is_null()) else {
         return "<none>".to_string();
     };
-    match LabelSelector::from_label_selector(selector) {
+    match LabelSelector::from_label_selector(&selector.as_value()) {
         Ok(parsed) if parsed.is_empty() => "<none>".to_string(),
         Ok(parsed) => parsed.to_string(),
         Err(_) => "<error>".to_string(),
@@ -1035,21 +1035,13 @@ fn format_label_selector(selector: Option<&Value>) -> String {
 }
 
 /// `labels.FormatLabels`: `k=v` pairs sorted by key, `<none>` when empty.
-fn format_labels(labels: Option<&Value>) -> String {
+fn format_labels<J: Json>(labels: Option<&J>) -> String {
     let pairs: Vec<String> = labels
-        .and_then(Value::as_object)
-        .map(|map| {
-            // serde_json keeps keys sorted unless preserve_order is enabled; sort to be sure.
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            keys.into_iter()
-                .map(|k| {
-                    format!(
-                        "{k}={}",
-                        map.get(k).and_then(Value::as_str).unwrap_or_default()
-                    )
-                })
-                .collect()
+        .and_then(J::members)
+        .map(|mut members| {
+            // Members are in their written order: sorted by key here.
+            members.sort_by_key(|(k, _)| *k);
+            members.into_iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect()
         })
         .unwrap_or_default();
     if pairs.is_empty() {
@@ -1073,25 +1065,25 @@ fn list_with_more(all: impl Iterator<Item = String>) -> String {
     }
 }
 
-fn condition_is(conditions: &[Value], type_: &str, status: &str) -> bool {
+fn condition_is<J: Json>(conditions: &[J], type_: &str, status: &str) -> bool {
     conditions.iter().any(|c| {
-        c.get("type").and_then(Value::as_str) == Some(type_)
-            && c.get("status").and_then(Value::as_str) == Some(status)
+        c.get("type").and_then(J::as_str) == Some(type_)
+            && c.get("status").and_then(J::as_str) == Some(status)
     })
 }
 
 /// READY, STATUS, RESTARTS, AGE and the wide columns of a pod (`printPod`).
-fn pod_cells(pod: &Value, age: Value, now: Now) -> Vec<Value> {
+fn pod_cells<J: Json>(pod: &J, age: Value, now: Now) -> Vec<Value> {
     let init_containers = items(pod, "/spec/initContainers");
     let is_restartable = |name: &str| {
         init_containers.iter().any(|c| {
-            c.get("name").and_then(Value::as_str) == Some(name)
-                && c.get("restartPolicy").and_then(Value::as_str) == Some("Always")
+            c.get("name").and_then(J::as_str) == Some(name)
+                && c.get("restartPolicy").and_then(J::as_str) == Some("Always")
         })
     };
     let sidecars = init_containers
         .iter()
-        .filter(|c| c.get("restartPolicy").and_then(Value::as_str) == Some("Always"))
+        .filter(|c| c.get("restartPolicy").and_then(J::as_str) == Some("Always"))
         .count();
     let total_containers = items(pod, "/spec/containers").len() + sidecars;
     let conditions = items(pod, "/status/conditions");
@@ -1103,8 +1095,8 @@ fn pod_cells(pod: &Value, age: Value, now: Now) -> Vec<Value> {
         status_reason.to_string()
     };
     let scheduling_gated = conditions.iter().any(|c| {
-        c.get("type").and_then(Value::as_str) == Some("PodScheduled")
-            && c.get("reason").and_then(Value::as_str) == Some("SchedulingGated")
+        c.get("type").and_then(J::as_str) == Some("PodScheduled")
+            && c.get("reason").and_then(J::as_str) == Some("SchedulingGated")
     });
     if scheduling_gated {
         reason = "SchedulingGated".to_string();
@@ -1136,8 +1128,8 @@ fn pod_cells(pod: &Value, age: Value, now: Now) -> Vec<Value> {
         if terminated.is_some_and(|t| int(t, "/exitCode") == 0) {
             continue;
         }
-        if restartable && status.get("started").and_then(Value::as_bool) == Some(true) {
-            if status.get("ready").and_then(Value::as_bool) == Some(true) {
+        if restartable && status.get("started").and_then(J::as_bool) == Some(true) {
+            if status.get("ready").and_then(J::as_bool) == Some(true) {
                 ready_containers += 1;
             }
             continue;
@@ -1176,10 +1168,10 @@ fn pod_cells(pod: &Value, age: Value, now: Now) -> Vec<Value> {
                     ("", signal) => format!("Signal:{signal}"),
                     (terminated_reason, _) => terminated_reason.to_string(),
                 };
-            } else if status.get("ready").and_then(Value::as_bool) == Some(true)
+            } else if status.get("ready").and_then(J::as_bool) == Some(true)
                 && status
                     .walk("/state/running")
-                    .is_some_and(Value::is_object)
+                    .is_some_and(J::is_object)
             {
                 has_running = true;
                 ready_containers += 1;
@@ -1217,7 +1209,7 @@ fn pod_cells(pod: &Value, age: Value, now: Now) -> Vec<Value> {
             s.to_string()
         }
     };
-    let pod_ip = match pod.walk("/status/podIPs/0/ip").and_then(Value::as_str) {
+    let pod_ip = match pod.walk("/status/podIPs/0/ip").and_then(J::as_str) {
         Some(ip) => ip,
         None => text(pod, "/status/podIP"),
     };
@@ -1228,11 +1220,11 @@ fn pod_cells(pod: &Value, age: Value, now: Now) -> Vec<Value> {
         let met = gates
             .iter()
             .filter(|gate| {
-                let wanted = gate.get("conditionType").and_then(Value::as_str);
+                let wanted = gate.get("conditionType").and_then(J::as_str);
                 conditions
                     .iter()
-                    .find(|c| c.get("type").and_then(Value::as_str) == wanted)
-                    .is_some_and(|c| c.get("status").and_then(Value::as_str) == Some("True"))
+                    .find(|c| c.get("type").and_then(J::as_str) == wanted)
+                    .is_some_and(|c| c.get("status").and_then(J::as_str) == Some("True"))
             })
             .count();
         format!("{met}/{}", gates.len())
@@ -1250,23 +1242,23 @@ fn pod_cells(pod: &Value, age: Value, now: Now) -> Vec<Value> {
 }
 
 /// STATUS, ROLES, AGE, VERSION and the wide columns of a node (`printNode`).
-fn node_cells(node: &Value, age: Value) -> Vec<Value> {
+fn node_cells<J: Json>(node: &J, age: Value) -> Vec<Value> {
     // Only the Ready condition counts; the last one of that type wins.
     let ready = items(node, "/status/conditions")
         .iter()
         .rev()
-        .find(|c| c.get("type").and_then(Value::as_str) == Some("Ready"));
+        .find(|c| c.get("type").and_then(J::as_str) == Some("Ready"));
     let mut status = vec![match ready {
-        Some(c) if c.get("status").and_then(Value::as_str) == Some("True") => "Ready",
+        Some(c) if c.get("status").and_then(J::as_str) == Some("True") => "Ready",
         Some(_) => "NotReady",
         None => "Unknown",
     }];
-    if node.walk("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
+    if node.walk("/spec/unschedulable").and_then(J::as_bool) == Some(true) {
         status.push("SchedulingDisabled");
     }
     // Roles: `node-role.kubernetes.io/<role>` label keys and the `kubernetes.io/role` value.
     let mut roles = BTreeSet::new();
-    if let Some(labels) = node.walk("/metadata/labels").and_then(Value::as_object) {
+    if let Some(labels) = node.walk("/metadata/labels").and_then(J::members) {
         for (key, value) in labels {
             if let Some(role) = key.strip_prefix("node-role.kubernetes.io/") {
                 if !role.is_empty() {
@@ -1287,8 +1279,8 @@ fn node_cells(node: &Value, age: Value) -> Vec<Value> {
     let address = |type_: &str| {
         items(node, "/status/addresses")
             .iter()
-            .find(|a| a.get("type").and_then(Value::as_str) == Some(type_))
-            .and_then(|a| a.get("address").and_then(Value::as_str))
+            .find(|a| a.get("type").and_then(J::as_str) == Some(type_))
+            .and_then(|a| a.get("address").and_then(J::as_str))
             .unwrap_or("<none>")
             .to_string()
     };
@@ -1314,11 +1306,11 @@ fn node_cells(node: &Value, age: Value) -> Vec<Value> {
 }
 
 /// TYPE, CLUSTER-IP, EXTERNAL-IP, PORT(S), AGE, SELECTOR of a service (`printService`).
-fn service_cells(service: &Value, age: Value) -> Vec<Value> {
+fn service_cells<J: Json>(service: &J, age: Value) -> Vec<Value> {
     let service_type = text(service, "/spec/type");
     let cluster_ip = match service
         .walk("/spec/clusterIPs/0")
-        .and_then(Value::as_str)
+        .and_then(J::as_str)
     {
         Some(ip) => ip,
         None => text(service, "/spec/clusterIP"),
@@ -1330,7 +1322,7 @@ fn service_cells(service: &Value, age: Value) -> Vec<Value> {
     };
     let external_ips: Vec<&str> = items(service, "/spec/externalIPs")
         .iter()
-        .filter_map(Value::as_str)
+        .filter_map(J::as_str)
         .collect();
     let joined_or_none = |ips: &[&str]| {
         if ips.is_empty() {
@@ -1392,7 +1384,7 @@ fn service_cells(service: &Value, age: Value) -> Vec<Value> {
 }
 
 /// The cells of an event (`printEvent`, wide), with the cluster after OBJECT.
-fn event_cells(event: &Value, display_name: &str, cluster: &str, now: Now) -> Vec<Value> {
+fn event_cells<J: Json>(event: &J, display_name: &str, cluster: &str, now: Now) -> Vec<Value> {
     let first_seen = match timestamp(event, "/firstTimestamp") {
         Some(first) => since(Some(first), now),
         None => since(timestamp(event, "/eventTime"), now),
@@ -1402,7 +1394,7 @@ fn event_cells(event: &Value, display_name: &str, cluster: &str, now: Now) -> Ve
         None => first_seen.clone(),
     };
     let mut count = int(event, "/count");
-    if event.get("series").is_some_and(Value::is_object) {
+    if event.get("series").is_some_and(J::is_object) {
         last_seen = since(timestamp(event, "/series/lastObservedTime"), now);
         count = int(event, "/series/count");
     } else if count == 0 {
@@ -1442,37 +1434,6 @@ fn event_cells(event: &Value, display_name: &str, cluster: &str, now: Now) -> Ve
         Value::from(count),
         Value::from(display_name),
     ]
-}
-
-/// JSON pointer lookups without allocating: `Value::pointer` unescapes
-/// every token into a new string, and a pod's row makes a few dozen
-/// lookups (it was a sixth of a Table list's time).
-trait Walk {
-    /// The value at `pointer` (RFC 6901).
-    fn walk(&self, pointer: &str) -> Option<&Value>;
-}
-
-impl Walk for Value {
-    fn walk(&self, pointer: &str) -> Option<&Value> {
-        if pointer.is_empty() || pointer.contains('~') {
-            return self.pointer(pointer);
-        }
-        let rest = pointer.strip_prefix('/')?;
-        let mut at = self;
-        for token in rest.split('/') {
-            at = match at {
-                Value::Object(map) => map.get(token)?,
-                Value::Array(items) => {
-                    if token.len() > 1 && token.starts_with('0') {
-                        return None;
-                    }
-                    items.get(token.parse::<usize>().ok()?)?
-                }
-                _ => return None,
-            };
-        }
-        Some(at)
-    }
 }
 
 #[cfg(test)]
