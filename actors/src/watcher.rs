@@ -17,7 +17,8 @@ use futures::{AsyncBufRead, AsyncBufReadExt, FutureExt};
 use kube::api::{ListParams, WatchParams};
 use kube::core::Request as KubeRequest;
 use kubefold_engine::event::Change;
-use kubefold_engine::object::{ingest_read, Ingested};
+use kubefold_engine::check::{check, split_canonical_watch_line, split_watch_line};
+use kubefold_engine::object::{ingest_checked, ingest_unchecked, Ingested};
 use kubefold_engine::resources::{ResourceType, TypeRef};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -210,6 +211,48 @@ struct WatchLine<'a> {
     event_type: &'a str,
     #[serde(borrow)]
     object: &'a RawValue,
+}
+
+/// A watch event as read: its type and the text of its object.
+struct Event<'a> {
+    event_type: &'a str,
+    /// JSON, except that the object of an event that changes an object
+    /// (`ADDED`, `MODIFIED`, `DELETED`) is checked by its ingest
+    /// ([`ingest_unchecked`], in the walk that reads it).
+    object: &'a [u8],
+    /// The line, when it was read in the form Kubernetes writes
+    /// (`split_canonical_watch_line`): an object that does not ingest is
+    /// then read again from the line as any event is.
+    canonical: Option<&'a [u8]>,
+}
+
+/// Whether a watch event's object is ingested (and checked then).
+fn changes_an_object(event_type: &str) -> bool {
+    matches!(event_type, "ADDED" | "MODIFIED" | "DELETED")
+}
+
+/// Reads a watch event line without serde_json: as Kubernetes writes one
+/// when it is in that form (the object's text is not read then), else
+/// exactly ([`read_event_exactly`]).
+fn read_event(line: &[u8]) -> Result<Event<'_>, serde_json::Error> {
+    if let Some((event_type, object)) = split_canonical_watch_line(line) {
+        if changes_an_object(event_type) || check(object) {
+            return Ok(Event { event_type, object, canonical: Some(line) });
+        }
+    }
+    read_event_exactly(line)
+}
+
+/// Reads a watch event line as serde_json reads it into a [`WatchLine`]:
+/// checked by [`split_watch_line`] when it can, else by serde_json, which
+/// tells why a line is refused.
+fn read_event_exactly(line: &[u8]) -> Result<Event<'_>, serde_json::Error> {
+    if let Some((event_type, object)) = split_watch_line(line) {
+        if changes_an_object(event_type) || check(object.as_bytes()) {
+            return Ok(Event { event_type, object: object.as_bytes(), canonical: None });
+        }
+    }
+    serde_json::from_slice::<WatchLine<'_>>(line).map(|l| Event { event_type: l.event_type, object: l.object.get().as_bytes(), canonical: None })
 }
 
 #[derive(Deserialize)]
@@ -440,8 +483,31 @@ impl Run {
         }
     }
 
-    fn ingest_raw(&self, raw: &RawValue) -> Option<Ingested> {
-        match ingest_read(&self.resource, &self.spec.name, raw) {
+    /// Ingests a list item's text (JSON: serde_json read it as a raw value).
+    fn ingest_text(&self, text: &str) -> Option<Ingested> {
+        self.ingested(ingest_checked(&self.resource, &self.spec.name, text.as_bytes()))
+    }
+
+    /// Ingests the object of a watch event that changes one (not checked
+    /// yet: see [`Event`]).
+    fn ingest_event(&self, event: &Event<'_>) -> Option<Ingested> {
+        let ingested = ingest_unchecked(&self.resource, &self.spec.name, event.object);
+        match (ingested, event.canonical) {
+            // Members after the object, or a line that is not JSON: read exactly.
+            (Err(_), Some(line)) => match read_event_exactly(line) {
+                Ok(exact) => self.ingested(ingest_unchecked(&self.resource, &self.spec.name, exact.object)),
+                Err(e) => {
+                    self.bad_object(&format!("unreadable watch event: {e}"));
+                    None
+                }
+            },
+            (ingested, _) => self.ingested(ingested),
+        }
+    }
+
+    /// The object ingested, or `None` after counting it as bad.
+    fn ingested(&self, result: Result<Ingested, kubefold_engine::object::Error>) -> Option<Ingested> {
+        match result {
             Ok(i) => Some(i),
             Err(e) => {
                 self.bad_object(&e.to_string());
@@ -490,7 +556,7 @@ impl Run {
             if list_rv.is_empty() {
                 list_rv = page.metadata.resource_version.clone();
             }
-            objects.extend(page.items.iter().filter_map(|raw| self.ingest_raw(raw)));
+            objects.extend(page.items.iter().filter_map(|raw| self.ingest_text(raw.get())));
             match page.metadata.continue_token {
                 Some(t) if !t.is_empty() => continue_token = Some(t),
                 _ => break,
@@ -632,7 +698,7 @@ impl Run {
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            let event = match serde_json::from_slice::<WatchLine<'_>>(&line) {
+            let event = match read_event(&line) {
                 Ok(event) => event,
                 Err(e) => {
                     self.bad_object(&format!("unreadable watch event: {e}"));
@@ -641,7 +707,7 @@ impl Run {
             };
             match event.event_type {
                 "ADDED" => {
-                    if let Some(i) = self.ingest_raw(event.object) {
+                    if let Some(i) = self.ingest_event(&event) {
                         objects.insert((i.namespace.clone(), i.name.clone()), i);
                     }
                     if objects.len() >= RELIST_PART_OBJECTS {
@@ -654,14 +720,14 @@ impl Run {
                 }
                 "MODIFIED" | "DELETED" => return not_streaming("a change before the initial-events-end bookmark"),
                 "BOOKMARK" => {
-                    let Ok(b) = serde_json::from_str::<Bookmark<'_>>(event.object.get()) else { continue };
+                    let Ok(b) = serde_json::from_slice::<Bookmark<'_>>(event.object) else { continue };
                     if b.metadata.annotations.get("k8s.io/initial-events-end").map(String::as_str) == Some("true") {
                         break b.metadata.resource_version.to_string();
                     }
                     return not_streaming("a bookmark before the initial-events-end bookmark");
                 }
                 _ => {
-                    let status: StatusBody = serde_json::from_str(event.object.get()).unwrap_or(StatusBody { code: 0, message: String::new() });
+                    let status: StatusBody = serde_json::from_slice(event.object).unwrap_or(StatusBody { code: 0, message: String::new() });
                     if status.code == 410 {
                         return Some(Input::Expired);
                     }
@@ -734,7 +800,7 @@ impl Run {
                 // counted; the stream goes on with the next one. Treating it
                 // as a broken stream would resume from before it and meet it
                 // again, forever.
-                let event: WatchLine<'_> = match serde_json::from_slice(line) {
+                let event = match read_event(line) {
                     Ok(e) => e,
                     Err(e) => {
                         self.bad_object(&format!("unreadable watch event: {e}"));
@@ -742,8 +808,8 @@ impl Run {
                     }
                 };
                 if event.event_type == "ERROR" {
-                    let status: StatusBody = serde_json::from_str(event.object.get())
-                        .unwrap_or(StatusBody { code: 0, message: event.object.get().to_string() });
+                    let status: StatusBody = serde_json::from_slice(event.object)
+                        .unwrap_or_else(|_| StatusBody { code: 0, message: String::from_utf8_lossy(event.object).into_owned() });
                     if !changes.is_empty() {
                         let _ = self.commit(WatchBatch::Changes(std::mem::take(&mut changes)), current.clone()).await;
                     }
@@ -754,21 +820,25 @@ impl Run {
                     self.fail(&format!("watch error {}: {}", status.code, status.message));
                     return Input::Failed { retry_after: None };
                 }
-                if let Ok(o) = serde_json::from_str::<ObjectRv<'_>>(event.object.get()) {
-                    if let Some(event_rv) = o.metadata.resource_version {
-                        if let (Some(start), Ok(n)) = (start_rv, event_rv.parse::<u64>()) {
-                            if n < start && event.event_type != "BOOKMARK" {
-                                warn!(cluster = %self.spec.name, resource = %self.key, start, got = n, "Member resourceVersion went back; relisting.");
-                                self.fleet.member_restored(&self.spec.name);
-                                return Input::RvWentBack;
-                            }
+                // The object's RV, read by its ingest when it has one.
+                let ingested = if changes_an_object(event.event_type) { self.ingest_event(&event) } else { None };
+                let event_rv = match &ingested {
+                    Some(i) => Some(i.member_rv.as_str()).filter(|rv| !rv.is_empty()),
+                    None => serde_json::from_slice::<ObjectRv<'_>>(event.object).ok().and_then(|o| o.metadata.resource_version),
+                };
+                if let Some(event_rv) = event_rv {
+                    if let (Some(start), Ok(n)) = (start_rv, event_rv.parse::<u64>()) {
+                        if n < start && event.event_type != "BOOKMARK" {
+                            warn!(cluster = %self.spec.name, resource = %self.key, start, got = n, "Member resourceVersion went back; relisting.");
+                            self.fleet.member_restored(&self.spec.name);
+                            return Input::RvWentBack;
                         }
-                        current = event_rv.to_string();
                     }
+                    current = event_rv.to_string();
                 }
                 match event.event_type {
-                    "ADDED" | "MODIFIED" => changes.extend(self.ingest_raw(event.object).map(Change::Upsert)),
-                    "DELETED" => changes.extend(self.ingest_raw(event.object).map(Change::Delete)),
+                    "ADDED" | "MODIFIED" => changes.extend(ingested.map(Change::Upsert)),
+                    "DELETED" => changes.extend(ingested.map(Change::Delete)),
                     _ => {} // BOOKMARK: only the RV moves
                 }
             }

@@ -37,9 +37,16 @@ pub trait Json: Sized {
             return Some(self);
         }
         let rest = pointer.strip_prefix('/')?;
+        // Pointers are short: searched byte by byte (a `split` calls memchr
+        // for each token).
+        let escaped = rest.bytes().any(|b| b == b'~');
         let mut at = self;
-        for token in rest.split('/') {
-            let token: Cow<'_, str> = if token.contains('~') { Cow::Owned(token.replace("~1", "/").replace("~0", "~")) } else { Cow::Borrowed(token) };
+        let mut start = 0;
+        while start <= rest.len() {
+            let end = rest.as_bytes()[start..].iter().position(|&b| b == b'/').map_or(rest.len(), |p| start + p);
+            let token = &rest[start..end];
+            start = end + 1;
+            let token: Cow<'_, str> = if escaped { Cow::Owned(token.replace("~1", "/").replace("~0", "~")) } else { Cow::Borrowed(token) };
             at = match at.as_array() {
                 Some(items) => {
                     if token.starts_with('+') || (token.len() > 1 && token.starts_with('0')) {

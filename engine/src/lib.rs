@@ -11,11 +11,13 @@
 //! - [`selection`]: which types are aggregated from which clusters and namespaces.
 //! - [`selector`]: label and field selectors.
 //! - [`fields`]: per-type selectable fields.
+//! - [`check`]: checking JSON text without reading it (watch lines).
 //! - [`scan`]: walking JSON text that has been validated already.
 //! - [`json`]: reading parsed JSON, serde_json's or the walk's.
 //! - [`table`]: server-side printing (`meta.k8s.io/v1` Table).
 //! - [`status`]: Kubernetes `Status` errors.
 
+pub mod check;
 pub mod estimator;
 pub mod event;
 pub mod fields;

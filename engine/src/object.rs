@@ -251,7 +251,31 @@ pub fn ingest(resource: &ResourceType, cluster: &str, raw: &[u8]) -> Result<Inge
 /// and field selectors need (see [`crate::scan`]) instead of a second
 /// parse. The result is [`ingest`]'s.
 pub fn ingest_read(resource: &ResourceType, cluster: &str, raw: &RawValue) -> Result<Ingested> {
-    let text = raw.get().as_bytes();
+    ingest_checked(resource, cluster, raw.get().as_bytes())
+}
+
+/// [`ingest_read`] of `text` known to be JSON as serde_json reads a raw
+/// value: read so, or checked by [`crate::check`] (a watch event's object,
+/// [`crate::check::split_watch_line`]).
+pub fn ingest_checked(resource: &ResourceType, cluster: &str, text: &[u8]) -> Result<Ingested> {
+    ingest_walked(resource, cluster, text, false)
+}
+
+/// [`ingest_checked`] of text not checked yet: the walk that reads it
+/// checks it as serde_json reads a raw value ([`crate::check`]), in the same
+/// pass. A watch event's object ([`crate::check::split_watch_line`]).
+pub fn ingest_unchecked(resource: &ResourceType, cluster: &str, text: &[u8]) -> Result<Ingested> {
+    if let Err(utf8) = std::str::from_utf8(text) {
+        // Reading it as a raw value names where (skipping a value does not
+        // check its strings' UTF-8).
+        let read = serde_json::from_slice::<&RawValue>(text).err();
+        return Err(Error::InvalidJson(read.unwrap_or_else(|| serde::de::Error::custom(utf8))));
+    }
+    ingest_walked(resource, cluster, text, true)
+}
+
+/// [`ingest_checked`] (`strict`: [`ingest_unchecked`]).
+fn ingest_walked(resource: &ResourceType, cluster: &str, text: &[u8], strict: bool) -> Result<Ingested> {
     if text.len() > MAX_OBJECT_BYTES {
         return Err(Error::TooLarge { size: text.len(), limit: MAX_OBJECT_BYTES });
     }
@@ -260,7 +284,7 @@ pub fn ingest_read(resource: &ResourceType, cluster: &str, raw: &RawValue) -> Re
     // a search for backslashes, numbers and nesting by the walk.
     let escapes = scan_escapes(text);
     let decodes = || serde_json::from_slice::<Decoded>(text).map(|_| ()).map_err(Error::InvalidJson);
-    match crate::scan::split_pruned(text, crate::table::ingest_keep(resource)) {
+    match crate::scan::split_pruned(text, crate::table::ingest_keep(resource), strict) {
         Ok(Some((members, parsed, doubt))) => {
             if doubt || escapes.may_fail_to_decode {
                 decodes()?;
@@ -680,7 +704,7 @@ impl<'a> Members<'a> {
     /// parsing it again.
     fn of_valid(json: &'a [u8]) -> Result<Option<Members<'a>>> {
         static NONE: crate::table::Keep = crate::table::Keep::Fields(&[]);
-        Ok(crate::scan::split_pruned(json, &NONE).map_err(Error::InvalidJson)?.map(|(members, ..)| Members(members)))
+        Ok(crate::scan::split_pruned(json, &NONE, false).map_err(Error::InvalidJson)?.map(|(members, ..)| Members(members)))
     }
 
     /// The value of a member.
@@ -884,6 +908,11 @@ mod tests {
             for text in &texts {
                 let raw: &serde_json::value::RawValue = serde_json::from_slice(text).unwrap();
                 let (read, bytes) = (super::ingest_read(&resource, "m1", raw), super::ingest(&resource, "m1", text));
+                let unchecked = super::ingest_unchecked(&resource, "m1", text);
+                match (&unchecked, &read) {
+                    (Ok(a), Ok(b)) => assert_eq!(a, b, "{} {} (unchecked)", resource.plural, String::from_utf8_lossy(text)),
+                    _ => assert_eq!(unchecked.is_err(), read.is_err(), "{} {} (unchecked)", resource.plural, String::from_utf8_lossy(text)),
+                }
                 match (read, bytes) {
                     (Ok(read), Ok(bytes)) => assert_eq!(read, bytes, "{} {}", resource.plural, String::from_utf8_lossy(text)),
                     (read, bytes) => assert_eq!(read.is_err(), bytes.is_err(), "{} {}", resource.plural, String::from_utf8_lossy(text)),
@@ -980,7 +1009,7 @@ mod tests {
         }
         // A pod's own text is not in doubt, so it is not decoded again.
         let text = crate::fixtures::read("core.v1.Pod.json");
-        let (_, _, doubt) = crate::scan::split_pruned(&text, crate::table::ingest_keep(&pods())).unwrap().unwrap();
+        let (_, _, doubt) = crate::scan::split_pruned(&text, crate::table::ingest_keep(&pods()), false).unwrap().unwrap();
         assert!(!doubt && !scan_escapes(&text).may_fail_to_decode);
     }
 

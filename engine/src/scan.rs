@@ -21,19 +21,19 @@ fn broken() -> serde_json::Error {
 }
 
 /// The index of the first non-whitespace byte at or after `i`.
-fn skip_ws(text: &[u8], mut i: usize) -> usize {
+pub(crate) fn skip_ws(text: &[u8], mut i: usize) -> usize {
     while let Some(b' ' | b'\n' | b'\r' | b'\t') = text.get(i) {
         i += 1;
     }
     i
 }
 
-const ONES: u64 = u64::from_le_bytes([1; 8]);
-const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
+pub(crate) const ONES: u64 = u64::from_le_bytes([1; 8]);
+pub(crate) const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
 
 /// The high bit of each byte of `word` that is `byte` (exact up to the
 /// first such byte; bytes after it may be marked wrongly).
-fn bytes_equal(word: u64, byte: u8) -> u64 {
+pub(crate) fn bytes_equal(word: u64, byte: u8) -> u64 {
     let x = word ^ (ONES * u64::from(byte));
     x.wrapping_sub(ONES) & !x & HIGHS
 }
@@ -75,11 +75,11 @@ fn string_end_escaped(text: &[u8], i: usize) -> Option<(usize, bool)> {
 
 /// Nesting at which a walk doubts that decoding would accept the text
 /// (serde_json refuses past 128; counted with a margin).
-const DOUBTFUL_DEPTH: usize = 90;
+pub(crate) const DOUBTFUL_DEPTH: usize = 90;
 
 /// Whether decoding could refuse the number `text` that reading raw values
 /// accepted: one with an exponent or more than 18 digits may be out of range.
-fn doubtful_number(text: &[u8]) -> bool {
+pub(crate) fn doubtful_number(text: &[u8]) -> bool {
     text.len() > 18 || text.iter().any(|b| matches!(b, b'e' | b'E'))
 }
 
@@ -91,7 +91,7 @@ fn number_len(text: &[u8]) -> usize {
 /// The index after the value that starts at `i`, which is `depth` deep;
 /// sets `doubt` when the value holds a number or nesting decoding could
 /// refuse (see [`split_pruned`]).
-fn value_end(text: &[u8], i: usize, depth: usize, doubt: &mut bool) -> Option<usize> {
+pub(crate) fn value_end(text: &[u8], i: usize, depth: usize, doubt: &mut bool) -> Option<usize> {
     match *text.get(i)? {
         b'"' => string_end(text, i),
         b'{' | b'[' => {
@@ -212,20 +212,34 @@ impl<'a, V> MemberList<'a, V> {
 /// or nesting that decoding could refuse (a number with an exponent or more
 /// than 18 digits, nesting near serde_json's limit): reading raw values
 /// checks neither. What it kept was decoded, so is not in doubt.
+///
+/// `strict`: the text is checked as the walk goes, as [`crate::check`]
+/// checks it (except its UTF-8), instead of being taken to be valid JSON:
+/// what is skipped is checked, what is kept is decoded.
 #[allow(clippy::type_complexity)]
-pub fn split_pruned<'a>(text: &'a [u8], keep: &Keep) -> serde_json::Result<Option<(Vec<(Cow<'a, str>, &'a [u8])>, Node<'a>, bool)>> {
+pub fn split_pruned<'a>(text: &'a [u8], keep: &Keep, strict: bool) -> serde_json::Result<Option<(Vec<(Cow<'a, str>, &'a [u8])>, Node<'a>, bool)>> {
     let start = skip_ws(text, 0);
     let (Keep::Fields(fields), Some(b'{')) = (keep, text.get(start)) else { return Ok(None) };
     let mut members = MemberList::new();
-    let mut doubt = false;
-    let (kept, end) = walk_object(text, start, fields, 0, &mut doubt, |key, value| {
+    let mut pass = Pass { doubt: false, strict };
+    let (kept, end) = walk_object(text, start, fields, 0, &mut pass, |key, value| {
         members.push(key.into_cow()?, value);
         Ok(())
     })?;
     if skip_ws(text, end) != text.len() {
         return Err(broken());
     }
-    Ok(Some((members.members, kept, doubt)))
+    Ok(Some((members.members, kept, pass.doubt)))
+}
+
+/// What a walk has found, and how it reads.
+struct Pass {
+    /// Whether it passed over a number or nesting decoding could refuse
+    /// (see [`split_pruned`]).
+    doubt: bool,
+    /// Whether the text is checked as JSON as it is walked (see
+    /// [`split_pruned`]); else it is taken to be valid.
+    strict: bool,
 }
 
 /// Nesting deeper than serde_json reads (128) is refused.
@@ -237,7 +251,7 @@ const MAX_DEPTH: usize = 128;
 /// is kept whole is decoded as serde_json decodes it. What is not kept is
 /// skipped in the same pass, without being checked.
 pub fn prune<'a>(text: &'a [u8], keep: &Keep) -> serde_json::Result<Node<'a>> {
-    let (value, end) = walk(text, skip_ws(text, 0), keep, 0, &mut false)?;
+    let (value, end) = walk(text, skip_ws(text, 0), keep, 0, &mut Pass { doubt: false, strict: false })?;
     if skip_ws(text, end) != text.len() {
         return Err(broken());
     }
@@ -246,13 +260,13 @@ pub fn prune<'a>(text: &'a [u8], keep: &Keep) -> serde_json::Result<Node<'a>> {
 
 /// Reads the value at `i` keeping what `keep` names: the value and the
 /// index after it (`doubt`: see [`split_pruned`]).
-fn walk<'a>(text: &'a [u8], i: usize, keep: &Keep, depth: usize, doubt: &mut bool) -> serde_json::Result<(Node<'a>, usize)> {
+fn walk<'a>(text: &'a [u8], i: usize, keep: &Keep, depth: usize, pass: &mut Pass) -> serde_json::Result<(Node<'a>, usize)> {
     if depth > MAX_DEPTH {
         return Err(broken());
     }
-    *doubt |= depth >= DOUBTFUL_DEPTH;
+    pass.doubt |= depth >= DOUBTFUL_DEPTH;
     match (keep, text.get(i)) {
-        (Keep::Fields(fields), Some(b'{')) => walk_object(text, i, fields, depth, doubt, |_, _| Ok(())),
+        (Keep::Fields(fields), Some(b'{')) => walk_object(text, i, fields, depth, pass, |_, _| Ok(())),
         (Keep::All, Some(b'{')) => {
             let mut members = MemberList::new();
             let mut j = skip_ws(text, i + 1);
@@ -260,8 +274,8 @@ fn walk<'a>(text: &'a [u8], i: usize, keep: &Keep, depth: usize, doubt: &mut boo
                 return Ok((Node::Object(members.members), j + 1));
             }
             loop {
-                let (key, value_at) = member_key(text, j)?;
-                let (value, end) = walk(text, value_at, &Keep::All, depth + 1, doubt)?;
+                let (key, value_at) = member_key(text, j, pass.strict)?;
+                let (value, end) = walk(text, value_at, &Keep::All, depth + 1, pass)?;
                 members.push(key.into_cow()?, value);
                 j = skip_ws(text, end);
                 match text.get(j) {
@@ -278,7 +292,7 @@ fn walk<'a>(text: &'a [u8], i: usize, keep: &Keep, depth: usize, doubt: &mut boo
                 return Ok((Node::Array(out), j + 1));
             }
             loop {
-                let (value, end) = walk(text, j, keep, depth + 1, doubt)?;
+                let (value, end) = walk(text, j, keep, depth + 1, pass)?;
                 out.push(value);
                 j = skip_ws(text, end);
                 match text.get(j) {
@@ -289,7 +303,8 @@ fn walk<'a>(text: &'a [u8], i: usize, keep: &Keep, depth: usize, doubt: &mut boo
             }
         }
         _ => {
-            let end = value_end(text, i, depth, doubt).ok_or_else(broken)?;
+            // The leaf is decoded, which checks it.
+            let end = value_end(text, i, depth, &mut pass.doubt).ok_or_else(broken)?;
             Ok((leaf(&text[i..end])?, end))
         }
     }
@@ -297,11 +312,12 @@ fn walk<'a>(text: &'a [u8], i: usize, keep: &Keep, depth: usize, doubt: &mut boo
 
 /// The key of the member at `j` (at its opening quote) and the index of
 /// its value.
-fn member_key(text: &[u8], j: usize) -> serde_json::Result<(Key<'_>, usize)> {
+fn member_key(text: &[u8], j: usize, strict: bool) -> serde_json::Result<(Key<'_>, usize)> {
     if text.get(j) != Some(&b'"') {
         return Err(broken());
     }
-    let (key_end, escaped) = string_end_escaped(text, j).ok_or_else(broken)?;
+    let found = if strict { crate::check::check_string_escaped(text, j) } else { string_end_escaped(text, j) };
+    let (key_end, escaped) = found.ok_or_else(broken)?;
     let key = Key::new(&text[j + 1..key_end - 1], escaped);
     let j = skip_ws(text, key_end);
     if text.get(j) != Some(&b':') {
@@ -318,7 +334,7 @@ fn walk_object<'a>(
     i: usize,
     fields: &'static [(&'static str, Keep)],
     depth: usize,
-    doubt: &mut bool,
+    pass: &mut Pass,
     mut member: impl FnMut(Key<'a>, &'a [u8]) -> serde_json::Result<()>,
 ) -> serde_json::Result<(Node<'a>, usize)> {
     let mut out: Vec<(Cow<'a, str>, Node<'a>)> = Vec::new();
@@ -327,11 +343,11 @@ fn walk_object<'a>(
         return Ok((Node::Object(out), j + 1));
     }
     loop {
-        let (key, value_at) = member_key(text, j)?;
+        let (key, value_at) = member_key(text, j, pass.strict)?;
         j = value_at;
         let end = match fields.iter().find(|(name, _)| key.is(name)) {
             Some((name, keep)) => {
-                let (value, end) = walk(text, j, keep, depth + 1, doubt)?;
+                let (value, end) = walk(text, j, keep, depth + 1, pass)?;
                 // A repeated key: its first place, its last value.
                 match out.iter_mut().find(|(k, _)| k == name) {
                     Some((_, kept)) => *kept = value,
@@ -339,7 +355,8 @@ fn walk_object<'a>(
                 }
                 end
             }
-            None => value_end(text, j, depth + 1, doubt).ok_or_else(broken)?,
+            None if pass.strict => crate::check::check_value_doubting(text, j, depth + 1, &mut pass.doubt).ok_or_else(broken)?,
+            None => value_end(text, j, depth + 1, &mut pass.doubt).ok_or_else(broken)?,
         };
         member(key, &text[j..end])?;
         j = skip_ws(text, end);
