@@ -124,24 +124,17 @@ pub(crate) fn check_value_doubting(text: &[u8], i: usize, depth: usize, doubt: &
         // A value at `j`.
         j = skip_ws(text, j);
         match *text.get(j)? {
-            b'{' => {
+            bracket @ (b'{' | b'[') => {
+                let object = bracket == b'{';
                 j = skip_ws(text, j + 1);
-                if text.get(j) == Some(&b'}') {
+                if text.get(j) == Some(if object { &b'}' } else { &b']' }) {
                     j += 1;
                 } else {
-                    open.push(true);
+                    open.push(object);
                     *doubt |= depth + open.len() >= crate::scan::DOUBTFUL_DEPTH;
-                    j = check_name(text, j)?;
-                    continue;
-                }
-            }
-            b'[' => {
-                j = skip_ws(text, j + 1);
-                if text.get(j) == Some(&b']') {
-                    j += 1;
-                } else {
-                    open.push(false);
-                    *doubt |= depth + open.len() >= crate::scan::DOUBTFUL_DEPTH;
+                    if object {
+                        j = check_name(text, j)?;
+                    }
                     continue;
                 }
             }
