@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler};
-use kubefold_engine::event::{Change, EventType, ObjectKey};
-use kubefold_engine::index::{plan_change, plan_relist, plan_relist_end, plan_relist_part, plan_watch_change, Index, Tombstones};
+use kubefold_engine::event::{Change, EventType};
+use kubefold_engine::index::{plan_change, plan_relist, plan_relist_end, plan_relist_part, plan_watch_change, Index, Relisting, Tombstones};
 use kubefold_store::{Commit, Store};
 use tracing::{debug, error, info};
 
@@ -93,8 +93,8 @@ pub struct Aggregator {
     snapshotting: bool,
     /// Recent deletions, against late changes of deleted objects.
     tombstones: Tombstones,
-    /// Lists being received in parts: the keys listed so far, by (cluster, resource).
-    relisting: std::collections::HashMap<(String, String), std::collections::HashSet<ObjectKey>>,
+    /// Lists being received in parts: what each listed so far, by (cluster, resource).
+    relisting: std::collections::HashMap<(String, String), Relisting>,
 }
 
 impl Aggregator {
@@ -201,34 +201,26 @@ impl Aggregator {
                 self.relisting.remove(&(cluster.clone(), resource.clone()));
                 self.tombstones.forget(&resource, &cluster);
                 let store = &self.store;
-                let planned = plan_relist(&working, &resource, &cluster, objects, working.head_rv() + 1, |rv| {
-                    store.body(rv).ok().flatten()
-                });
-                for event in &planned {
-                    working.apply(event);
-                }
-                events = planned;
+                let first_rv = working.head_rv() + 1;
+                events = plan_relist(&mut working, &resource, &cluster, objects, first_rv, |rv| store.body(rv).ok().flatten());
             }
             WatchBatch::RelistPart { first, objects } => {
-                let seen = self.relisting.entry((cluster.clone(), resource.clone())).or_default();
+                let first_rv = working.head_rv() + 1;
                 if first {
-                    seen.clear();
+                    self.relisting.insert((cluster.clone(), resource.clone()), Relisting::starting_at(first_rv));
                     self.tombstones.forget(&resource, &cluster);
                 }
-                events = plan_relist_part(&working, &resource, &cluster, objects, seen, working.head_rv() + 1);
-                for event in &events {
-                    working.apply(event);
-                }
+                let relisting = self.relisting.entry((cluster.clone(), resource.clone())).or_insert_with(|| Relisting::starting_at(first_rv));
+                events = plan_relist_part(&mut working, &resource, &cluster, objects, relisting, first_rv);
             }
             WatchBatch::RelistEnd(objects) => {
-                let mut seen = self.relisting.remove(&(cluster.clone(), resource.clone())).unwrap_or_default();
+                let first_rv = working.head_rv() + 1;
+                let mut relisting =
+                    self.relisting.remove(&(cluster.clone(), resource.clone())).unwrap_or_else(|| Relisting::starting_at(first_rv));
                 self.tombstones.forget(&resource, &cluster);
-                events = plan_relist_part(&working, &resource, &cluster, objects, &mut seen, working.head_rv() + 1);
-                for event in &events {
-                    working.apply(event);
-                }
+                events = plan_relist_part(&mut working, &resource, &cluster, objects, &mut relisting, first_rv);
                 let store = &self.store;
-                let deleted = plan_relist_end(&working, &resource, &cluster, &seen, working.head_rv() + 1, |rv| {
+                let deleted = plan_relist_end(&working, &resource, &cluster, &relisting, working.head_rv() + 1, |rv| {
                     store.body(rv).ok().flatten()
                 });
                 for event in &deleted {

@@ -310,44 +310,86 @@ impl Tombstones {
 /// `cluster`) into exactly `objects` (a fresh list of the member): ADDED for
 /// new objects, MODIFIED for changed ones (by member RV), DELETED for objects
 /// the member no longer has, whose last body `last_body` loads from the store.
-/// Events are numbered from `first_rv` on.
+/// Events are numbered from `first_rv` on and applied to `index` as they are
+/// planned.
 pub fn plan_relist(
-    index: &Index,
+    index: &mut Index,
     resource: &str,
     cluster: &str,
     objects: Vec<Ingested>,
     first_rv: u64,
     last_body: impl FnMut(u64) -> Option<ServedBody>,
 ) -> Vec<StoredEvent> {
-    let mut seen = HashSet::with_capacity(objects.len());
-    let mut events = plan_relist_part(index, resource, cluster, objects, &mut seen, first_rv);
+    let mut relisting = Relisting::starting_at(first_rv);
+    let mut events = plan_relist_part(index, resource, cluster, objects, &mut relisting, first_rv);
     let rv = first_rv + events.len() as u64;
-    events.extend(plan_relist_end(index, resource, cluster, &seen, rv, last_body));
+    let deleted = plan_relist_end(index, resource, cluster, &relisting, rv, last_body);
+    for event in &deleted {
+        index.apply(event);
+    }
+    events.extend(deleted);
     events
 }
 
-/// The upserts of one part of a list sent in parts (see [`plan_relist`]):
-/// objects already in `seen` (listed twice) are skipped, the others added to
-/// it. Apply each part's events before planning the next.
+/// What a list of one resource type and cluster has listed so far, while
+/// it comes in parts ([`plan_relist_part`]).
+///
+/// An object the list added or changed is known by its index entry: its RV
+/// is the list's (`since` or later), as nothing else writes objects of that
+/// type and cluster while their watcher lists them. Only the objects listed
+/// unchanged, which keep their older RV, are remembered by key: none in an
+/// initial sync, where a set of every key listed cost a tenth of the
+/// aggregator's time at 1,000,000 pods (growing a 100,000-key table per
+/// member, BENCHMARKS.md).
+#[derive(Debug, Clone)]
+pub struct Relisting {
+    /// The first RV the list could make.
+    since: u64,
+    /// Objects listed with the member RV the index holds.
+    unchanged: HashSet<ObjectKey>,
+}
+
+impl Relisting {
+    /// A list whose first event (if any) gets `first_rv`.
+    pub fn starting_at(first_rv: u64) -> Relisting {
+        Relisting { since: first_rv, unchanged: HashSet::new() }
+    }
+
+    /// Whether the object at `key`, held in the index as `entry`, was
+    /// listed already.
+    fn listed(&self, key: &ObjectKey, entry: &IndexEntry) -> bool {
+        entry.rv >= self.since || self.unchanged.contains(key)
+    }
+}
+
+/// The upserts of one part of a list sent in parts (see [`plan_relist`]),
+/// numbered from `first_rv` and applied to `index` as they are planned: an
+/// object listed before (in this part or an earlier one) is skipped, so a
+/// member listing one object twice keeps the first.
 pub fn plan_relist_part(
-    index: &Index,
+    index: &mut Index,
     resource: &str,
     cluster: &str,
     objects: Vec<Ingested>,
-    seen: &mut HashSet<ObjectKey>,
+    relisting: &mut Relisting,
     first_rv: u64,
 ) -> Vec<StoredEvent> {
     let mut rv = first_rv;
-    let mut events = Vec::new();
+    let mut events = Vec::with_capacity(objects.len());
     for ingested in objects {
         let key = key_of(&ingested, cluster);
-        if !seen.insert(key) {
-            continue; // a member listing one object twice: keep the first
-        }
-        if let Some(event) = plan_change(index, resource, cluster, Change::Upsert(ingested), rv) {
-            events.push(event);
-            rv += 1;
-        }
+        let event = match index.get(resource, &key) {
+            Some(entry) if relisting.listed(&key, entry) => continue,
+            Some(entry) if entry.member_rv() == ingested.member_rv && !ingested.member_rv.is_empty() => {
+                relisting.unchanged.insert(key);
+                continue;
+            }
+            Some(entry) => StoredEvent::new(rv, EventType::Modified, resource, cluster, entry.rv, ingested),
+            None => StoredEvent::new(rv, EventType::Added, resource, cluster, 0, ingested),
+        };
+        index.apply(&event);
+        events.push(event);
+        rv += 1;
     }
     events
 }
@@ -358,7 +400,7 @@ pub fn plan_relist_end(
     index: &Index,
     resource: &str,
     cluster: &str,
-    seen: &HashSet<ObjectKey>,
+    relisting: &Relisting,
     first_rv: u64,
     mut last_body: impl FnMut(u64) -> Option<ServedBody>,
 ) -> Vec<StoredEvent> {
@@ -366,7 +408,7 @@ pub fn plan_relist_end(
     let mut events = Vec::new();
     if let Some(objects) = index.resource(resource) {
         for (key, entry) in objects.iter().filter(|(k, _)| k.cluster == cluster) {
-            if seen.contains(key) {
+            if relisting.listed(key, entry) {
                 continue;
             }
             let Some(body) = last_body(entry.rv) else { continue };
@@ -461,42 +503,71 @@ mod tests {
     fn a_relist_in_parts_equals_the_relist_in_one() {
         let body = |_| Some(pod("x", "x", "0").body);
         let mut start = Index::at(10);
-        let before = plan_relist(&start, "v1/pods", "m", (0..6).map(|i| pod("a", &format!("p{i}"), "1")).collect(), 11, |_| None);
+        let before = plan_relist(&mut start, "v1/pods", "m", (0..6).map(|i| pod("a", &format!("p{i}"), "1")).collect(), 11, |_| None);
         commit(&mut start, before);
         let other = plan_change(&start, "v1/pods", "other", Change::Upsert(pod("a", "p1", "3")), 17).unwrap();
         commit(&mut start, vec![other]);
-        // p0, p3 unchanged; p1 changed; p2, p4, p5 gone; q0..q2 new; p1 listed twice.
-        let list = vec![pod("a", "p0", "1"), pod("a", "p1", "2"), pod("b", "q0", "2"), pod("a", "p3", "1"), pod("a", "p1", "9"), pod("b", "q1", "2"), pod("b", "q2", "2")];
+        // p0, p3 unchanged; p1 changed; p2, p4, p5 gone; q0..q2 new; p1
+        // (changed), p0 (unchanged) and q1 (new) listed twice, the second
+        // time with another version: the first wins.
+        let list = vec![
+            pod("a", "p0", "1"),
+            pod("a", "p1", "2"),
+            pod("b", "q0", "2"),
+            pod("a", "p3", "1"),
+            pod("a", "p1", "9"),
+            pod("b", "q1", "2"),
+            pod("b", "q1", "4"),
+            pod("b", "q2", "2"),
+            pod("a", "p0", "6"),
+        ];
 
         let mut whole = start.clone();
-        let planned = plan_relist(&whole, "v1/pods", "m", list.clone(), 18, body);
+        let planned = plan_relist(&mut whole, "v1/pods", "m", list.clone(), 18, body);
         let one = commit(&mut whole, planned);
 
-        for split in [vec![2, 5], vec![1], vec![3, 4, 6], vec![7]] {
+        for split in [vec![2, 5], vec![1], vec![3, 4, 6], vec![7], vec![6, 8], vec![]] {
             let mut parts = start.clone();
-            let mut seen = HashSet::new();
+            let mut relisting = Relisting::starting_at(parts.head_rv() + 1);
             let mut got = Vec::new();
             let mut from = 0;
             for to in split.iter().copied().chain([list.len()]) {
                 let rv = parts.head_rv() + 1;
-                let events = plan_relist_part(&parts, "v1/pods", "m", list[from..to].to_vec(), &mut seen, rv);
+                let events = plan_relist_part(&mut parts, "v1/pods", "m", list[from..to].to_vec(), &mut relisting, rv);
                 got.extend(commit(&mut parts, events));
                 from = to;
             }
             let rv = parts.head_rv() + 1;
-            let deleted = plan_relist_end(&parts, "v1/pods", "m", &seen, rv, body);
+            let deleted = plan_relist_end(&parts, "v1/pods", "m", &relisting, rv, body);
             got.extend(commit(&mut parts, deleted));
             assert_eq!(got, one, "split at {split:?}");
             let keys = |i: &Index| i.range("v1/pods", None, None).map(|(k, e)| (k.clone(), e.rv)).collect::<Vec<_>>();
             assert_eq!(keys(&parts), keys(&whole), "split at {split:?}");
         }
-        assert!(one.contains(&(EventType::Deleted, "p5".to_string(), 24)), "{one:?}");
+        assert_eq!(
+            one,
+            vec![
+                (EventType::Modified, "p1".to_string(), 18),
+                (EventType::Added, "q0".to_string(), 19),
+                (EventType::Added, "q1".to_string(), 20),
+                (EventType::Added, "q2".to_string(), 21),
+                (EventType::Deleted, "p2".to_string(), 22),
+                (EventType::Deleted, "p4".to_string(), 23),
+                (EventType::Deleted, "p5".to_string(), 24),
+            ]
+        );
+        let member_rv = |i: &Index, name: &str, ns: &str| {
+            i.get("v1/pods", &ObjectKey { namespace: ns.into(), name: name.into(), cluster: "m".into() }).map(|e| e.member_rv().to_string())
+        };
+        assert_eq!(member_rv(&whole, "p1", "a").as_deref(), Some("2"));
+        assert_eq!(member_rv(&whole, "q1", "b").as_deref(), Some("2"));
+        assert_eq!(member_rv(&whole, "p0", "a").as_deref(), Some("1"));
     }
 
     #[test]
     fn relist_is_applied_as_a_diff() {
         let mut index = Index::at(100);
-        let events = plan_relist(&index, "v1/pods", "m", vec![pod("a", "p1", "1"), pod("a", "p2", "1"), pod("b", "p3", "1")], 101, |_| None);
+        let events = plan_relist(&mut index, "v1/pods", "m", vec![pod("a", "p1", "1"), pod("a", "p2", "1"), pod("b", "p3", "1")], 101, |_| None);
         commit(&mut index, events);
         assert_eq!(index.len("v1/pods"), 3);
         // Another cluster's object must survive this cluster's relist.
@@ -504,7 +575,7 @@ mod tests {
         commit(&mut index, vec![other]);
 
         let body = |_| Some(pod("x", "x", "0").body);
-        let events = plan_relist(&index, "v1/pods", "m", vec![pod("a", "p1", "1"), pod("a", "p2", "5"), pod("c", "p4", "5")], 105, body);
+        let events = plan_relist(&mut index, "v1/pods", "m", vec![pod("a", "p1", "1"), pod("a", "p2", "5"), pod("c", "p4", "5")], 105, body);
         let got = commit(&mut index, events);
         assert_eq!(
             got,
