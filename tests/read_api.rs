@@ -381,6 +381,12 @@ fn watch_ends_start_points_tables_and_waiting_gets() {
     assert_eq!(row["cells"][0], "watched_member1");
     assert_eq!(row["cells"][1], "member1");
     assert_eq!(row["object"]["metadata"]["name"], "watched_member1");
+    // AGE is the time since creation when the event is printed (the pod was
+    // created two seconds after the watch started), not a negative age
+    // printed as `<invalid>`.
+    let age_column = events[0]["object"]["columnDefinitions"].as_array().unwrap().iter().position(|c| c["name"] == "Age").unwrap();
+    let age = row["cells"][age_column].as_str().unwrap_or_default();
+    assert!(age.ends_with('s') && age[..age.len() - 1].parse::<u32>().is_ok_and(|s| s < 60), "age of a new pod: {age:?}");
 
     // A get at an RV slightly ahead waits for it and then answers: the pod
     // does not exist yet when the request arrives.
@@ -415,6 +421,8 @@ fn watch_ends_start_points_tables_and_waiting_gets() {
         let line = text.lines().find(|l| l.split_whitespace().nth(1) == Some(qualified.as_str()));
         let line = line.unwrap_or_else(|| panic!("{bin}: {qualified} not printed:\n{text}\n{}", String::from_utf8_lossy(&out.stderr)));
         assert_eq!(line.split_whitespace().nth(2), Some("member2"), "{line}");
+        // Created three seconds after the watch began: a few seconds old.
+        assert!(!line.contains("<invalid>"), "AGE of a new pod: {line}");
     }
 }
 

@@ -177,6 +177,14 @@ impl TablePrinter {
         TablePrinter { resource: resource.clone(), include, now: chrono::Utc::now() }
     }
 
+    /// Prints ages as of now from here on: a watch prints each event when it
+    /// sends it, as kube-apiserver's printers do (an object's AGE is the
+    /// time since its creationTimestamp at printing), not as of the watch's
+    /// start.
+    pub fn at_now(&mut self) {
+        self.now = chrono::Utc::now();
+    }
+
     /// Writes one row for an object as served (its JSON) into `out`.
     ///
     /// Only what the cells read is parsed; the row's object is spliced from

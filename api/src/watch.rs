@@ -410,9 +410,10 @@ impl Watch {
 
     async fn send_event(&mut self, event_type: EventType, event: &StoredEvent) -> bool {
         let suffix = self.scope.name_suffix(&event.key.cluster);
-        let line = match &self.table {
+        let line = match &mut self.table {
             None => encoded_line(event_type, event, suffix),
             Some(printer) => {
+                printer.at_now();
                 let mut line = Vec::with_capacity(event.body.json.len() + 64);
                 line.extend_from_slice(format!("{{\"type\":\"{}\",\"object\":", event_type.as_str()).as_bytes());
                 line.extend_from_slice(&printer.single(&event.body, suffix.as_deref(), event.rv, &event.key.cluster, self.headers_sent));
