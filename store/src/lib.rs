@@ -40,7 +40,14 @@ use kubefold_engine::object::{ServedBody, TableRow};
 use thiserror::Error;
 
 /// The on-disk format this build writes and reads.
-pub const FORMAT: &str = "kubefold-store/4";
+pub const FORMAT: &str = "kubefold-store/5";
+
+/// The format before: one sled key per event, holding its record's
+/// [`log::Pointer`]. This build reads such pointers as they are and writes
+/// a commit's pointers in groups ([`log::encode_group`]), so opening a
+/// data dir of this format only renames it (after which an older
+/// kubefold refuses it).
+const FORMAT_4: &str = "kubefold-store/4";
 
 /// The format before: event records inside sled's tree. This build reads
 /// such records as they are (they leave with compaction) and writes new
@@ -504,6 +511,39 @@ fn event_key(rv: u64) -> [u8; 9] {
     k
 }
 
+/// One event as sled holds it: where its record is in the record log, or
+/// (format 3) the record itself.
+#[derive(Debug, Clone)]
+enum Located {
+    Logged(log::Pointer),
+    Inline(sled::IVec),
+}
+
+/// The events of an `e` key and its value, in RV order.
+fn located(key: &[u8], value: sled::IVec) -> Result<Vec<(u64, Located)>> {
+    let rv = read_u64(key.get(1..).unwrap_or_default(), "event key")?;
+    match log::decode_entries(rv, &value).map_err(|what| Error::Corrupt { what: format!("event {rv}: {what}") })? {
+        None => Ok(vec![(rv, Located::Inline(value))]),
+        Some(events) => Ok(events.into_iter().map(|(rv, pointer)| (rv, Located::Logged(pointer))).collect()),
+    }
+}
+
+/// The value to keep under `key` for `events` (what is left of its
+/// events, in RV order): `None` when none is left, the record itself for
+/// a format 3 record, else the group of their pointers.
+fn left_value(key: &[u8], events: Vec<(u64, Located)>) -> Result<Option<sled::IVec>> {
+    let key_rv = read_u64(key.get(1..).unwrap_or_default(), "event key")?;
+    let mut logged = Vec::with_capacity(events.len());
+    for (rv, located) in events {
+        match located {
+            Located::Logged(pointer) => logged.push((rv, pointer)),
+            // Only ever alone under its own key.
+            Located::Inline(value) => return Ok(Some(value)),
+        }
+    }
+    Ok((!logged.is_empty()).then(|| log::encode_group(key_rv, &logged).into()))
+}
+
 fn checkpoint_key(cluster: &str, resource: &str) -> Vec<u8> {
     let mut k = vec![CHECKPOINT];
     k.extend_from_slice(cluster.as_bytes());
@@ -847,10 +887,11 @@ impl Store {
         let tree = db.open_tree("kubefold")?;
         match tree.get(meta_key("format"))? {
             Some(found) if found.as_ref() == FORMAT.as_bytes() => {}
-            Some(found) if found.as_ref() == FORMAT_3.as_bytes() => {
+            Some(found) if found.as_ref() == FORMAT_4.as_bytes() || found.as_ref() == FORMAT_3.as_bytes() => {
                 tree.insert(meta_key("format"), FORMAT.as_bytes())?;
                 db.flush()?;
-                tracing::info!(from = FORMAT_3, to = FORMAT, "Store format upgraded: new event records go to the record log.");
+                let from = String::from_utf8_lossy(&found).into_owned();
+                tracing::info!(%from, to = FORMAT, "Store format upgraded: new event records go to the record log, their pointers in groups.");
             }
             Some(found) if found.as_ref() == FORMAT_2.as_bytes() => migrate_from_2(&db, &tree)?,
             Some(found) => {
@@ -985,9 +1026,10 @@ impl Store {
         drop(compressors);
         // Records first, then the pointers to them.
         let pointers = self.log.append(&records, self.durability == Durability::Sync).map_err(io_error)?;
-        for (event, pointer) in commit.events.iter().zip(&pointers) {
-            batch.insert(&event_key(event.rv)[..], &pointer.encode()[..]);
-            head = Some(event.rv);
+        let located: Vec<(u64, log::Pointer)> = commit.events.iter().map(|event| event.rv).zip(pointers).collect();
+        for group in located.chunks(log::GROUP_EVENTS) {
+            batch.insert(&event_key(group[0].0)[..], log::encode_group(group[0].0, group));
+            head = group.last().map(|(rv, _)| *rv);
         }
         for (cluster, resource, member_rv) in &commit.checkpoints {
             batch.insert(checkpoint_key(cluster, resource), member_rv.as_bytes());
@@ -1007,7 +1049,7 @@ impl Store {
             }
             return Err(e.into());
         }
-        self.locations.insert(commit.events.iter().map(|event| event.rv).zip(pointers));
+        self.locations.insert(located);
         if self.durability == Durability::Sync {
             self.db.flush()?;
         }
@@ -1018,12 +1060,12 @@ impl Store {
         decode_event_with(bytes, &self.dicts.read().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// The record an `e` value names; `None` when compaction moved it
-    /// since the value was read.
-    fn resolve(&self, value: sled::IVec) -> Result<Option<Record>> {
-        match log::Pointer::decode(&value).map_err(|what| Error::Corrupt { what })? {
-            None => Ok(Some(Record::Inline(value))),
-            Some(pointer) => {
+    /// The record an event's entry names; `None` when compaction moved it
+    /// since the entry was read.
+    fn resolve(&self, located: Located) -> Result<Option<Record>> {
+        match located {
+            Located::Inline(value) => Ok(Some(Record::Inline(value))),
+            Located::Logged(pointer) => {
                 let mut out = Vec::new();
                 match self.log.read_into(pointer, &mut out) {
                     Ok(true) => Ok(Some(Record::Logged(out))),
@@ -1032,6 +1074,35 @@ impl Store {
                 }
             }
         }
+    }
+
+    /// The entry of the event at `rv` in sled, if it holds one: in the
+    /// value under the greatest key at or before `rv` (a group's key is its
+    /// first event's RV, and groups never overlap).
+    fn lookup(&self, rv: u64) -> Result<Option<Located>> {
+        let Some((k, v)) = self.tree.range(event_key(0)..=event_key(rv)).next_back().transpose()? else { return Ok(None) };
+        Ok(located(&k, v)?.into_iter().find(|(at, _)| *at == rv).map(|(_, l)| l))
+    }
+
+    /// The events sled holds with RVs in `from..=to`, in RV order, each
+    /// with its entry.
+    fn entries(&self, from: u64, to: u64) -> impl Iterator<Item = Result<(u64, Located)>> + '_ {
+        // The value holding `from` may be keyed before it (a group).
+        let (start, failed) = match self.tree.range(event_key(0)..=event_key(from)).next_back().transpose() {
+            Ok(found) => (found.map_or(event_key(from).to_vec(), |(k, _)| k.to_vec()), None),
+            Err(e) => (event_key(from).to_vec(), Some(Err(Error::from(e)))),
+        };
+        failed
+            .into_iter()
+            .chain(
+                self.tree
+                    .range(start..=event_key(to).to_vec())
+                    .flat_map(|item| match item.map_err(Error::from).and_then(|(k, v)| located(&k, v)) {
+                        Ok(events) => events.into_iter().map(Ok).collect::<Vec<_>>(),
+                        Err(e) => vec![Err(e)],
+                    })
+                    .filter(move |item| item.as_ref().map_or(true, |(rv, _)| (from..=to).contains(rv))),
+            )
     }
 
     /// The record of the event at `rv`, if the log holds it.
@@ -1049,20 +1120,20 @@ impl Store {
         // deleted segment; the pointer read again names the copy. One that
         // keeps naming a missing segment is damage.
         for _ in 0..4 {
-            let Some(value) = self.tree.get(event_key(rv))? else { return Ok(None) };
-            if let Some(record) = self.resolve(value)? {
+            let Some(located) = self.lookup(rv)? else { return Ok(None) };
+            if let Some(record) = self.resolve(located)? {
                 return Ok(Some(record));
             }
         }
         Err(Error::Corrupt { what: format!("event {rv}: its record log segment is missing") })
     }
 
-    /// The record of an `e` key and value met in a scan; `None` when the
-    /// event was removed since.
-    fn scanned(&self, key: &[u8], value: sled::IVec) -> Result<Option<Record>> {
-        match self.resolve(value)? {
+    /// The record of the event at `rv` met in a scan with its entry;
+    /// `None` when the event was removed since.
+    fn scanned(&self, rv: u64, located: Located) -> Result<Option<Record>> {
+        match self.resolve(located)? {
             Some(record) => Ok(Some(record)),
-            None => self.record(read_u64(&key[1..], "event key")?),
+            None => self.record(rv),
         }
     }
 
@@ -1084,9 +1155,9 @@ impl Store {
             Ok(mut index) => {
                 let snapshot_rv = index.head_rv();
                 let mut replayed = 0;
-                for item in self.tree.range(event_key(snapshot_rv.saturating_add(1))..=event_key(u64::MAX)) {
-                    let (k, v) = item?;
-                    let Some(record) = self.scanned(&k, v)? else { continue };
+                for item in self.entries(snapshot_rv.saturating_add(1), u64::MAX) {
+                    let (rv, located) = item?;
+                    let Some(record) = self.scanned(rv, located)? else { continue };
                     index.apply(&decode_event_head(&record)?);
                     replayed += 1;
                 }
@@ -1118,9 +1189,9 @@ impl Store {
     /// which still ends with its last.
     fn replay(&self, head: u64) -> Result<Index> {
         let mut index = Index::at(head);
-        for item in self.tree.range(event_key(0)..=event_key(u64::MAX)) {
-            let (k, v) = item?;
-            let Some(record) = self.scanned(&k, v)? else { continue };
+        for item in self.entries(0, u64::MAX) {
+            let (rv, located) = item?;
+            let Some(record) = self.scanned(rv, located)? else { continue };
             index.apply(&decode_event_head(&record)?);
         }
         Ok(index)
@@ -1207,8 +1278,8 @@ impl Store {
         let bad = |e: bincode::error::DecodeError| format!("snapshot undecodable: {e}");
         let (header, used): (SnapshotHeader, usize) = bincode::serde::decode_from_slice(&body[at..], config()).map_err(bad)?;
         at += used;
-        // Format 3's snapshots hold the same index.
-        if header.format != FORMAT && header.format != FORMAT_3 {
+        // Format 3's and 4's snapshots hold the same index.
+        if ![FORMAT, FORMAT_4, FORMAT_3].contains(&header.format.as_str()) {
             return Err(format!("snapshot of format {:?}", header.format));
         }
         if header.store_id != self.store_id().map_err(|e| e.to_string())? {
@@ -1302,10 +1373,10 @@ impl Store {
                 logged.push((rv, pointer));
                 continue;
             }
-            let Some(value) = self.tree.get(event_key(rv))? else { continue };
-            match log::Pointer::decode(&value).map_err(|what| Error::Corrupt { what })? {
-                Some(pointer) => logged.push((rv, pointer)),
-                None => ahead.records.push((rv, Held::Inline(value))),
+            match self.lookup(rv)? {
+                Some(Located::Logged(pointer)) => logged.push((rv, pointer)),
+                Some(Located::Inline(value)) => ahead.records.push((rv, Held::Inline(value))),
+                None => {}
             }
         }
         logged.sort_unstable_by_key(|(_, p)| (p.segment, p.offset));
@@ -1345,10 +1416,8 @@ impl Store {
 
     /// Events after `rv`, in order, up to the end of the log.
     pub fn events_after(&self, rv: u64) -> impl Iterator<Item = Result<StoredEvent>> + '_ {
-        let start = event_key(rv.saturating_add(1));
-        let end = event_key(u64::MAX);
-        self.tree.range(start..=end).filter_map(move |item| {
-            let record = item.map_err(Error::from).and_then(|(k, v)| self.scanned(&k, v));
+        self.entries(rv.saturating_add(1), u64::MAX).filter_map(move |item| {
+            let record = item.and_then(|(rv, located)| self.scanned(rv, located));
             match record {
                 Ok(Some(record)) => Some(self.decode(&record)),
                 Ok(None) => None,
@@ -1385,9 +1454,9 @@ impl Store {
         let compacted = self.compacted_rv()?;
         let mut floor = head.saturating_sub(max_events).max(compacted);
         let cutoff = now_ms.saturating_sub(max_age_ms);
-        for item in self.tree.range(event_key(floor.saturating_add(1))..=event_key(head)) {
-            let (k, v) = item?;
-            let Some(record) = self.scanned(&k, v)? else { continue };
+        for item in self.entries(floor.saturating_add(1), head) {
+            let (rv, located) = item?;
+            let Some(record) = self.scanned(rv, located)? else { continue };
             let event = decode_event_head(&record)?;
             if event.time_ms >= cutoff {
                 break;
@@ -1437,35 +1506,50 @@ impl Store {
         drop(pinned);
         // Every retained record in a reclaimable segment: (rv, pointer).
         let mut retained: Vec<(u64, log::Pointer)> = Vec::new();
-        let mut note = |rv: u64, value: &[u8]| -> Result<()> {
-            if let Some(pointer) = log::Pointer::decode(value).map_err(|what| Error::Corrupt { what })? {
+        let mut note = |rv: u64, located: &Located| {
+            if let Located::Logged(pointer) = located {
                 if sizes.contains_key(&pointer.segment) {
-                    retained.push((rv, pointer));
+                    retained.push((rv, *pointer));
                 }
             }
-            Ok(())
         };
-        for item in self.tree.range(event_key(floor.saturating_add(1))..=event_key(u64::MAX)) {
-            let (k, v) = item?;
-            note(read_u64(&k[1..], "event key")?, &v)?;
-            let Some(record) = self.scanned(&k, v)? else { continue };
+        for item in self.entries(floor.saturating_add(1), u64::MAX) {
+            let (rv, located) = item?;
+            note(rv, &located);
+            let Some(record) = self.scanned(rv, located)? else { continue };
             keep.insert(decode_head(&record)?.0.prev_rv);
         }
         let (mut removed, mut kept) = (0u64, 0u64);
         let mut batch = sled::Batch::default();
         let mut gone = Vec::new();
+        // Each value holding events at or below the floor loses those not
+        // kept: removed when none is left, else written again with the rest
+        // under the same key (the events above the floor were noted above).
         for item in self.tree.range(event_key(0)..=event_key(floor)) {
             let (k, v) = item?;
-            let rv = read_u64(&k[1..], "event key")?;
-            if keep.contains(&rv) || rv > keep_after {
-                note(rv, &v)?;
-                kept += 1;
+            let events = located(&k, v)?;
+            let before = gone.len();
+            let mut left = Vec::with_capacity(events.len());
+            for (rv, located) in events {
+                if rv > floor {
+                    left.push((rv, located));
+                } else if keep.contains(&rv) || rv > keep_after {
+                    note(rv, &located);
+                    kept += 1;
+                    left.push((rv, located));
+                } else {
+                    gone.push(rv);
+                }
+            }
+            if gone.len() == before {
                 continue;
             }
-            batch.remove(k);
-            gone.push(rv);
-            removed += 1;
-            if removed % 10_000 == 0 {
+            removed += (gone.len() - before) as u64;
+            match left_value(&k, left)? {
+                None => batch.remove(k),
+                Some(value) => batch.insert(k, value),
+            }
+            if gone.len() >= 10_000 {
                 self.tree.apply_batch(std::mem::take(&mut batch))?;
                 self.locations.remove(gone.drain(..));
             }
@@ -1528,12 +1612,29 @@ impl Store {
         }
         let (rvs, records): (Vec<u64>, Vec<Vec<u8>>) = records.into_iter().unzip();
         let pointers = self.log.append(&records, false).map_err(io_error)?;
+        let moved: BTreeMap<u64, log::Pointer> = rvs.into_iter().zip(pointers).collect();
+        // Each value holding a moved event, written again with the new
+        // pointers (commits only add values after these; compaction, which
+        // also rewrites them, is this caller).
         let mut batch = sled::Batch::default();
-        for (rv, pointer) in rvs.iter().zip(&pointers) {
-            batch.insert(&event_key(*rv)[..], &pointer.encode()[..]);
+        let mut done_to = None;
+        for rv in moved.keys() {
+            if done_to.is_some_and(|to| *rv <= to) {
+                continue;
+            }
+            let Some((k, v)) = self.tree.range(event_key(0)..=event_key(*rv)).next_back().transpose()? else { continue };
+            let events = located(&k, v)?;
+            done_to = events.last().map(|(last, _)| *last);
+            let events = events
+                .into_iter()
+                .map(|(at, located)| (at, moved.get(&at).map_or(located, |pointer| Located::Logged(*pointer))))
+                .collect();
+            if let Some(value) = left_value(&k, events)? {
+                batch.insert(k, value);
+            }
         }
         self.tree.apply_batch(batch)?;
-        self.locations.insert(rvs.into_iter().zip(pointers));
+        self.locations.insert(moved);
         Ok(())
     }
 
@@ -1573,21 +1674,30 @@ impl Store {
         for item in self.tree.iter() {
             let (k, v) = item?;
             // An event's record, not where it is in this data dir.
-            let v: Record = match k.first() {
-                Some(&EVENT) => match self.scanned(&k, v)? {
-                    Some(record) => record,
-                    None => continue,
-                },
-                _ => Record::Inline(v),
+            // An event's record, not where it is in this data dir: one
+            // key and record per event, whatever value holds its pointer.
+            let entries: Vec<(Vec<u8>, Record)> = match k.first() {
+                Some(&EVENT) => {
+                    let mut records = Vec::new();
+                    for (rv, located) in located(&k, v)? {
+                        if let Some(record) = self.scanned(rv, located)? {
+                            records.push((event_key(rv).to_vec(), record));
+                        }
+                    }
+                    records
+                }
+                _ => vec![(k.to_vec(), Record::Inline(v))],
             };
-            for part in [&k[..], &v[..]] {
-                let len = (part.len() as u32).to_be_bytes();
-                out.write_all(&len).map_err(io)?;
-                out.write_all(part).map_err(io)?;
-                hasher.write(&len);
-                hasher.write(part);
+            for (k, v) in entries {
+                for part in [&k[..], &v[..]] {
+                    let len = (part.len() as u32).to_be_bytes();
+                    out.write_all(&len).map_err(io)?;
+                    out.write_all(part).map_err(io)?;
+                    hasher.write(&len);
+                    hasher.write(part);
+                }
+                count += 1;
             }
-            count += 1;
         }
         out.write_all(&u32::MAX.to_be_bytes()).map_err(io)?;
         out.write_all(&hasher.finish().to_be_bytes()).map_err(io)?;
@@ -1683,7 +1793,9 @@ impl Store {
     /// which monitoring polls: a scan of a million events there took CPU
     /// from ingestion).
     pub fn event_count(&self) -> usize {
-        self.locations.count().unwrap_or_else(|| self.tree.scan_prefix([EVENT]).count())
+        self.locations
+            .count()
+            .unwrap_or_else(|| self.tree.scan_prefix([EVENT]).values().map(|v| v.map_or(0, |v| log::entry_count(&v))).sum())
     }
 
     /// Records and their key and value bytes by kind (a full scan; for
@@ -1698,9 +1810,10 @@ impl Store {
             };
             kind.records += 1;
             kind.key_bytes += k.len() as u64;
-            // A logged record counts with its length, not its pointer's.
-            let pointer = log::Pointer::decode(&v).ok().flatten();
-            kind.value_bytes += pointer.map_or(v.len() as u64, |p| u64::from(p.len));
+            // Logged records count with their lengths, not their pointers'.
+            let read = read_u64(k.get(1..).unwrap_or_default(), "event key").ok();
+            let logged = read.and_then(|rv| log::decode_entries(rv, &v).ok().flatten()).filter(|_| k.first() == Some(&EVENT));
+            kind.value_bytes += logged.map_or(v.len() as u64, |events| events.iter().map(|(_, p)| u64::from(p.len)).sum());
         }
         Ok(usage)
     }
@@ -1773,11 +1886,11 @@ fn fill_locations(tree: &sled::Tree, locations: &log::Locations, stop: &std::syn
             return Ok(false);
         }
         let (k, v) = item?;
-        match log::Pointer::decode(&v).map_err(|what| Error::Corrupt { what })? {
-            Some(pointer) => chunk.push((read_u64(&k[1..], "event key")?, pointer)),
+        match log::decode_entries(read_u64(&k[1..], "event key")?, &v).map_err(|what| Error::Corrupt { what })? {
+            Some(events) => chunk.extend(events),
             None => all_logged = false,
         }
-        if chunk.len() == chunk.capacity() {
+        if chunk.len() >= 16 * 1024 {
             locations.fill(chunk.drain(..));
         }
     }

@@ -1,5 +1,6 @@
 //! The record log: event records appended to segment files beside sled,
-//! which keeps for each event only where its record is (a [`Pointer`]).
+//! which keeps for each event only where its record is (a [`Pointer`]; a
+//! commit's pointers together, see [`encode_group`]).
 //!
 //! Keeping the records themselves in sled's B-tree cost most of a sync's
 //! writes: sled logs its leaves again as they fill, 4.2 KB written per event
@@ -41,6 +42,21 @@ const POINTER_TAG: u8 = 0xFF;
 /// Length of an encoded [`Pointer`] (small enough for sled to keep inline).
 pub const POINTER_LEN: usize = 17;
 
+/// First byte of a sled value that holds the pointers of several events
+/// (see [`encode_group`]). Neither a record (a bincode varint never starts
+/// with 0xFE for a `u64`: 251-253 announce 2, 4 and 8 bytes, 254 only a
+/// `u128`) nor a single [`Pointer`].
+const GROUP_TAG: u8 = 0xFE;
+
+/// Bytes per event in a group: its RV's distance from the key's RV (u32,
+/// little-endian) and its pointer without the tag.
+const GROUP_ENTRY_LEN: usize = 4 + POINTER_LEN - 1;
+
+/// Most events in one group: a commit's pointers are written in groups of
+/// up to this many, one sled value each (5 KB, well below what sled keeps
+/// apart from its pages).
+pub const GROUP_EVENTS: usize = 256;
+
 /// Where a record is: segment, offset, length and its CRC-32.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pointer {
@@ -59,9 +75,7 @@ impl Pointer {
     pub fn encode(&self) -> [u8; POINTER_LEN] {
         let mut out = [0u8; POINTER_LEN];
         out[0] = POINTER_TAG;
-        for (i, n) in [self.segment, self.offset, self.len, self.crc].into_iter().enumerate() {
-            out[1 + 4 * i..5 + 4 * i].copy_from_slice(&n.to_le_bytes());
-        }
+        self.write_words(&mut out[1..]);
         out
     }
 
@@ -74,8 +88,71 @@ impl Pointer {
         if value.len() != POINTER_LEN {
             return Err(format!("record pointer of {} bytes", value.len()));
         }
-        let word = |i: usize| u32::from_le_bytes(value[1 + 4 * i..5 + 4 * i].try_into().expect("four bytes"));
-        Ok(Some(Pointer { segment: word(0), offset: word(1), len: word(2), crc: word(3) }))
+        Ok(Some(Pointer::read_words(&value[1..])))
+    }
+
+    /// The four words into `out` (16 bytes).
+    fn write_words(&self, out: &mut [u8]) {
+        for (i, n) in [self.segment, self.offset, self.len, self.crc].into_iter().enumerate() {
+            out[4 * i..4 + 4 * i].copy_from_slice(&n.to_le_bytes());
+        }
+    }
+
+    /// The pointer of four words (16 bytes).
+    fn read_words(words: &[u8]) -> Pointer {
+        let word = |i: usize| u32::from_le_bytes(words[4 * i..4 + 4 * i].try_into().expect("four bytes"));
+        Pointer { segment: word(0), offset: word(1), len: word(2), crc: word(3) }
+    }
+}
+
+/// The sled value holding the pointers of `events` (RV and pointer, in
+/// RV order, none below `key_rv` nor more than `u32::MAX` above it), kept
+/// under the key of `key_rv`: a commit's events get one value per
+/// [`GROUP_EVENTS`] instead of one each. Inserting a key per event was the
+/// largest cost of a commit, with the memory sled's tree grew by.
+pub fn encode_group(key_rv: u64, events: &[(u64, Pointer)]) -> Vec<u8> {
+    let mut out = vec![0u8; 1 + events.len() * GROUP_ENTRY_LEN];
+    out[0] = GROUP_TAG;
+    for ((rv, pointer), entry) in events.iter().zip(out[1..].chunks_exact_mut(GROUP_ENTRY_LEN)) {
+        let distance = u32::try_from(rv - key_rv).expect("a group spans less than 2^32 RVs");
+        entry[..4].copy_from_slice(&distance.to_le_bytes());
+        pointer.write_words(&mut entry[4..]);
+    }
+    out
+}
+
+/// The events of the sled value under the key of `key_rv`, in RV order:
+/// `None` for a record stored inline (the event at `key_rv`), else each
+/// event's RV and pointer (one for a single [`Pointer`], those of a group
+/// for an [`encode_group`] value). `Err` for a value that is neither.
+pub fn decode_entries(key_rv: u64, value: &[u8]) -> Result<Option<Vec<(u64, Pointer)>>, String> {
+    match value.first() {
+        Some(&GROUP_TAG) => {
+            let entries = &value[1..];
+            if entries.is_empty() || !entries.len().is_multiple_of(GROUP_ENTRY_LEN) {
+                return Err(format!("record pointer group of {} bytes", value.len()));
+            }
+            let mut out = Vec::with_capacity(entries.len() / GROUP_ENTRY_LEN);
+            for entry in entries.chunks_exact(GROUP_ENTRY_LEN) {
+                let distance = u32::from_le_bytes(entry[..4].try_into().expect("four bytes"));
+                let rv = key_rv.checked_add(u64::from(distance)).ok_or("record pointer group past the last RV")?;
+                if out.last().is_some_and(|(last, _)| *last >= rv) {
+                    return Err(format!("record pointer group at RV {key_rv} out of order"));
+                }
+                out.push((rv, Pointer::read_words(&entry[4..])));
+            }
+            Ok(Some(out))
+        }
+        _ => Ok(Pointer::decode(value)?.map(|pointer| vec![(key_rv, pointer)])),
+    }
+}
+
+/// The number of events of a sled value (see [`decode_entries`]), without
+/// reading them: 1 for anything but a group.
+pub fn entry_count(value: &[u8]) -> usize {
+    match value.first() {
+        Some(&GROUP_TAG) => (value.len() - 1) / GROUP_ENTRY_LEN,
+        _ => 1,
     }
 }
 
@@ -377,5 +454,36 @@ impl std::hash::Hasher for RvHasher {
 
     fn write_u64(&mut self, n: u64) {
         self.0 = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pointer(n: u32) -> Pointer {
+        Pointer { segment: n, offset: n * 7, len: n + 100, crc: n ^ 0xdead_beef }
+    }
+
+    #[test]
+    fn groups_round_trip_and_damage_is_refused() {
+        let events: Vec<(u64, Pointer)> = [10u64, 11, 15, 10 + u64::from(u32::MAX)].iter().zip(1..).map(|(rv, n)| (*rv, pointer(n))).collect();
+        let value = encode_group(10, &events);
+        assert_eq!(value.len(), 1 + 4 * GROUP_ENTRY_LEN);
+        assert_eq!(decode_entries(10, &value).unwrap(), Some(events.clone()));
+        assert_eq!(entry_count(&value), 4);
+        // Keyed before its first event (compaction removed that one).
+        assert_eq!(decode_entries(9, &encode_group(9, &events[1..3])).unwrap(), Some(events[1..3].to_vec()));
+        // A single pointer is a group of one; a record is none.
+        assert_eq!(decode_entries(5, &pointer(3).encode()).unwrap(), Some(vec![(5, pointer(3))]));
+        assert_eq!(entry_count(&pointer(3).encode()), 1);
+        assert_eq!(decode_entries(5, &[3, 1, 2]).unwrap(), None);
+        // Truncated, empty, out of order, past the last RV.
+        assert!(decode_entries(10, &value[..value.len() - 1]).is_err());
+        assert!(decode_entries(10, &[GROUP_TAG]).is_err());
+        let mut swapped = value.clone();
+        swapped[1..1 + GROUP_ENTRY_LEN].copy_from_slice(&value[1 + GROUP_ENTRY_LEN..1 + 2 * GROUP_ENTRY_LEN]);
+        assert!(decode_entries(10, &swapped).is_err());
+        assert!(decode_entries(u64::MAX - 2, &value).is_err());
     }
 }

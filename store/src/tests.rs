@@ -394,7 +394,7 @@ fn the_log_replays_to_the_index_whatever_prefix_compaction_removed() {
     // The same events removed one by one in RV order, as a compaction
     // interrupted at any point would have left them.
     for rv in removed {
-        store.tree.remove(event_key(rv)).unwrap();
+        remove_event(&store, rv);
         assert_eq!(index_contents(&store.replay(head).unwrap()), index_contents(&index), "after removing up to RV {rv}");
     }
 }
@@ -436,16 +436,31 @@ fn data_dirs_of_the_format_before_are_upgraded() {
     assert_eq!(index.len("v1/pods"), 29);
 }
 
-/// Every `e` value of the store, as (RV, pointer).
+/// Every event's pointer in the `e` values of the store, as (RV, pointer).
 fn pointers(store: &Store) -> Vec<(u64, log::Pointer)> {
     store
         .tree
         .scan_prefix([EVENT])
-        .map(|item| {
+        .flat_map(|item| {
             let (k, v) = item.unwrap();
-            (read_u64(&k[1..], "key").unwrap(), log::Pointer::decode(&v).unwrap().expect("a pointer, not a record"))
+            log::decode_entries(read_u64(&k[1..], "key").unwrap(), &v).unwrap().expect("pointers, not a record")
         })
         .collect()
+}
+
+/// The number of events the `e` values of the store hold.
+fn stored_events(store: &Store) -> usize {
+    store.tree.scan_prefix([EVENT]).map(|item| log::entry_count(&item.unwrap().1)).sum()
+}
+
+/// Removes the event at `rv` from the value that holds it, as compaction does.
+fn remove_event(store: &Store, rv: u64) {
+    let (k, v) = store.tree.range(event_key(0)..=event_key(rv)).next_back().unwrap().unwrap();
+    let left: Vec<(u64, Located)> = located(&k, v).unwrap().into_iter().filter(|(at, _)| *at != rv).collect();
+    match left_value(&k, left).unwrap() {
+        Some(value) => store.tree.insert(k, value).unwrap(),
+        None => store.tree.remove(k).unwrap(),
+    };
 }
 
 /// The record log's segment files and their sizes.
@@ -527,13 +542,13 @@ fn compaction_reclaims_mostly_dead_segments_and_moves_their_live_records() {
     let before = segment_files(dir.path());
     assert!(before.len() > 10, "{before:?}");
     let keep0 = index.range("v1/pods", None, None).find(|(k, _)| k.name == "keep0").unwrap().1.rv;
-    let old_pointer = store.tree.get(event_key(keep0)).unwrap().unwrap();
+    let old_pointer = store.lookup(keep0).unwrap().unwrap();
 
     let head = store.head_rv().unwrap();
     let stats = store.compact(head, &index).unwrap();
     assert_eq!(stats.kept as usize, bodies.len());
     // The events counted without a scan are those retained.
-    assert_eq!(loaded_event_count(&store), store.tree.scan_prefix([EVENT]).count());
+    assert_eq!(loaded_event_count(&store), stored_events(&store));
     assert_eq!(store.event_count(), bodies.len());
     let after = segment_files(dir.path());
     let bytes = |files: &BTreeMap<String, u64>| files.values().sum::<u64>();
@@ -561,7 +576,7 @@ fn compaction_reclaims_mostly_dead_segments_and_moves_their_live_records() {
     // A pointer read before the move names a deleted segment: resolving it
     // says so, and reading the event by its key finds the copy.
     assert!(store.resolve(old_pointer.clone()).unwrap().is_none());
-    let record = store.scanned(&event_key(keep0), old_pointer).unwrap().unwrap();
+    let record = store.scanned(keep0, old_pointer).unwrap().unwrap();
     assert_eq!(decode_body_with(&record, &store.dicts.read().unwrap()).unwrap(), bodies[&keep0]);
 
     // A version removed from the segment still appended to (never
@@ -584,7 +599,7 @@ fn compaction_reclaims_mostly_dead_segments_and_moves_their_live_records() {
     for (rv, body) in &bodies {
         assert_eq!(&store.body(*rv).unwrap().unwrap(), body, "object version {rv} after reopen");
     }
-    assert_eq!(loaded_event_count(&store), store.tree.scan_prefix([EVENT]).count());
+    assert_eq!(loaded_event_count(&store), stored_events(&store));
     // A second compaction has nothing more to move: no segment changes
     // but the one appended to.
     let files = segment_files(dir.path());
@@ -635,13 +650,20 @@ fn data_dirs_of_format_3_are_read_in_place_and_renamed() {
         assert_eq!(store.event(event.rv).unwrap().as_ref(), Some(event));
     }
     let newer = commit_changes(&store, &mut index, vec![pod_change("p5", 50, false)]);
-    let inline = store.tree.scan_prefix([EVENT]).filter(|item| log::Pointer::decode(&item.as_ref().unwrap().1).unwrap().is_none()).count();
+    let inline = store
+        .tree
+        .scan_prefix([EVENT])
+        .filter(|item| {
+            let (k, v) = item.as_ref().unwrap();
+            log::decode_entries(read_u64(&k[1..], "key").unwrap(), v).unwrap().is_none()
+        })
+        .count();
     assert_eq!(inline, events.len(), "the old records stay in sled until compacted");
     // With records in sled itself the record locations do not count the
     // events: they are scanned.
     assert_eq!(store.locations.count(), None);
     assert_eq!(store.event_count(), events.len() + 1);
-    assert!(log::Pointer::decode(&store.tree.get(event_key(newer[0].rv)).unwrap().unwrap()).unwrap().is_some());
+    assert!(matches!(store.lookup(newer[0].rv).unwrap(), Some(Located::Logged(_))));
     // Compaction to the head: the superseded old record goes, the others stay readable.
     let head = store.head_rv().unwrap();
     store.compact(head, &index).unwrap();
@@ -756,7 +778,7 @@ proptest! {
             for e in store.events_after(0) { replay.apply(&e.unwrap()); }
             prop_assert_eq!(index_contents(&replay), index_contents(&index));
             // The count of events served by the stats is the log's.
-            prop_assert_eq!(store.event_count(), store.tree.scan_prefix([EVENT]).count());
+            prop_assert_eq!(store.event_count(), stored_events(&store));
         }
     }
 }
@@ -915,4 +937,120 @@ fn compaction_keeps_the_events_after_a_pinned_replay() {
     store.compact(store.head_rv().unwrap() - 1, &index).unwrap();
     let left = store.events_after(from).count();
     assert!(left < after.len(), "released with the pin: {left} events after {from} left");
+}
+
+/// A commit's pointers are kept in groups of up to `GROUP_EVENTS` events,
+/// one sled value each: every event reads back (by RV, in scans from any
+/// RV, after a reopen), compaction removing part of a group keeps the
+/// rest, and the counts agree.
+#[test]
+fn a_commits_pointers_are_kept_in_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options::default();
+    let mut index = Index::at(0);
+    let n = 2 * log::GROUP_EVENTS + 88;
+    let (events, superseded) = {
+        let store = Store::open(dir.path(), &opts).unwrap();
+        let events = commit_changes(&store, &mut index, (0..n).map(|i| pod_change(&format!("p{i}"), i as u64 + 1, false)).collect());
+        assert_eq!(events.len(), n);
+        let keys: Vec<u64> = store.tree.scan_prefix([EVENT]).keys().map(|k| read_u64(&k.unwrap()[1..], "key").unwrap()).collect();
+        let firsts = [events[0].rv, events[log::GROUP_EVENTS].rv, events[2 * log::GROUP_EVENTS].rv];
+        assert_eq!(keys, firsts, "one value per {} events, keyed by its first", log::GROUP_EVENTS);
+        assert_eq!(stored_events(&store), n);
+        // Scans starting inside a group, at its key and past the end.
+        for from in [0, 1, 5, firsts[1] - 1, firsts[1], firsts[2] + 3, events[n - 1].rv] {
+            let got: Vec<u64> = store.events_after(from).map(|e| e.unwrap().rv).collect();
+            let want: Vec<u64> = events.iter().map(|e| e.rv).filter(|rv| *rv > from).collect();
+            assert_eq!(got, want, "events after {from}");
+        }
+        // Every second pod of the middle group changes: compaction removes
+        // their first versions from it, the others stay in it.
+        let changed: Vec<Change> = (log::GROUP_EVENTS..2 * log::GROUP_EVENTS).step_by(2).map(|i| pod_change(&format!("p{i}"), 10_000 + i as u64, false)).collect();
+        let superseded: Vec<u64> = (log::GROUP_EVENTS..2 * log::GROUP_EVENTS).step_by(2).map(|i| events[i].rv).collect();
+        commit_changes(&store, &mut index, changed);
+        let stats = store.compact(store.head_rv().unwrap(), &index).unwrap();
+        assert_eq!(stats.removed as usize, superseded.len());
+        assert_eq!(stored_events(&store), n + superseded.len() - superseded.len());
+        assert_eq!(loaded_event_count(&store), stored_events(&store));
+        for event in &events {
+            let want = if superseded.contains(&event.rv) { None } else { Some(event) };
+            assert_eq!(store.event(event.rv).unwrap().as_ref(), want, "event {}", event.rv);
+        }
+        (events, superseded)
+    };
+    // Reopened: the groups are read from sled (locations loaded by scanning them).
+    let store = Store::open(dir.path(), &opts).unwrap();
+    let recovered = store.recover().unwrap();
+    assert_eq!(index_contents(&recovered.index), index_contents(&index));
+    assert_eq!(loaded_event_count(&store), n);
+    for event in &events {
+        assert_eq!(store.event(event.rv).unwrap().is_some(), !superseded.contains(&event.rv), "event {}", event.rv);
+        assert_eq!(store.lookup(event.rv).unwrap().is_some(), !superseded.contains(&event.rv), "event {} in sled", event.rv);
+    }
+    let replayed: Vec<u64> = store.events_after(0).map(|e| e.unwrap().rv).collect();
+    assert_eq!(replayed.len(), n);
+    assert!(replayed.windows(2).all(|w| w[0] < w[1]), "in RV order");
+}
+
+/// A data dir of format 4 (a sled key per event holding its pointer) is
+/// read in place and renamed; new commits beside its pointers are grouped,
+/// and compaction and backup handle both kinds of value.
+#[test]
+fn data_dirs_of_format_4_are_read_in_place_and_renamed() {
+    let (dir, copy) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let opts = Options::default();
+    let mut index = Index::at(0);
+    let events = {
+        let store = Store::open(dir.path(), &opts).unwrap();
+        let events = commit_changes(&store, &mut index, (0..40).map(|i| pod_change(&format!("p{i}"), i + 1, false)).collect());
+        // As format 4 kept them: one key per event, its pointer the value.
+        for (rv, pointer) in pointers(&store) {
+            store.tree.insert(event_key(rv), &pointer.encode()[..]).unwrap();
+        }
+        store.tree.insert(meta_key("format"), FORMAT_4.as_bytes()).unwrap();
+        store.flush().unwrap();
+        events
+    };
+    let store = Store::open(dir.path(), &opts).unwrap();
+    assert_eq!(store.tree.get(meta_key("format")).unwrap().as_deref(), Some(FORMAT.as_bytes()));
+    assert_eq!(store.tree.scan_prefix([EVENT]).count(), 40, "a key per event");
+    assert_eq!(index_contents(&store.recover().unwrap().index), index_contents(&index));
+    assert_eq!(loaded_event_count(&store), 40);
+    for event in &events {
+        assert_eq!(store.event(event.rv).unwrap().as_ref(), Some(event));
+    }
+    let newer = commit_changes(&store, &mut index, (0..20).map(|i| pod_change(&format!("p{i}"), 100 + i, false)).collect());
+    assert_eq!(store.tree.scan_prefix([EVENT]).count(), 41, "the new events in one group");
+    let mut backup = Vec::new();
+    let others = store.tree.iter().keys().filter(|k| k.as_ref().unwrap()[0] != EVENT).count() as u64;
+    assert_eq!(store.backup(&mut backup).unwrap(), others + 60, "one record per event");
+    let restored = Store::restore(&copy.path().join("d"), &mut &backup[..], &opts).unwrap();
+    for event in events.iter().chain(&newer) {
+        assert_eq!(restored.event(event.rv).unwrap().as_ref(), Some(event));
+    }
+    // Compaction removes the superseded per-event keys and keeps the rest.
+    let stats = store.compact(store.head_rv().unwrap(), &index).unwrap();
+    assert_eq!(stats.removed, 20);
+    assert_eq!(stored_events(&store), 40);
+    for event in events.iter().chain(&newer) {
+        assert_eq!(store.event(event.rv).unwrap().is_some(), !events[..20].contains(event), "event {}", event.rv);
+    }
+    assert_eq!(index_contents(&store.replay(store.head_rv().unwrap()).unwrap()), index_contents(&index));
+}
+
+/// A record (format 3 kept them as sled values) starts with its RV as a
+/// bincode varint, never with the tag of a pointer (0xFF) or of a group
+/// of pointers (0xFE), whatever the RV.
+#[test]
+fn records_never_start_like_pointers() {
+    let mut index = Index::at(0);
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), &Options::default()).unwrap();
+    let mut event = commit_changes(&store, &mut index, vec![pod_change("p", 1, false)]).remove(0);
+    for rv in [0, 1, 250, 251, 252, 0xFFFF, 0x1_0000, u64::from(u32::MAX), u64::from(u32::MAX) + 1, u64::MAX - 1, u64::MAX] {
+        event.rv = rv;
+        let record = encode_event(&event).unwrap();
+        assert!(record[0] < 0xFE, "RV {rv}: first byte {:#x}", record[0]);
+        assert_eq!(log::decode_entries(rv, &record).unwrap(), None);
+    }
 }
