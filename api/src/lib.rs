@@ -392,14 +392,17 @@ pub fn server(state: Arc<ApiState>) -> Result<(Server, Vec<SocketAddr>), ServerE
     // connection (`net.TCPConn.SetNoDelay` defaults to true).
     .tcp_nodelay(true)
     // A long list is sent in chunks of a few hundred KB, each copied into
-    // the connection's write buffer. actix replaces a buffer that grew past
-    // this size (default 32 KiB, so past its floor of 128 KiB) with a new
-    // one after each write: every chunk then went to fresh memory, and the
-    // copy cost more than the socket write. Kept up to 1 MiB, the buffer is
-    // reused while it stays warm in cache (100k pods, lists alternating:
-    // 203 vs 251 ms median, CPU 270 vs 330 ms). An idle connection keeps at
-    // most this much.
-    .h1_write_buffer_size(1 << 20)
+    // the connection's write buffer. actix fills that buffer with chunks
+    // until it holds this many bytes, and replaces a buffer grown past this
+    // size (floor 128 KiB) with a new one once written out: the next chunks
+    // went to fresh memory and the buffer grew again by reallocation (a
+    // fifth of the HTTP worker's copying at 1 MiB). At 4 MiB, about what
+    // Linux lets a loopback socket queue (`net.ipv4.tcp_wmem`), the
+    // buffer is kept through a list (100k pods, lists alternating: 166.8
+    // vs 196.6 ms median at 1 MiB, kubefold CPU 230 vs 260 ms; 128 KiB
+    // before that was slower still). A connection keeps at most this much
+    // while idle, and only one that carried a long response grows to it.
+    .h1_write_buffer_size(4 << 20)
     // An idle kept-alive connection stays open 90 s, as kube-apiserver's
     // (k8s.io/apiserver/pkg/server/secure_serving.go: `IdleTimeout: 90 *
     // time.Second`, matching the keep-alive of Go's http.DefaultTransport

@@ -19,8 +19,8 @@ pub fn status(status: &Status) -> HttpResponse {
 }
 
 /// A JSON body with 200 OK.
-pub fn json_bytes(body: Vec<u8>) -> HttpResponse {
-    HttpResponse::Ok().content_type(JSON).body(body)
+pub fn json_bytes(body: impl Into<actix_web::web::Bytes>) -> HttpResponse {
+    HttpResponse::Ok().content_type(JSON).body(body.into())
 }
 
 /// A JSON value with 200 OK.

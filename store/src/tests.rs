@@ -211,16 +211,22 @@ fn objects_written_in_place_are_what_their_bodies_serve() {
     raw.body.row = None;
     store.tree.insert(event_key(raw.rv), encode_event(&raw).unwrap()).unwrap();
     events.push(raw);
-    for event in &events {
+    // One buffer for all, its space holding what was written before (and
+    // garbage at first): what is written never depends on it.
+    let mut out = ChunkBuf::default();
+    out.extend_from_slice(&[0xAA; 70_000]);
+    for event in events.iter().chain(events.iter().rev()) {
         for suffix in [None, Some("_m1")] {
             let mut expected = b"[".to_vec();
             store.body(event.rv).unwrap().unwrap().write(&mut expected, suffix, event.rv);
-            let mut out = b"[".to_vec();
+            out.clear();
+            out.push(b'[');
             assert!(store.write_served(event.rv, suffix, &mut out).unwrap());
-            assert_eq!(String::from_utf8(out).unwrap(), String::from_utf8(expected).unwrap());
+            assert_eq!(String::from_utf8(out.written().to_vec()).unwrap(), String::from_utf8(expected).unwrap());
         }
     }
-    let mut out = b"[".to_vec();
+    out.clear();
+    out.push(b'[');
     assert!(!store.write_served(99_999, None, &mut out).unwrap());
     // A damaged record is an error and leaves what was written before.
     let mut damaged = store.record(events[5].rv).unwrap().unwrap().to_vec();
@@ -228,7 +234,7 @@ fn objects_written_in_place_are_what_their_bodies_serve() {
     damaged.truncate(last);
     store.tree.insert(event_key(2000), damaged).unwrap();
     assert!(matches!(store.write_served(2000, Some("_m1"), &mut out), Err(Error::Corrupt { .. })));
-    assert_eq!(out, b"[");
+    assert_eq!(out.written(), b"[");
 }
 
 #[test]
@@ -500,7 +506,7 @@ fn event_records_go_to_the_record_log_and_damage_there_is_reported() {
     bytes[(pointer.offset + pointer.len / 2) as usize] ^= 0x20;
     std::fs::write(&path, &bytes).unwrap();
     assert!(matches!(store.body(rv), Err(Error::Corrupt { .. })));
-    assert!(matches!(store.write_served(rv, None, &mut Vec::new()), Err(Error::Corrupt { .. })));
+    assert!(matches!(store.write_served(rv, None, &mut ChunkBuf::default()), Err(Error::Corrupt { .. })));
     assert_eq!(store.event(pointers[8].0).unwrap().as_ref(), Some(&events[8]));
     // A truncated segment: the records past its end are corrupt too.
     let last = pointers[49];
@@ -565,12 +571,12 @@ fn compaction_reclaims_mostly_dead_segments_and_moves_their_live_records() {
     // The events removed read as gone, one by one and read ahead together.
     let ahead = store.read_ahead(1..=head).unwrap();
     for rv in 1..=head {
-        let (mut one, mut together) = (Vec::new(), Vec::new());
+        let (mut one, mut together) = (ChunkBuf::default(), ChunkBuf::default());
         let found = store.write_served(rv, Some("_m1"), &mut one).unwrap();
         assert_eq!(found, bodies.contains_key(&rv), "event {rv}");
         assert_eq!(store.event(rv).unwrap().is_some(), found);
         assert_eq!(store.write_served_from(&ahead, rv, Some("_m1"), &mut together).unwrap(), found);
-        assert_eq!(one, together);
+        assert_eq!(one.written(), together.written());
         assert_eq!(store.body_from(&ahead, rv).unwrap().as_ref(), bodies.get(&rv));
     }
     // A pointer read before the move names a deleted segment: resolving it
@@ -586,7 +592,7 @@ fn compaction_reclaims_mostly_dead_segments_and_moves_their_live_records() {
     let head = store.head_rv().unwrap();
     store.compact(head, &index).unwrap();
     assert!(store.event(superseded).unwrap().is_none());
-    assert!(!store.write_served_from(&store.read_ahead([superseded]).unwrap(), superseded, None, &mut Vec::new()).unwrap());
+    assert!(!store.write_served_from(&store.read_ahead([superseded]).unwrap(), superseded, None, &mut ChunkBuf::default()).unwrap());
     let bodies: BTreeMap<u64, ServedBody> = index.live_rvs().map(|rv| (rv, store.body(rv).unwrap().unwrap())).collect();
 
     // Recovery after a reopen, with and without a snapshot, gives the index.
@@ -1053,4 +1059,94 @@ fn records_never_start_like_pointers() {
         assert!(record[0] < 0xFE, "RV {rv}: first byte {:#x}", record[0]);
         assert_eq!(log::decode_entries(rv, &record).unwrap(), None);
     }
+}
+
+/// The record head as serde read it for a body before heads were read by
+/// hand ([`BodyHead::read`]): the reference the hand reader must agree with.
+#[derive(serde::Deserialize, Debug, PartialEq)]
+struct SerdeBodyHead<'a> {
+    rv: u64,
+    _event_type: EventType,
+    resource: &'a str,
+    _key: (&'a [u8], &'a [u8], &'a [u8]),
+    _prev_rv: u64,
+    _member_rv: &'a [u8],
+    _uid: &'a [u8],
+    _labels: Vec<(&'a [u8], &'a [u8])>,
+    _fields: Vec<(&'a [u8], &'a [u8])>,
+    _time_ms: u64,
+    name_end: u32,
+    rv_at: u32,
+    body_len: u32,
+    body_codec: u8,
+}
+
+/// What [`BodyHead::read`] gives, or `None` when it refuses the record,
+/// next to what bincode's serde decoder gives for the same bytes.
+fn both_heads(record: &[u8]) -> (Option<(u64, String, u32, u32, u32, u8, usize)>, Option<(u64, String, u32, u32, u32, u8, usize)>) {
+    let by_hand = BodyHead::read(record).ok().map(|(h, used)| (h.rv, h.resource.to_string(), h.name_end, h.rv_at, h.body_len, h.body_codec, used));
+    let by_serde = bincode::serde::borrow_decode_from_slice::<SerdeBodyHead<'_>, _>(record, config())
+        .ok()
+        .map(|(h, used)| (h.rv, h.resource.to_string(), h.name_end, h.rv_at, h.body_len, h.body_codec, used));
+    (by_hand, by_serde)
+}
+
+fn head_event(rv: u64, prev_rv: u64, time_ms: u64, labels: Vec<(String, String)>, uid: String) -> StoredEvent {
+    let Change::Upsert(body) = pod_change("p", 7, false) else { unreachable!() };
+    let mut event = StoredEvent::new(rv, EventType::Modified, "v1/pods", "m1", prev_rv, body);
+    event.time_ms = time_ms;
+    event.fields = labels.iter().rev().cloned().collect();
+    event.labels = labels;
+    event.uid = uid;
+    event
+}
+
+#[test]
+fn record_heads_read_by_hand_are_what_bincode_reads() {
+    // Every width of bincode's varints (1, 3, 5 and 9 bytes), in the RVs,
+    // in string lengths and in the number of label pairs.
+    let numbers = [0, 1, 250, 251, 255, 65_535, 65_536, u64::from(u32::MAX), u64::from(u32::MAX) + 1, u64::MAX];
+    let mut checked = 0;
+    for (i, &n) in numbers.iter().enumerate() {
+        let other = numbers[(i + 3) % numbers.len()];
+        let labels: Vec<(String, String)> = (0..[0, 1, 250, 251, 300][i % 5]).map(|k| (format!("k{k}"), "v".repeat(k % 7))).collect();
+        let uid = "u".repeat([0, 250, 251, 70_000][i % 4]);
+        let event = head_event(n, other, n ^ 1, labels, uid);
+        let record = encode_event(&event).unwrap();
+        let (by_hand, by_serde) = both_heads(&record);
+        let (rv, resource, name_end, rv_at, body_len, _, used) = by_hand.clone().unwrap();
+        assert_eq!((rv, resource.as_str(), name_end, rv_at, body_len), (n, "v1/pods", event.body.name_end, event.body.rv_at, event.body.json.len() as u32));
+        assert_eq!(by_hand, by_serde);
+        assert_eq!(used, decode_head(&record).unwrap().1);
+        assert_eq!(decode_body_with(&record, &Dicts::new()).unwrap(), event.body);
+        // Every cut of the head is refused by both.
+        for cut in 0..used {
+            assert_eq!(both_heads(&record[..cut]), (None, None), "head cut at {cut} of {used}");
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, numbers.len());
+    // Damage anywhere in a head: both readers refuse it or read the same.
+    let record = encode_event(&head_event(300, 70_000, 1 << 40, vec![("app".into(), "a".into()), ("tier".into(), "web".into())], "uid-1".into())).unwrap();
+    let used = BodyHead::read(&record).unwrap().1;
+    let (mut refused, mut read) = (0, 0);
+    for at in 0..used {
+        for value in [0u8, 1, 2, 3, 0x7f, 0xc3, 250, 251, 252, 253, 254, 255] {
+            let mut damaged = record.clone();
+            damaged[at] = value;
+            let (by_hand, by_serde) = both_heads(&damaged);
+            assert_eq!(by_hand, by_serde, "byte {at} set to {value}");
+            if by_hand.is_some() { read += 1 } else { refused += 1 }
+        }
+    }
+    assert!(refused > 0 && read > 0, "{refused} refused, {read} read");
+    // A u32 written with the 8-byte marker is refused by both, whatever its value.
+    let (head, _) = BodyHead::read(&record).unwrap();
+    let width = |n: u32| if n < 251 { 1 } else if n <= 0xffff { 3 } else { 5 };
+    let tail = width(head.name_end) + width(head.rv_at) + width(head.body_len) + 1;
+    let mut wide = record[..used - tail].to_vec();
+    wide.push(253);
+    wide.extend_from_slice(&u64::from(head.name_end).to_le_bytes());
+    wide.extend_from_slice(&record[used - tail + width(head.name_end)..]);
+    assert_eq!(both_heads(&wide), (None, None));
 }
