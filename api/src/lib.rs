@@ -394,15 +394,15 @@ pub fn server(state: Arc<ApiState>) -> Result<(Server, Vec<SocketAddr>), ServerE
     // A long list is sent in chunks of a few hundred KB, each copied into
     // the connection's write buffer. actix fills that buffer with chunks
     // until it holds this many bytes, and replaces a buffer grown past this
-    // size (floor 128 KiB) with a new one once written out: the next chunks
-    // went to fresh memory and the buffer grew again by reallocation (a
-    // fifth of the HTTP worker's copying at 1 MiB). At 4 MiB, about what
-    // Linux lets a loopback socket queue (`net.ipv4.tcp_wmem`), the
-    // buffer is kept through a list (100k pods, lists alternating: 166.8
-    // vs 196.6 ms median at 1 MiB, kubefold CPU 230 vs 260 ms; 128 KiB
-    // before that was slower still). A connection keeps at most this much
-    // while idle, and only one that carried a long response grows to it.
-    .h1_write_buffer_size(4 << 20)
+    // size (floor 128 KiB) with a new one once written out: at the default
+    // every chunk went to fresh memory, and the copy cost more than the
+    // socket write. At 1 MiB the buffer is mostly reused (100k pods, lists
+    // alternating: 203 vs 251 ms median, CPU 270 vs 330 ms). It is also
+    // what a slow client can hold here beyond its watch's queue, so it is
+    // not larger: 4 MiB kept the buffer through a whole list (168.7 vs
+    // 178.8 ms median, 15 lists each) but let every slow watcher hold 4 MiB.
+    // An idle connection keeps at most this much.
+    .h1_write_buffer_size(1 << 20)
     // An idle kept-alive connection stays open 90 s, as kube-apiserver's
     // (k8s.io/apiserver/pkg/server/secure_serving.go: `IdleTimeout: 90 *
     // time.Second`, matching the keep-alive of Go's http.DefaultTransport

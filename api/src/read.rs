@@ -367,10 +367,11 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
         },
     };
     let resource_key = scope.resource.key();
-    // The items as they will be written: their version and, shared per
-    // cluster, the cluster's name and the names' suffix (no key is copied:
-    // a list of a million objects holds 40 bytes per object here).
-    let mut clusters: std::collections::BTreeMap<&str, (Arc<str>, Option<Arc<str>>)> = std::collections::BTreeMap::new();
+    // The items as they will be written: their version and their cluster,
+    // by its place in `clusters` (no key is copied: a list of a million
+    // objects holds 16 bytes per object here).
+    let mut clusters: Vec<ListCluster> = Vec::new();
+    let mut cluster_at: std::collections::BTreeMap<&str, u32> = std::collections::BTreeMap::new();
     let mut items: Vec<ListItem> = Vec::new();
     let mut last: Option<&ObjectKey> = None;
     let mut more = false;
@@ -384,11 +385,11 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
             remaining += 1;
             continue;
         }
-        let (cluster, suffix) = clusters
-            .entry(key.cluster.as_str())
-            .or_insert_with(|| (Arc::from(key.cluster.as_str()), scope.name_suffix(&key.cluster).map(Arc::from)))
-            .clone();
-        items.push(ListItem { cluster, suffix, rv: entry.rv });
+        let cluster = *cluster_at.entry(key.cluster.as_str()).or_insert_with(|| {
+            clusters.push(ListCluster { name: key.cluster.clone(), suffix: scope.name_suffix(&key.cluster) });
+            (clusters.len() - 1) as u32
+        });
+        items.push(ListItem { cluster, rv: entry.rv });
         last = Some(key);
     }
     // From here on only the listed objects' records are kept.
@@ -421,6 +422,7 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
         pin,
         store: store.clone(),
         items: Arc::new(items),
+        clusters: Arc::new(clusters),
         writer: Arc::new(writer),
         head: Some(head),
         pos: 0,
@@ -430,7 +432,12 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
     // longer one is streamed chunk by chunk: a worker thread never builds a
     // whole large list (it serves other requests between chunks) and a list
     // costs a few chunks of memory beyond its keys, however many run at once.
-    let first = web::Bytes::from_owner(PooledChunk(list.chunk()?));
+    // A list of more than a few batches is sent from its head on, all its
+    // objects written by the producers: a first chunk written here held the
+    // worker and the client up before the producers started (and read its
+    // records one by one).
+    let first = if list.items.len() > STREAMED_FROM_THE_HEAD { list.head_only() } else { list.chunk()? };
+    let first = web::Bytes::from_owner(PooledChunk(first));
     if list.done {
         return Ok(respond::json_bytes(first));
     }
@@ -490,6 +497,10 @@ const LIST_PRODUCERS: usize = 2;
 /// [`LIST_CHUNK_BYTES`] is sent in chunks of about that size).
 const LIST_BATCH_ITEMS: usize = 128;
 
+/// Lists of more objects than this are written by the producers from
+/// their first object on, see [`list`].
+const STREAMED_FROM_THE_HEAD: usize = 4 * LIST_BATCH_ITEMS;
+
 /// Lists whose rest is being streamed, counted while their stream lives.
 static STREAMING_LISTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
@@ -511,11 +522,17 @@ impl Drop for StreamingList {
     }
 }
 
-/// One object of a list: its cluster, name suffix and version.
+/// One object of a list: its cluster (its place in the list's
+/// [`ListCluster`]s) and version.
 struct ListItem {
-    cluster: Arc<str>,
-    suffix: Option<Arc<str>>,
+    cluster: u32,
     rv: u64,
+}
+
+/// A cluster of a list's objects: its name and the suffix of its objects' names.
+struct ListCluster {
+    name: String,
+    suffix: Option<String>,
 }
 
 /// How the items of a list are written.
@@ -529,18 +546,19 @@ enum ItemWriter {
 impl ItemWriter {
     /// Writes one item, read from the store (from `ahead` when it holds
     /// its record), to `out`.
-    fn write(&self, store: &kubefold_store::Store, ahead: &kubefold_store::ReadAhead, item: &ListItem, out: &mut ChunkBuf) -> Result<(), Status> {
+    fn write(&self, store: &kubefold_store::Store, ahead: &kubefold_store::ReadAhead, item: &ListItem, clusters: &[ListCluster], out: &mut ChunkBuf) -> Result<(), Status> {
+        let cluster = &clusters[item.cluster as usize];
         let gone = || Status::expired(format!("object version {} is no longer retained; list again", item.rv));
         match self {
             // Decompressed straight into the chunk.
             ItemWriter::Json => {
-                if !store.write_served_from(ahead, item.rv, item.suffix.as_deref(), out).map_err(|e| Status::internal(e.to_string()))? {
+                if !store.write_served_from(ahead, item.rv, cluster.suffix.as_deref(), out).map_err(|e| Status::internal(e.to_string()))? {
                     return Err(gone());
                 }
             }
             ItemWriter::Table(printer) => {
                 let body = store.body_from(ahead, item.rv).map_err(|e| Status::internal(e.to_string()))?.ok_or_else(gone)?;
-                out.with_vec(|out| printer.write_body_row(&body, item.suffix.as_deref(), item.rv, &item.cluster, out))
+                out.with_vec(|out| printer.write_body_row(&body, cluster.suffix.as_deref(), item.rv, &cluster.name, out))
             }
         }
         Ok(())
@@ -555,6 +573,7 @@ struct ListBody {
     pin: kubefold_store::ReadPin,
     store: kubefold_store::Store,
     items: Arc<Vec<ListItem>>,
+    clusters: Arc<Vec<ListCluster>>,
     writer: Arc<ItemWriter>,
     head: Option<Vec<u8>>,
     /// The next item to write.
@@ -563,6 +582,14 @@ struct ListBody {
 }
 
 impl ListBody {
+    /// The list's head alone, as its first chunk.
+    fn head_only(&mut self) -> ChunkBuf {
+        let head = self.head.take().unwrap_or_default();
+        let mut out = chunk_buffer(head.len());
+        out.extend_from_slice(&head);
+        out
+    }
+
     /// The next chunk (about [`LIST_CHUNK_BYTES`]); sets `done` after the last.
     fn chunk(&mut self) -> Result<ChunkBuf, Status> {
         let head = self.head.take().unwrap_or_default();
@@ -578,7 +605,7 @@ impl ListBody {
                 out.push(b',');
             }
             self.pos += 1;
-            self.writer.write(&self.store, &kubefold_store::ReadAhead::default(), item, &mut out)?;
+            self.writer.write(&self.store, &kubefold_store::ReadAhead::default(), item, &self.clusters, &mut out)?;
         }
         Ok(out)
     }
@@ -600,8 +627,8 @@ impl ListBody {
         let receivers: Vec<_> = (0..producers)
             .map(|producer| {
                 let (tx, rx) = tokio::sync::mpsc::channel::<Result<(ChunkBuf, bool), String>>(1);
-                let (store, items, writer) = (self.store.clone(), self.items.clone(), self.writer.clone());
-                tokio::task::spawn_blocking(move || produce(&store, &items, &writer, start, (producer, producers), &tx));
+                let (store, items, clusters, writer) = (self.store.clone(), self.items.clone(), self.clusters.clone(), self.writer.clone());
+                tokio::task::spawn_blocking(move || produce(&store, &items, &clusters, &writer, start, (producer, producers), &tx));
                 rx
             })
             .collect();
@@ -647,6 +674,7 @@ impl ListBody {
 fn produce(
     store: &kubefold_store::Store,
     items: &[ListItem],
+    clusters: &[ListCluster],
     writer: &ItemWriter,
     start: usize,
     (producer, producers): (usize, usize),
@@ -671,7 +699,7 @@ fn produce(
             if i > 0 {
                 out.push(b',');
             }
-            if let Err(status) = writer.write(store, &ahead, item, &mut out) {
+            if let Err(status) = writer.write(store, &ahead, item, clusters, &mut out) {
                 let _ = tx.blocking_send(Err(status.message));
                 return;
             }
