@@ -808,6 +808,14 @@ pub fn decode_event(bytes: &[u8]) -> Result<StoredEvent> {
     decode_event_with(bytes, &Dicts::new())
 }
 
+/// Writes the object of one event record as a list serves it (see
+/// [`Store::write_served`]), for a type without a dictionary; a damaged
+/// record is [`Error::Corrupt`] and leaves what `out` holds. Public for the
+/// `store_envelope` fuzz target (`fuzz/`).
+pub fn write_served_event(bytes: &[u8], rv: u64, name_suffix: Option<&str>, out: &mut ChunkBuf) -> Result<()> {
+    write_served_record(bytes, rv, name_suffix, &Dicts::new(), out)
+}
+
 /// [`decode_event`] with the store's dictionaries.
 fn decode_event_with(bytes: &[u8], dicts: &Dicts) -> Result<StoredEvent> {
     let (head, used) = decode_head(bytes)?;
