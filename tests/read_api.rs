@@ -186,6 +186,8 @@ fn exact_lists_and_pages_read_one_snapshot() {
     assert!(names(&kf.get_json("/api/v1/namespaces/default/pods")).contains(&"late-comer_member1".to_string()));
 
     // The remaining pages are read at the first page's snapshot: no late-comer.
+    // Each page but the last says how many objects of that snapshot follow it.
+    let total = first["metadata"]["remainingItemCount"].as_u64().unwrap() as usize + 3;
     let mut all = names(&first);
     let mut token = token;
     loop {
@@ -193,8 +195,28 @@ fn exact_lists_and_pages_read_one_snapshot() {
         assert_eq!(rv_of(&page), page_rv, "every page has the first page's RV");
         all.extend(names(&page));
         match page["metadata"]["continue"].as_str() {
-            Some(t) if !t.is_empty() => token = t.to_string(),
-            _ => break,
+            Some(t) if !t.is_empty() => {
+                assert_eq!(page["metadata"]["remainingItemCount"].as_u64(), Some((total - all.len()) as u64), "after {} of {total}", all.len());
+                token = t.to_string();
+            }
+            _ => {
+                assert!(page["metadata"].get("remainingItemCount").is_none(), "{}", page["metadata"]);
+                break;
+            }
+        }
+    }
+    assert_eq!(all.len(), total);
+    // Pages of one namespace or one cluster count what follows them too.
+    for (path, of_scope) in [
+        ("/api/v1/namespaces/default/pods", names(&kf.get_json("/api/v1/namespaces/default/pods")).len()),
+        ("/clusters/member1/api/v1/pods", names(&kf.get_json("/clusters/member1/api/v1/pods")).len()),
+    ] {
+        let page = kf.get_json(&format!("{path}?limit=2"));
+        let next = page["metadata"]["continue"].as_str().unwrap();
+        assert_eq!(page["metadata"]["remainingItemCount"].as_u64(), Some(of_scope as u64 - 2), "{path}");
+        let second = kf.get_json(&format!("{path}?limit=2&continue={next}"));
+        if of_scope > 4 {
+            assert_eq!(second["metadata"]["remainingItemCount"].as_u64(), Some(of_scope as u64 - 4), "{path}");
         }
     }
     assert!(!all.contains(&"late-comer_member1".to_string()));

@@ -353,19 +353,28 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
     // The snapshot's records are kept from compaction while the list is
     // written (a long list streams for seconds).
     let store = state.fleet.store();
-    let ((snapshot, pin), start_after) = match query.continue_token.as_deref().filter(|t| !t.is_empty()) {
+    // `listed_before`: the objects of the pages before this one, when known.
+    let ((snapshot, pin), start_after, listed_before) = match query.continue_token.as_deref().filter(|t| !t.is_empty()) {
         Some(token) => {
             if !matches!(read_at, ReadAt::Latest | ReadAt::Any) {
                 return Err(Status::bad_request("specifying resource version is not allowed when using continue"));
             }
-            let (rv, key) = paging::decode(&state.token_secret, token).map_err(|e| Status::bad_request(e.to_string()))?;
-            (store.pin(|| state.snapshot_at(rv))?, Some(key))
+            let (rv, key, listed) = paging::decode_listed(&state.token_secret, token).map_err(|e| Status::bad_request(e.to_string()))?;
+            (store.pin(|| state.snapshot_at(rv))?, Some(key), listed)
         }
         None => match read_at {
-            ReadAt::Exact(rv) => (store.pin(|| state.snapshot_at(rv))?, None),
-            _ => (store.pin(|| Ok::<_, Status>(state.fleet.snapshot()))?, None),
+            ReadAt::Exact(rv) => (store.pin(|| state.snapshot_at(rv))?, None, Some(0)),
+            _ => (store.pin(|| Ok::<_, Status>(state.fleet.snapshot()))?, None, Some(0)),
         },
     };
+    // A page of every object of the type (no namespace, cluster or
+    // selector) knows how many objects follow it from the type's count and
+    // the objects before it, without walking the rest: kubectl pages a
+    // large list 500 objects at a time, and counting the rest made each
+    // page cost a walk over the whole type (7 ms per page at 100k pods).
+    let count_remaining = !filter.has_selector();
+    let whole_type = count_remaining && scope.namespace.is_none() && scope.cluster.is_none();
+    let type_objects = snapshot.resource(&scope.resource.key()).map_or(0, |objects| objects.len());
     let resource_key = scope.resource.key();
     // The items as they will be written: their version and their cluster,
     // by its place in `clusters` (no key is copied: a list of a million
@@ -382,6 +391,10 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
         }
         if limit.is_some_and(|l| items.len() >= l) {
             more = true;
+            if let (true, Some(before)) = (whole_type, listed_before) {
+                remaining = type_objects.saturating_sub(before as usize + items.len());
+                break;
+            }
             remaining += 1;
             continue;
         }
@@ -394,9 +407,9 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
     }
     // From here on only the listed objects' records are kept.
     pin.narrow(items.iter().map(|item| item.rv).collect());
-    let count_remaining = !filter.has_selector();
     let rv = snapshot.head_rv();
-    let token = if more { last.map(|k| paging::encode(&state.token_secret, rv, k)) } else { None };
+    let listed = listed_before.filter(|_| whole_type).map(|before| before + items.len() as u64);
+    let token = if more { last.map(|k| paging::encode_listed(&state.token_secret, rv, k, listed)) } else { None };
     let (head, writer) = if wants_table(req) {
         let printer = TablePrinter::new(&scope.resource, IncludeObject::parse(query.include_object.as_deref())?);
         let head = printer.head(rv, token.as_deref(), (more && count_remaining).then_some(remaining), false);
