@@ -395,6 +395,10 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
                 remaining = type_objects.saturating_sub(before as usize + items.len());
                 break;
             }
+            if !count_remaining {
+                // Not reported with a selector: one more object is enough.
+                break;
+            }
             remaining += 1;
             continue;
         }
