@@ -72,6 +72,12 @@ pub struct Config {
     /// the edit still succeeds, with a `Warning` header saying so.
     #[serde(default = "default_write_wait_seconds")]
     pub write_wait_seconds: u64,
+    /// Seconds a client may take no byte of a response (its receive window
+    /// closed) or leave sent bytes unacknowledged before kubefold closes its
+    /// connection, releasing what the response held (a list's snapshot,
+    /// buffers); 0: never.
+    #[serde(default = "default_client_stall_timeout_seconds")]
+    pub client_stall_timeout_seconds: u64,
     /// Threads that run the cluster watchers.
     #[serde(default = "default_watcher_threads")]
     pub watcher_threads: usize,
@@ -113,6 +119,12 @@ pub fn default_min_request_timeout_seconds() -> u64 {
 /// 10 s: a healthy member's watch delivers a change well within it.
 pub fn default_write_wait_seconds() -> u64 {
     10
+}
+
+/// 60 s, kube-apiserver's default `--request-timeout` (which ends any
+/// list still running then, however fast its client reads).
+pub fn default_client_stall_timeout_seconds() -> u64 {
+    60
 }
 
 /// 2 threads.
@@ -194,6 +206,8 @@ mod tests {
         assert_eq!(config.bookmark_interval_seconds, defaults.bookmark_interval_seconds);
         assert_eq!(config.write_wait_seconds, defaults.write_wait_seconds);
         assert_eq!(defaults.write_wait_seconds, 10);
+        assert_eq!(config.client_stall_timeout_seconds, defaults.client_stall_timeout_seconds);
+        assert_eq!(defaults.client_stall_timeout_seconds, 60);
         assert_eq!(defaults.resource_selection(), ResourceSelection::default());
         let selection = config.resource_selection();
         assert_eq!(selection.rules.len(), 2, "the example shows a rule for every cluster and one by label");

@@ -104,6 +104,9 @@ struct ServeArgs {
     /// Seconds an edit waits for its change to be ingested (read-your-writes).
     #[arg(long)]
     write_wait_seconds: Option<u64>,
+    /// Seconds a client may take no byte of a response before its connection is closed (0: never).
+    #[arg(long)]
+    client_stall_timeout_seconds: Option<u64>,
     /// Token file (kube-apiserver's CSV: token,user,uid,"group1,group2").
     #[arg(long)]
     token_auth_file: Option<PathBuf>,
@@ -175,6 +178,9 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<Config> {
     }
     if let Some(w) = args.write_wait_seconds {
         config.write_wait_seconds = w;
+    }
+    if let Some(s) = args.client_stall_timeout_seconds {
+        config.client_stall_timeout_seconds = s;
     }
     if let (Some(cert), Some(key)) = (args.tls_cert_file, args.tls_private_key_file) {
         config.tls = Some(kubefold_api::tls::TlsConfig::new(cert, key));

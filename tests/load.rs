@@ -448,8 +448,12 @@ fn a_thousand_watches_with_list_and_get_load_stay_live_and_bounded() {
 #[test]
 fn a_slow_watch_client_is_closed_and_counted_and_the_others_are_unaffected() {
     use std::io::{Read, Write};
-    // A history that holds the whole burst: kubefold follows it with its watch, no relist.
-    let fleet = Fleet::start(1, 0.0, |c| c.history = 50_000);
+    // A history that holds the whole burst: kubefold follows it with its
+    // watch, no relist. The slow client reads what kubefold buffered for it
+    // only after the burst, which may take a debug build more than the
+    // default minute a stalled connection is kept (tested on its own in
+    // `a_client_that_stops_reading_a_list_is_cut_and_releases_it`).
+    let fleet = Fleet::start_with(1, 0.0, |c| c.history = 50_000, &["--client-stall-timeout-seconds", "600"]);
     let kf = &fleet.kf;
     let sim = fleet.sim("member1");
     let (from, _) = kubefold_pods(kf);
@@ -516,6 +520,98 @@ fn a_slow_watch_client_is_closed_and_counted_and_the_others_are_unaffected() {
     );
     assert!(ended, "the slow client's response did not end ({} bytes buffered for it)", received.len());
     assert!(tail.contains("\"type\":\"ERROR\"") && tail.contains("410"), "the slow client's stream ends with a 410 ERROR event: ...{tail}");
+}
+
+/// A client that stops reading a long list has its connection closed
+/// after `clientStallTimeoutSeconds` (5 s here) of taking no byte, which
+/// releases what the list held (its snapshot's pin on the log, counted in
+/// `kubefold_store_pinned_reads`; its producers; its buffers); a client that
+/// reads the same list slowly, pausing 1 s between reads, gets all of it.
+/// (Without the limit the stalled list kept its pin for as long as its client
+/// kept the connection.) The stalled client's receive buffer is 16 KiB and
+/// the list about 22 MB: far more than the sockets and kubefold's buffers
+/// hold, so it cannot have been sent whole.
+#[test]
+fn a_client_that_stops_reading_a_list_is_cut_and_releases_it() {
+    use std::io::{Read, Write};
+    let fleet = Fleet::start_with(1, 0.0, |c| c.pods = 6_000, &["--client-stall-timeout-seconds", "5"]);
+    let kf = &fleet.kf;
+    let (_, member) = member_objects(fleet.sim("member1"), "/api/v1/pods");
+    wait_for(Duration::from_secs(120), "kubefold holding every pod", || {
+        status(kf, "member1")["resources"]["v1/pods"]["objects"].as_u64() == Some(member.len() as u64)
+    });
+    let pinned = || metric(kf, "kubefold_store_pinned_reads", &[]);
+    assert_eq!(pinned(), 0.0, "no read in progress yet");
+    let list_bytes = kf.get("/api/v1/pods").1.len();
+    assert!(list_bytes > 16 << 20, "the list ({list_bytes} bytes) must not fit in the sockets' and kubefold's buffers");
+    let addr: std::net::SocketAddr = kf.url.trim_start_matches("http://").parse().unwrap();
+    let request = "GET /api/v1/pods HTTP/1.1\r\nHost: kubefold\r\nUser-Agent: stalled-client/1.0\r\n\r\n";
+
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.set_recv_buffer_size(16 << 10).unwrap();
+    socket.connect(&addr.into()).unwrap();
+    let mut stalled: std::net::TcpStream = socket.into();
+    stalled.write_all(request.as_bytes()).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut received = stalled.read(&mut buf).unwrap();
+    assert!(received > 0 && buf.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&buf[..received.min(300)]));
+    // From here on it reads nothing: its list stays pinned until kubefold closes the connection.
+    let mut seen_held = false;
+    wait_for(Duration::from_secs(90), "the stalled client's list released", || {
+        let p = pinned();
+        seen_held |= p == 1.0;
+        p == 0.0
+    });
+    assert!(seen_held, "the stalled list held its pin before it was released");
+    // What the stalled client gets when it reads again: what the buffers
+    // held, then the connection's end, before the list's end.
+    stalled.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut tail = Vec::new();
+    let cut = loop {
+        match stalled.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(n) => {
+                received += n;
+                tail = buf[..n].to_vec();
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
+            Err(e) => panic!("the stalled client's connection is neither closed nor reset: {e}"),
+        }
+    };
+    assert!(cut);
+    assert!(received < list_bytes, "the stalled client got {received} of the list's {list_bytes} bytes");
+    assert!(!tail.ends_with(b"\r\n0\r\n\r\n"), "the stalled client's response was cut before its end");
+
+    // A slow reader: 2 MiB at most, then 1 s without reading, to the end.
+    let mut slow = std::net::TcpStream::connect(addr).unwrap();
+    slow.write_all(request.as_bytes()).unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut response = Vec::new();
+    let mut piece = vec![0u8; 2 << 20];
+    while !response.ends_with(b"\r\n0\r\n\r\n") {
+        let n = slow.read(&mut piece).unwrap_or_else(|e| panic!("the slow reader's list broke off after {} bytes: {e}", response.len()));
+        assert!(n > 0, "the slow reader's connection closed after {} bytes", response.len());
+        response.extend_from_slice(&piece[..n]);
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let list: serde_json::Value = serde_json::from_slice(&dechunk(&response)).expect("the slow reader's list is whole JSON");
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(member.len()), "the slow reader got every pod");
+    wait_for(Duration::from_secs(30), "no read in progress", || pinned() == 0.0);
+}
+
+/// The body of an HTTP/1.1 response with `Transfer-Encoding: chunked`.
+fn dechunk(response: &[u8]) -> Vec<u8> {
+    let start = response.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head") + 4;
+    let (mut rest, mut body) = (&response[start..], Vec::new());
+    loop {
+        let line = rest.windows(2).position(|w| w == b"\r\n").expect("a chunk size line");
+        let size = usize::from_str_radix(std::str::from_utf8(&rest[..line]).unwrap().trim(), 16).expect("a hex chunk size");
+        if size == 0 {
+            return body;
+        }
+        body.extend_from_slice(&rest[line + 2..line + 2 + size]);
+        rest = &rest[line + 2 + size + 2..];
+    }
 }
 
 /// An ingest burst: 5,000 pods created at once in one member (the CI

@@ -68,6 +68,9 @@ pub struct ApiConfig {
     /// How long an edit waits for kubefold to ingest the member's change
     /// before it answers anyway (with a Warning header).
     pub write_wait: Duration,
+    /// How long a client may take no byte of a response (or leave sent
+    /// bytes unacknowledged) before its connection is closed; `None`: never.
+    pub client_stall_timeout: Option<Duration>,
     /// Authentication and authorization.
     pub auth: auth::AuthConfig,
     /// TLS; plain HTTP when absent.
@@ -83,6 +86,7 @@ impl Default for ApiConfig {
             min_watch_timeout: Duration::from_secs(1800),
             rv_wait: Duration::from_secs(3),
             write_wait: Duration::from_secs(10),
+            client_stall_timeout: Some(Duration::from_secs(60)),
             auth: auth::AuthConfig::default(),
             tls: None,
         }
@@ -369,6 +373,7 @@ pub fn server(state: Arc<ApiState>) -> Result<(Server, Vec<SocketAddr>), ServerE
         tracing::warn!(listen = %config.listen, "Serving plain HTTP: configure tls for anything but loopback.");
     }
     let estimator_table = web::Data::from(state.estimators.clone());
+    let stall_timeout = config.client_stall_timeout;
     let data = web::Data::from(state);
     let http = HttpServer::new(move || {
         App::new()
@@ -411,7 +416,10 @@ pub fn server(state: Arc<ApiState>) -> Result<(Server, Vec<SocketAddr>), ServerE
     // failed before reaching kubefold.
     .keep_alive(std::time::Duration::from_secs(IDLE_CONNECTION_SECS))
     .shutdown_timeout(2)
-    .on_connect(auth::on_connect);
+    .on_connect(move |connection, data| {
+        auth::on_connect(connection, data);
+        limit_stalls(connection, stall_timeout);
+    });
     let http = match tls {
         Some(tls) => http.bind_rustls_0_23(config.listen, tls),
         None => http.bind(config.listen),
@@ -421,9 +429,50 @@ pub fn server(state: Arc<ApiState>) -> Result<(Server, Vec<SocketAddr>), ServerE
     Ok((http.run(), addrs))
 }
 
+/// Closes a connection whose client stops taking bytes (its receive window
+/// stays closed) or stops acknowledging them for `timeout`: the kernel's
+/// `TCP_USER_TIMEOUT`, which covers both ("or buffered data may remain
+/// untransmitted (due to zero window size)", tcp(7)). actix-http has no
+/// write timeout, so without it a client that stops reading keeps its
+/// response forever: a list's snapshot pinned against compaction, its
+/// producer threads, actix's write buffer. kube-apiserver ends such a list
+/// at its request timeout (`--request-timeout`, 1 minute) and closes a
+/// watch whose client stops reading once the watch's buffer is full; here a
+/// client that reads, however slowly, is never cut.
+fn limit_stalls(connection: &dyn std::any::Any, timeout: Option<Duration>) {
+    type Tls = actix_tls::accept::rustls_0_23::TlsStream<actix_web::rt::net::TcpStream>;
+    let Some(timeout) = timeout else { return };
+    let tcp = match connection.downcast_ref::<actix_web::rt::net::TcpStream>() {
+        Some(tcp) => tcp,
+        None => match connection.downcast_ref::<Tls>() {
+            Some(tls) => tls.get_ref().0,
+            None => return,
+        },
+    };
+    if let Err(e) = socket2::SockRef::from(tcp).set_tcp_user_timeout(Some(timeout)) {
+        tracing::warn!(error = %e, "Cannot bound how long a client may stall its connection.");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::decode_path;
+
+    #[actix_web::test]
+    async fn accepted_connections_are_closed_when_their_client_stalls() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        let timeout = |s: &tokio::net::TcpStream| socket2::SockRef::from(s).tcp_user_timeout().unwrap();
+        assert_eq!(timeout(&accepted), None);
+        super::limit_stalls(&accepted, None);
+        assert_eq!(timeout(&accepted), None);
+        super::limit_stalls(&accepted, Some(std::time::Duration::from_secs(7)));
+        assert_eq!(timeout(&accepted), Some(std::time::Duration::from_secs(7)));
+        // Another kind of connection is left alone.
+        super::limit_stalls(&"not a socket", Some(std::time::Duration::from_secs(7)));
+        assert_eq!(timeout(&client), None);
+    }
 
     #[test]
     fn paths_are_decoded_and_encoded_slashes_refused() {
