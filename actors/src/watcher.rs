@@ -139,10 +139,11 @@ impl Actor for ClusterWatcher {
     }
 }
 
-/// Builds the member's client, retrying with the machine's backoff.
+/// The member's client (shared by this thread's watchers of the member),
+/// retrying with the machine's backoff.
 async fn connect(spec: &ClusterSpec, machine: &mut Machine, report: impl Fn(&str)) -> kube::Client {
     loop {
-        match spec.client().await {
+        match spec.shared_client().await {
             Ok(client) => return client,
             Err(e) => {
                 report(&e.to_string());

@@ -2,31 +2,19 @@
 //! HTTP worker thread (each worker has its own runtime), and raw request
 //! forwarding that passes the member's answer back unchanged.
 
-use std::cell::RefCell;
-use std::collections::HashMap;
-
 use actix_web::web::Bytes;
 use http::{HeaderMap, Method, Request};
 use kube::client::Body;
-use kubefold_actors::cluster::ClusterSpec;
 use kubefold_actors::fleet::Fleet;
 use kubefold_engine::status::Status;
 
-thread_local! {
-    static CLIENTS: RefCell<HashMap<String, (ClusterSpec, kube::Client)>> = RefCell::new(HashMap::new());
-}
-
-/// The client of `cluster` for this worker thread.
+/// The client of `cluster` for this worker thread
+/// ([`kubefold_actors::cluster::ClusterSpec::shared_client`]).
 pub async fn client(fleet: &Fleet, cluster: &str) -> Result<kube::Client, Status> {
     let spec = fleet.member(cluster).ok_or_else(|| {
         Status::new(404, "NotFound", format!("cluster \"{cluster}\" is not a member of this kubefold"))
     })?;
-    if let Some(client) = CLIENTS.with(|c| c.borrow().get(cluster).filter(|(s, _)| *s == spec).map(|(_, c)| c.clone())) {
-        return Ok(client);
-    }
-    let client = spec.client().await.map_err(|e| unreachable(cluster, &e.to_string()))?;
-    CLIENTS.with(|c| c.borrow_mut().insert(cluster.to_string(), (spec, client.clone())));
-    Ok(client)
+    spec.shared_client().await.map_err(|e| unreachable(cluster, &e.to_string()))
 }
 
 /// 503 naming the cluster that could not be reached.
