@@ -372,7 +372,8 @@ fn record(log: &mut WatchLog, line: &[u8], kind: LineKind, finders: &Finders, no
 
 /// Marker writes: `rate` merge patches per second to random load pods of the
 /// members, each recorded as (event key, send time) once the member answers
-/// with the new resourceVersion.
+/// with the new resourceVersion. A pod the member's churn has deleted (404)
+/// is not a failure: another pod is picked at once (up to 5 tries a tick).
 pub async fn marker_writes(
     members: Vec<SocketAddr>,
     pods_per_member: usize,
@@ -391,23 +392,29 @@ pub async fn marker_writes(
             _ = ticker.tick() => {}
             _ = stop.changed() => return (sent, failures),
         }
-        let m = rng.random_range(0..clients.len());
-        let i = rng.random_range(0..pods_per_member.max(1));
-        serial += 1;
-        let path = format!("/api/v1/namespaces/load-{}/pods/load-{i}", i % 10);
-        let body = format!("{{\"metadata\":{{\"annotations\":{{\"bench.kubefold.io/marker\":\"{serial}\"}}}}}}");
-        let t = base.elapsed().as_nanos() as u64;
-        match clients[m].request(Method::PATCH, &path, "application/merge-patch+json", Bytes::from(body)).await {
-            Ok((200, reply)) => {
-                let rv = serde_json::from_slice::<serde_json::Value>(&reply)
-                    .ok()
-                    .and_then(|v| v["metadata"]["resourceVersion"].as_str().and_then(|s| s.parse::<u64>().ok()));
-                match rv {
-                    Some(rv) => sent.push((event_key(m as u64, rv), t)),
-                    None => failures += 1,
+        let mut tries = 0;
+        let written = loop {
+            tries += 1;
+            let m = rng.random_range(0..clients.len());
+            let i = rng.random_range(0..pods_per_member.max(1));
+            serial += 1;
+            let path = format!("/api/v1/namespaces/load-{}/pods/load-{i}", i % 10);
+            let body = format!("{{\"metadata\":{{\"annotations\":{{\"bench.kubefold.io/marker\":\"{serial}\"}}}}}}");
+            let t = base.elapsed().as_nanos() as u64;
+            match clients[m].request(Method::PATCH, &path, "application/merge-patch+json", Bytes::from(body)).await {
+                Ok((200, reply)) => {
+                    let rv = serde_json::from_slice::<serde_json::Value>(&reply)
+                        .ok()
+                        .and_then(|v| v["metadata"]["resourceVersion"].as_str().and_then(|s| s.parse::<u64>().ok()));
+                    break rv.map(|rv| (event_key(m as u64, rv), t));
                 }
+                Ok((404, _)) if tries < 5 => continue,
+                _ => break None,
             }
-            _ => failures += 1,
+        };
+        match written {
+            Some(marker) => sent.push(marker),
+            None => failures += 1,
         }
     }
 }
