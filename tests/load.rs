@@ -547,14 +547,8 @@ fn a_client_that_stops_reading_a_list_is_cut_and_releases_it() {
     let addr: std::net::SocketAddr = kf.url.trim_start_matches("http://").parse().unwrap();
     let request = "GET /api/v1/pods HTTP/1.1\r\nHost: kubefold\r\nUser-Agent: stalled-client/1.0\r\n\r\n";
 
-    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    socket.set_recv_buffer_size(16 << 10).unwrap();
-    socket.connect(&addr.into()).unwrap();
-    let mut stalled: std::net::TcpStream = socket.into();
-    stalled.write_all(request.as_bytes()).unwrap();
+    let (mut stalled, mut received) = stalled_list(addr);
     let mut buf = vec![0u8; 1 << 20];
-    let mut received = stalled.read(&mut buf).unwrap();
-    assert!(received > 0 && buf.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&buf[..received.min(300)]));
     // From here on it reads nothing: its list stays pinned until kubefold closes the connection.
     let mut seen_held = false;
     wait_for(Duration::from_secs(90), "the stalled client's list released", || {
@@ -597,6 +591,70 @@ fn a_client_that_stops_reading_a_list_is_cut_and_releases_it() {
     let list: serde_json::Value = serde_json::from_slice(&dechunk(&response)).expect("the slow reader's list is whole JSON");
     assert_eq!(list["items"].as_array().map(Vec::len), Some(member.len()), "the slow reader got every pod");
     wait_for(Duration::from_secs(30), "no read in progress", || pinned() == 0.0);
+}
+
+/// A client that asks kubefold at `addr` for every pod, reads the first
+/// bytes of the answer (a 200) and then nothing: its receive buffer is
+/// 16 KiB. Returns the connection and the bytes read.
+fn stalled_list(addr: std::net::SocketAddr) -> (std::net::TcpStream, usize) {
+    use std::io::{Read, Write};
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.set_recv_buffer_size(16 << 10).unwrap();
+    socket.connect(&addr.into()).unwrap();
+    let mut stalled: std::net::TcpStream = socket.into();
+    stalled.write_all(b"GET /api/v1/pods HTTP/1.1\r\nHost: kubefold\r\nUser-Agent: stalled-client/1.0\r\n\r\n").unwrap();
+    let mut buf = vec![0u8; 64 << 10];
+    let received = stalled.read(&mut buf).unwrap();
+    assert!(received > 0 && buf.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&buf[..received.min(300)]));
+    (stalled, received)
+}
+
+/// A list counts against its client's requests in flight until the whole
+/// list is sent, as kube-apiserver's max-in-flight counts every request that
+/// is not long-running until it completes; a watch only until it starts.
+/// With `maxRequestsInFlightPerClient: 2`: two open watches leave room for
+/// a get; two lists whose client stopped reading take the room (the get
+/// gets 429 TooManyRequests with Retry-After); closing one of them gives
+/// it back. (Counted only until their heads were sent, the lists left the
+/// get room.)
+#[test]
+fn a_list_counts_as_in_flight_until_it_is_sent() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("kubefold.yaml");
+    std::fs::write(&config, "auth:\n  maxRequestsInFlightPerClient: 2\n").unwrap();
+    let config = config.to_string_lossy().to_string();
+    let fleet = Fleet::start_with(1, 0.0, |c| c.pods = 6_000, &["--config", &config]);
+    let kf = &fleet.kf;
+    let (_, member) = member_objects(fleet.sim("member1"), "/api/v1/pods");
+    wait_for(Duration::from_secs(120), "kubefold holding every pod", || {
+        status(kf, "member1")["resources"]["v1/pods"]["objects"].as_u64() == Some(member.len() as u64)
+    });
+    let addr: std::net::SocketAddr = kf.url.trim_start_matches("http://").parse().unwrap();
+    let get = || kf.get("/api/v1/namespaces/load-1/pods/load-1_member1");
+    let watches: Vec<std::net::TcpStream> = (0..2)
+        .map(|_| {
+            let mut watch = std::net::TcpStream::connect(addr).unwrap();
+            watch.write_all(b"GET /api/v1/pods?watch=1&resourceVersion=0 HTTP/1.1\r\nHost: kubefold\r\n\r\n").unwrap();
+            watch
+        })
+        .collect();
+    // Both watches are being served (their initial states stream) ...
+    wait_for(Duration::from_secs(30), "two watches open", || metric(kf, "kubefold_watches", &[]) == 2.0);
+    let (code, body) = get();
+    assert_eq!(code, 200, "a get beside two open watches: {body}");
+    drop(watches);
+    wait_for(Duration::from_secs(30), "the watches closed", || metric(kf, "kubefold_watches", &[]) == 0.0);
+    // ... and two lists that do not finish.
+    let (first, _) = stalled_list(addr);
+    let (_second, _) = stalled_list(addr);
+    let (code, body) = get();
+    assert_eq!(code, 429, "a get beside two unfinished lists: {body}");
+    let refused: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(refused["reason"], "TooManyRequests");
+    assert_eq!(refused["details"]["retryAfterSeconds"], 1);
+    drop(first);
+    wait_for(Duration::from_secs(30), "a get answered once one list's client left", || get().0 == 200);
 }
 
 /// The body of an HTTP/1.1 response with `Transfer-Encoding: chunked`.

@@ -97,9 +97,11 @@ pub struct AuthConfig {
     pub rules: Vec<Rule>,
     /// Most requests of one client (a user, or the client IP for anonymous
     /// requests) being handled at once; more get 429 TooManyRequests with
-    /// `Retry-After: 1`. A request counts until its response starts, so open
-    /// watches and log streams do not count (as kube-apiserver's
-    /// max-in-flight exempts long-running requests). 0: no limit.
+    /// `Retry-After: 1`. A request counts until its whole response is sent
+    /// (a long list while it streams); a long-running one (a watch, a log,
+    /// [`is_long_running`]) only until its response starts, as
+    /// kube-apiserver's max-in-flight exempts long-running requests.
+    /// 0: no limit.
     #[serde(default = "default_max_requests_in_flight_per_client")]
     pub max_requests_in_flight_per_client: usize,
 }
@@ -507,6 +509,20 @@ pub fn attributes(method: &Method, raw_path: &str, query: &str) -> RequestAttrib
     }
 }
 
+/// Whether a request is long-running, which kube-apiserver's max-in-flight
+/// limit does not count once it started (`BasicLongRunningRequestCheck`
+/// with the verbs `watch` and `proxy` and the subresources `attach`,
+/// `exec`, `proxy`, `log` and `portforward`): any watch (also of kubefold's
+/// admin streams) and those subresources.
+pub fn is_long_running(attributes: &RequestAttributes, query: &str) -> bool {
+    const SUBRESOURCES: [&str; 5] = ["attach", "exec", "proxy", "log", "portforward"];
+    let subresource = match &attributes.target {
+        Target::Resource(r) => r.subresource.as_deref(),
+        _ => None,
+    };
+    attributes.verb == "watch" || attributes.verb == "proxy" || subresource.is_some_and(|s| SUBRESOURCES.contains(&s)) || is_watch(query)
+}
+
 /// Whether the query asks for a watch (`watch=true`, `watch=1`, or another
 /// value Go's strconv.ParseBool reads as true).
 fn is_watch(query: &str) -> bool {
@@ -890,13 +906,37 @@ fn is_open_path(path: &str) -> bool {
     })
 }
 
+/// A response body that holds its request's in-flight slot until it is
+/// sent (or dropped because its client went away).
+pub struct Counted<B> {
+    body: B,
+    _slot: Option<InFlightGuard>,
+}
+
+impl<B: MessageBody + Unpin> MessageBody for Counted<B> {
+    type Error = B::Error;
+
+    fn size(&self) -> actix_web::body::BodySize {
+        self.body.size()
+    }
+
+    fn poll_next(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Result<actix_web::web::Bytes, Self::Error>>> {
+        std::pin::Pin::new(&mut self.get_mut().body).poll_next(cx)
+    }
+
+    fn try_into_bytes(self) -> Result<actix_web::web::Bytes, Self> {
+        let Counted { body, _slot } = self;
+        body.try_into_bytes().map_err(|body| Counted { body, _slot })
+    }
+}
+
 impl<S, B> Transform<S, ServiceRequest> for Auth
 where
     S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error> + 'static,
     S::Future: 'static,
-    B: MessageBody + 'static,
+    B: MessageBody + Unpin + 'static,
 {
-    type Response = ServiceResponse<EitherBody<B>>;
+    type Response = ServiceResponse<EitherBody<Counted<B>>>;
     type Error = actix_web::Error;
     type Transform = AuthMiddleware<S>;
     type InitError = ();
@@ -918,9 +958,9 @@ impl<S, B> Service<ServiceRequest> for AuthMiddleware<S>
 where
     S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error> + 'static,
     S::Future: 'static,
-    B: MessageBody + 'static,
+    B: MessageBody + Unpin + 'static,
 {
-    type Response = ServiceResponse<EitherBody<B>>;
+    type Response = ServiceResponse<EitherBody<Counted<B>>>;
     type Error = actix_web::Error;
     type Future = LocalBoxFuture<'static, Result<Self::Response, Self::Error>>;
 
@@ -929,18 +969,20 @@ where
     fn call(&self, req: ServiceRequest) -> Self::Future {
         if is_open_path(req.path()) {
             let response = self.service.call(req);
-            return Box::pin(async move { Ok(response.await?.map_into_left_body()) });
+            return Box::pin(async move { Ok(response.await?.map_body(|_, body| Counted { body, _slot: None }).map_into_left_body()) });
         }
         match self.auth.admit(&req) {
-            Ok((user, attributes, guard)) => {
+            Ok((user, attributes, slot)) => {
+                let long_running = is_long_running(&attributes, req.query_string());
                 req.extensions_mut().insert(user);
                 req.extensions_mut().insert(attributes);
                 let response = self.service.call(req);
                 Box::pin(async move {
                     let response = response.await;
-                    // The slot is held until the response starts, not while a body streams.
-                    drop(guard);
-                    Ok(response?.map_into_left_body())
+                    // A long-running request's slot is released when its
+                    // response starts, any other's with its body.
+                    let slot = (!long_running).then_some(slot);
+                    Ok(response?.map_body(|_, body| Counted { body, _slot: slot }).map_into_left_body())
                 })
             }
             Err(rejection) => {
@@ -1234,6 +1276,22 @@ mod tests {
         let c = AuthConfig { client_ca_file: Some("ca.pem".into()), anonymous: None, ..c };
         let auth = Auth::from_config(&c).unwrap();
         assert!(!auth.is_open() && !auth.inner.anonymous);
+    }
+
+    #[test]
+    fn watches_logs_and_streams_are_long_running_lists_and_gets_are_not() {
+        let long = |method: Method, path: &str, query: &str| is_long_running(&attrs(method, path, query), query);
+        assert!(long(Method::GET, "/api/v1/pods", "watch=1"));
+        assert!(long(Method::GET, "/clusters/m1/apis/apps/v1/namespaces/a/deployments", "watch=true&resourceVersion=5"));
+        assert!(long(Method::GET, "/api/v1/namespaces/a/pods/p_m1/log", "follow=true"));
+        assert!(long(Method::POST, "/api/v1/namespaces/a/pods/p_m1/exec", "command=sh"));
+        assert!(long(Method::GET, "/admin/v1/estimators", "watch=true"));
+        assert!(!long(Method::GET, "/api/v1/pods", ""));
+        assert!(!long(Method::GET, "/api/v1/pods", "watch=false&limit=500"));
+        assert!(!long(Method::GET, "/api/v1/namespaces/a/pods/p_m1", ""));
+        assert!(!long(Method::GET, "/api/v1/namespaces/a/pods/p_m1/status", ""));
+        assert!(!long(Method::PATCH, "/apis/apps/v1/namespaces/a/deployments/d_m1/scale", ""));
+        assert!(!long(Method::GET, "/admin/v1/clusters", ""));
     }
 
     #[test]
