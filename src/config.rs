@@ -78,6 +78,13 @@ pub struct Config {
     /// buffers); 0: never.
     #[serde(default = "default_client_stall_timeout_seconds")]
     pub client_stall_timeout_seconds: u64,
+    /// Send lists of more than 128 KiB gzip-compressed (level 1) to clients
+    /// that accept it, as kube-apiserver does (client-go asks for it unless
+    /// its `DisableCompression` is set, kubectl unless
+    /// `--disable-compression`). Off: lists are always sent as they are
+    /// (cheaper for kubefold's CPU when clients are near).
+    #[serde(default = "default_compress_lists")]
+    pub compress_lists: bool,
     /// Threads that run the cluster watchers.
     #[serde(default = "default_watcher_threads")]
     pub watcher_threads: usize,
@@ -125,6 +132,11 @@ pub fn default_write_wait_seconds() -> u64 {
 /// list still running then, however fast its client reads).
 pub fn default_client_stall_timeout_seconds() -> u64 {
     60
+}
+
+/// On, as kube-apiserver's APIResponseCompression.
+pub fn default_compress_lists() -> bool {
+    true
 }
 
 /// 2 threads.
@@ -208,6 +220,8 @@ mod tests {
         assert_eq!(defaults.write_wait_seconds, 10);
         assert_eq!(config.client_stall_timeout_seconds, defaults.client_stall_timeout_seconds);
         assert_eq!(defaults.client_stall_timeout_seconds, 60);
+        assert_eq!(config.compress_lists, defaults.compress_lists);
+        assert!(defaults.compress_lists);
         assert_eq!(defaults.resource_selection(), ResourceSelection::default());
         let selection = config.resource_selection();
         assert_eq!(selection.rules.len(), 2, "the example shows a rule for every cluster and one by label");

@@ -190,6 +190,7 @@ pub fn run(
             min_watch_timeout: Duration::from_secs(config.min_request_timeout_seconds.max(1)),
             write_wait: Duration::from_secs(config.write_wait_seconds),
             client_stall_timeout: Some(Duration::from_secs(config.client_stall_timeout_seconds)).filter(|t| !t.is_zero()),
+            compress_lists: config.compress_lists,
             auth: config.auth.clone(),
             tls: config.tls.clone(),
             ..ApiConfig::default()

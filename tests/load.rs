@@ -1098,6 +1098,72 @@ fn long_lists_hold_every_object_once_in_page_order() {
     }
 }
 
+/// A client that sends `Accept-Encoding: gzip` gets a list of more than
+/// 128 KiB gzip-compressed, as from kube-apiserver (`Content-Encoding:
+/// gzip`, `Vary: Accept-Encoding`): one gzip member (read by a decoder that
+/// stops after the first) holding exactly the bytes of the same list sent
+/// plainly, whether made by the producers (the whole list, as JSON and as a
+/// Table) or a page. A small list, and any list for a client that does not
+/// ask, are sent as they are. kubectl (Go's transport asks for gzip and
+/// decodes it) lists every pod at once.
+#[test]
+fn large_lists_are_gzipped_for_clients_that_accept_it() {
+    use std::io::Read;
+    let fleet = Fleet::start(1, 0.0, |c| c.pods = 6_000);
+    let kf = &fleet.kf;
+    let (_, member) = member_objects(fleet.sim("member1"), "/api/v1/pods");
+    wait_for(Duration::from_secs(120), "kubefold holding every pod", || {
+        status(kf, "member1")["resources"]["v1/pods"]["objects"].as_u64() == Some(member.len() as u64)
+    });
+    let http = client(Duration::from_secs(120));
+    let rv = kf.get_json("/api/v1/pods?limit=1")["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    let get = |path: &str, accept: Option<&str>, gzip: bool| {
+        let mut request = http.get(format!("{}{path}", kf.url));
+        if gzip {
+            request = request.header("Accept-Encoding", "gzip");
+        }
+        if let Some(accept) = accept {
+            request = request.header("Accept", accept);
+        }
+        let response = request.send().unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        let header = |name: &str| response.headers().get(name).map(|v| v.to_str().unwrap().to_string());
+        let (encoding, vary) = (header("content-encoding"), header("vary"));
+        (encoding, vary, response.bytes().unwrap().to_vec())
+    };
+    let gunzip = |bytes: &[u8]| {
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(bytes).read_to_end(&mut out).expect("one valid gzip member");
+        out
+    };
+    let table = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
+    let whole = format!("/api/v1/pods?resourceVersion={rv}&resourceVersionMatch=Exact");
+    let page = format!("/api/v1/pods?resourceVersion={rv}&resourceVersionMatch=Exact&limit=500");
+    for (path, accept) in [(&whole, None), (&page, None), (&whole, Some(table))] {
+        let (encoding, _, plain) = get(path, accept, false);
+        assert_eq!(encoding, None, "{path} without Accept-Encoding");
+        let (encoding, vary, gzipped) = get(path, accept, true);
+        assert_eq!(encoding.as_deref(), Some("gzip"), "{path} {accept:?}");
+        assert_eq!(vary.as_deref(), Some("Accept-Encoding"));
+        assert!(gzipped.len() * 4 < plain.len(), "{path}: {} bytes gzipped of {}", gzipped.len(), plain.len());
+        let decoded = gunzip(&gzipped);
+        if accept.is_none() {
+            assert!(decoded == plain, "{path}: the gzipped list holds other bytes than the plain one");
+        } else {
+            // A Table's ages are rendered when it is made: compare rows.
+            let (a, b): (serde_json::Value, serde_json::Value) = (serde_json::from_slice(&decoded).unwrap(), serde_json::from_slice(&plain).unwrap());
+            let names = |t: &serde_json::Value| t["rows"].as_array().unwrap().iter().map(|r| r["cells"][0].clone()).collect::<Vec<_>>();
+            assert_eq!(names(&a), names(&b));
+            assert_eq!(names(&a).len(), member.len());
+        }
+    }
+    let (encoding, _, small) = get("/api/v1/namespaces", None, true);
+    assert!(small.len() < 128 * 1024 && encoding.is_none(), "a list of {} bytes is sent as it is ({encoding:?})", small.len());
+    let (ok, out, err) = kubectl(&["--server", &kf.url, "get", "pods", "-A", "--chunk-size=0", "-o", "name"], None);
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().count(), member.len());
+}
+
 #[test]
 fn a_get_is_answered_while_large_lists_stream_to_fast_clients() {
     let tmp = tempfile::tempdir().unwrap();

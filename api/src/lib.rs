@@ -17,6 +17,7 @@ pub mod admin;
 pub mod discovery;
 pub mod edit;
 pub mod estimators;
+pub mod gzip;
 pub mod health;
 pub mod auth;
 pub mod members;
@@ -71,6 +72,9 @@ pub struct ApiConfig {
     /// How long a client may take no byte of a response (or leave sent
     /// bytes unacknowledged) before its connection is closed; `None`: never.
     pub client_stall_timeout: Option<Duration>,
+    /// gzip lists over 128 KiB for clients that accept it (kube-apiserver's
+    /// APIResponseCompression), see [`gzip`].
+    pub compress_lists: bool,
     /// Authentication and authorization.
     pub auth: auth::AuthConfig,
     /// TLS; plain HTTP when absent.
@@ -87,6 +91,7 @@ impl Default for ApiConfig {
             rv_wait: Duration::from_secs(3),
             write_wait: Duration::from_secs(10),
             client_stall_timeout: Some(Duration::from_secs(60)),
+            compress_lists: true,
             auth: auth::AuthConfig::default(),
             tls: None,
         }

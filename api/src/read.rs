@@ -454,12 +454,40 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
     // worker and the client up before the producers started (and read its
     // records one by one).
     let first = if list.items.len() > STREAMED_FROM_THE_HEAD { list.head_only() } else { list.chunk()? };
-    let first = web::Bytes::from_owner(PooledChunk(first));
+    // gzip when the client asks for it and the list is larger than the
+    // threshold: known at once for a list of one chunk; a streamed list is
+    // over it (more than one chunk, or more objects than a few batches).
+    let gzip = state.config.compress_lists && crate::gzip::accepted(req.headers());
     if list.done {
-        return Ok(respond::json_bytes(first));
+        if gzip && first.len() > crate::gzip::THRESHOLD_BYTES {
+            let body = crate::gzip::Member::whole(first.written());
+            give_back(first);
+            return Ok(gzipped(&mut HttpResponse::Ok()).content_type("application/json").body(body));
+        }
+        return Ok(respond::json_bytes(web::Bytes::from_owner(PooledChunk(first))));
     }
-    let body = futures::stream::once(async move { Ok::<_, actix_web::Error>(first) }).chain(list.rest());
-    Ok(HttpResponse::Ok().content_type("application/json").streaming(body))
+    let mut member = gzip.then(crate::gzip::Member::default);
+    let first = match member.as_mut() {
+        Some(member) => {
+            let mut bytes = crate::gzip::Member::HEADER.to_vec();
+            bytes.extend_from_slice(&member.add(crate::gzip::Piece::deflate(first.written())));
+            give_back(first);
+            web::Bytes::from(bytes)
+        }
+        None => web::Bytes::from_owner(PooledChunk(first)),
+    };
+    let body = futures::stream::once(async move { Ok::<_, actix_web::Error>(first) }).chain(list.rest(member));
+    let mut response = HttpResponse::Ok();
+    if gzip {
+        gzipped(&mut response);
+    }
+    Ok(response.content_type("application/json").streaming(body))
+}
+
+/// Marks a response as gzip-encoded, as kube-apiserver does
+/// (`Content-Encoding: gzip`, `Vary: Accept-Encoding`).
+fn gzipped(response: &mut actix_web::HttpResponseBuilder) -> &mut actix_web::HttpResponseBuilder {
+    response.insert_header((actix_web::http::header::CONTENT_ENCODING, "gzip")).insert_header((actix_web::http::header::VARY, "Accept-Encoding"))
 }
 
 /// Bytes of a list response produced per chunk.
@@ -495,15 +523,40 @@ impl AsRef<[u8]> for PooledChunk {
 
 impl Drop for PooledChunk {
     fn drop(&mut self) {
-        let mut buf = std::mem::take(&mut self.0);
-        if buf.capacity() > 2 * LIST_CHUNK_BYTES {
-            return;
+        give_back(std::mem::take(&mut self.0));
+    }
+}
+
+/// Gives a chunk buffer back to [`CHUNK_POOL`] (unless the pool is full
+/// or the buffer grew large).
+fn give_back(mut buf: ChunkBuf) {
+    if buf.capacity() > 2 * LIST_CHUNK_BYTES {
+        return;
+    }
+    buf.clear();
+    let mut pool = CHUNK_POOL.lock().unwrap_or_else(|e| e.into_inner());
+    if pool.len() < POOLED_CHUNKS {
+        pool.push(buf);
+    }
+}
+
+/// A chunk of a long list from its producer: its bytes, or (gzip) its
+/// bytes deflated.
+enum Produced {
+    Plain(ChunkBuf),
+    Deflated(crate::gzip::Piece),
+}
+
+impl Produced {
+    /// `chunk`, deflated when the list is sent with gzip (the buffer then
+    /// goes back to the pool).
+    fn of(chunk: ChunkBuf, gzip: bool) -> Produced {
+        if !gzip {
+            return Produced::Plain(chunk);
         }
-        buf.clear();
-        let mut pool = CHUNK_POOL.lock().unwrap_or_else(|e| e.into_inner());
-        if pool.len() < POOLED_CHUNKS {
-            pool.push(buf);
-        }
+        let piece = crate::gzip::Piece::deflate(chunk.written());
+        give_back(chunk);
+        Produced::Deflated(piece)
     }
 }
 
@@ -634,7 +687,11 @@ impl ListBody {
     /// holds up the worker's other requests (gets, watch events), and a long
     /// list is made on both cores while the client reads. Memory: about two
     /// chunks per producer, per list.
-    fn rest(self) -> impl futures::Stream<Item = Result<web::Bytes, actix_web::Error>> {
+    ///
+    /// With `member` (gzip), the producers deflate their chunks and the
+    /// stream joins them into that gzip member, then ends it.
+    fn rest(self, mut member: Option<crate::gzip::Member>) -> impl futures::Stream<Item = Result<web::Bytes, actix_web::Error>> {
+        let gzip = member.is_some();
         let start = self.pos;
         let batches = (self.items.len() - start).div_ceil(LIST_BATCH_ITEMS);
         // Two threads only for a list streamed alone: with others streaming,
@@ -643,9 +700,9 @@ impl ListBody {
         let producers = if streaming.others == 0 { LIST_PRODUCERS } else { 1 }.min(batches).max(1);
         let receivers: Vec<_> = (0..producers)
             .map(|producer| {
-                let (tx, rx) = tokio::sync::mpsc::channel::<Result<(ChunkBuf, bool), String>>(1);
+                let (tx, rx) = tokio::sync::mpsc::channel::<Result<(Produced, bool), String>>(1);
                 let (store, items, clusters, writer) = (self.store.clone(), self.items.clone(), self.clusters.clone(), self.writer.clone());
-                tokio::task::spawn_blocking(move || produce(&store, &items, &clusters, &writer, start, (producer, producers), &tx));
+                tokio::task::spawn_blocking(move || produce(&store, &items, &clusters, &writer, start, (producer, producers, gzip), &tx));
                 rx
             })
             .collect();
@@ -658,7 +715,15 @@ impl ListBody {
             }
             if left == 0 {
                 ended = true;
-                return std::task::Poll::Ready(Some(Ok(web::Bytes::from_static(b"]}"))));
+                let end = match member.take() {
+                    Some(mut member) => {
+                        let mut end = member.add(crate::gzip::Piece::deflate(b"]}"));
+                        end.extend_from_slice(&member.end());
+                        web::Bytes::from(end)
+                    }
+                    None => web::Bytes::from_static(b"]}"),
+                };
+                return std::task::Poll::Ready(Some(Ok(end)));
             }
             let failed = |message: String| {
                 tracing::warn!(%message, "List ended early.");
@@ -670,7 +735,11 @@ impl ListBody {
                         left -= 1;
                         current = (current + 1) % receivers.len();
                     }
-                    Some(Ok(web::Bytes::from_owner(PooledChunk(chunk))))
+                    Some(Ok(match (chunk, member.as_mut()) {
+                        (Produced::Plain(chunk), _) => web::Bytes::from_owner(PooledChunk(chunk)),
+                        (Produced::Deflated(piece), Some(member)) => web::Bytes::from(member.add(piece)),
+                        (Produced::Deflated(_), None) => unreachable!("chunks are deflated only for a gzip member"),
+                    }))
                 }
                 Some(Err(message)) => {
                     ended = true;
@@ -686,16 +755,17 @@ impl ListBody {
 }
 
 /// Produces batches `producer`, `producer + producers`, ... of the
-/// items from `start` on; each batch's last chunk is marked. Stops at the
-/// end, at an error (sent on) or when the client went away.
+/// items from `start` on (deflated with `gzip`); each batch's last chunk is
+/// marked. Stops at the end, at an error (sent on) or when the client went
+/// away.
 fn produce(
     store: &kubefold_store::Store,
     items: &[ListItem],
     clusters: &[ListCluster],
     writer: &ItemWriter,
     start: usize,
-    (producer, producers): (usize, usize),
-    tx: &tokio::sync::mpsc::Sender<Result<(ChunkBuf, bool), String>>,
+    (producer, producers, gzip): (usize, usize, bool),
+    tx: &tokio::sync::mpsc::Sender<Result<(Produced, bool), String>>,
 ) {
     let mut from = start + producer * LIST_BATCH_ITEMS;
     while from < items.len() {
@@ -710,7 +780,7 @@ fn produce(
             }
         };
         for (i, item) in items.iter().enumerate().take(to).skip(from) {
-            if out.len() >= LIST_CHUNK_BYTES && tx.blocking_send(Ok((std::mem::replace(&mut out, chunk_buffer(LIST_CHUNK_BYTES)), false))).is_err() {
+            if out.len() >= LIST_CHUNK_BYTES && tx.blocking_send(Ok((Produced::of(std::mem::replace(&mut out, chunk_buffer(LIST_CHUNK_BYTES)), gzip), false))).is_err() {
                 return;
             }
             if i > 0 {
@@ -721,7 +791,7 @@ fn produce(
                 return;
             }
         }
-        if tx.blocking_send(Ok((out, true))).is_err() {
+        if tx.blocking_send(Ok((Produced::of(out, gzip), true))).is_err() {
             return;
         }
         from += producers * LIST_BATCH_ITEMS;
