@@ -22,6 +22,9 @@ pub const ACCEPT_TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,app
 pub struct Conn {
     sender: SendRequest<Full<Bytes>>,
     host: String,
+    /// Sends `Accept-Encoding: gzip` (as kubectl does); bodies are counted
+    /// as they arrive, not decoded.
+    pub accept_gzip: bool,
 }
 
 impl Conn {
@@ -33,7 +36,7 @@ impl Conn {
         tokio::spawn(async move {
             let _ = connection.await;
         });
-        Ok(Conn { sender, host: addr.to_string() })
+        Ok(Conn { sender, host: addr.to_string(), accept_gzip: false })
     }
 
     /// Whether the connection can take another request.
@@ -47,6 +50,9 @@ impl Conn {
         builder = builder.header(hyper::header::USER_AGENT, "kubefold-bench/0.1");
         if let Some(a) = accept {
             builder = builder.header(hyper::header::ACCEPT, a);
+        }
+        if self.accept_gzip {
+            builder = builder.header(hyper::header::ACCEPT_ENCODING, "gzip");
         }
         if let Some(c) = content_type {
             builder = builder.header(hyper::header::CONTENT_TYPE, c);
@@ -90,18 +96,22 @@ pub struct Client {
     /// The server.
     pub addr: SocketAddr,
     conn: Option<Conn>,
+    /// See [`Conn::accept_gzip`].
+    pub accept_gzip: bool,
 }
 
 impl Client {
     /// A client of `addr` (connects lazily).
     pub fn new(addr: SocketAddr) -> Client {
-        Client { addr, conn: None }
+        Client { addr, conn: None, accept_gzip: false }
     }
 
     /// Makes sure a connection is open (call before starting a timer).
     pub async fn ensure(&mut self) -> Result<&mut Conn> {
         if !self.conn.as_ref().is_some_and(Conn::is_open) {
-            self.conn = Some(Conn::connect(self.addr).await?);
+            let mut conn = Conn::connect(self.addr).await?;
+            conn.accept_gzip = self.accept_gzip;
+            self.conn = Some(conn);
         }
         Ok(self.conn.as_mut().unwrap_or_else(|| unreachable!()))
     }

@@ -402,11 +402,19 @@ async fn size_step(ctx: &Ctx, report: &mut Report, n: usize, restart: bool, curv
     drop(kubefold_body);
     let mut limit_client = Client::new(limit_addr);
     timed_get(&mut limit_client, "/", None).await?;
+    // The same list as kubectl asks for it (Accept-Encoding: gzip); the
+    // compressed bytes are counted as they arrive, not decoded.
+    let mut gzip_client = Client::new(addr);
+    gzip_client.accept_gzip = true;
+    timed_get(&mut gzip_client, "/api/v1/pods", None).await?;
     let reps = plan.list_reps(n);
-    let (mut kf_ms, mut members_ms, mut limit_ms) = (Vec::new(), Vec::new(), Vec::new());
-    let mut members_list_bytes = 0;
+    let (mut kf_ms, mut members_ms, mut limit_ms, mut gzip_ms) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut members_list_bytes, mut gzip_bytes) = (0, 0);
     for _ in 0..reps {
         kf_ms.push(timed_get(&mut client, "/api/v1/pods", None).await?.0);
+        let (ms, bytes) = timed_get(&mut gzip_client, "/api/v1/pods", None).await?;
+        gzip_ms.push(ms);
+        gzip_bytes = bytes;
         let (ms, bytes) = timed_members(&mut member_clients, "/api/v1/pods").await?;
         members_ms.push(ms);
         members_list_bytes = bytes;
@@ -414,7 +422,9 @@ async fn size_step(ctx: &Ctx, report: &mut Report, n: usize, restart: bool, curv
     }
     limit_task.abort();
     drop(limit_client);
+    drop(gzip_client);
     let (kf_list, members_list, limit_list) = (ms_summary(&kf_ms), ms_summary(&members_ms), ms_summary(&limit_ms));
+    let gzip_list = ms_summary(&gzip_ms);
     let list_target = match n {
         10_000 => Some(("< 100 ms", kf_list.p50 < 100.0)),
         100_000 => Some(("< 1 s", kf_list.p50 < 1000.0)),
@@ -437,6 +447,15 @@ async fn size_step(ctx: &Ctx, report: &mut Report, n: usize, restart: bool, curv
             .note(format!("nearest rank of {reps}: the maximum")),
     );
     figures.push(Figure::new("list", "list JSON p99 vs limit", Some(n), "ms", kf_list.p99).reference("same bytes from memory", limit_list.p99));
+    figures.push(
+        Figure::new("list", "list JSON gzip p50", Some(n), "ms", gzip_list.p50)
+            .reference("kubefold list JSON p50, plain", kf_list.p50)
+            .note(format!(
+                "{reps} reps interleaved with the plain ones; {:.1} MiB sent for {:.1} MiB, not decoded by the client",
+                gzip_bytes as f64 / MIB,
+                kubefold_list_bytes as f64 / MIB
+            )),
+    );
 
     // Table (what kubectl asks for) vs JSON.
     let mut table_p50 = None;
@@ -695,7 +714,7 @@ async fn size_step(ctx: &Ctx, report: &mut Report, n: usize, restart: bool, curv
         &format!("size{n}"),
         json!({
             "members": members, "podsPerMember": per, "membersListeningSeconds": sims_ready_s,
-            "sync": sync, "list": {"kubefold": kf_list, "members": members_list, "limit": limit_list, "kubefoldBytes": kubefold_list_bytes, "membersBytes": members_list_bytes},
+            "sync": sync, "list": {"kubefold": kf_list, "members": members_list, "limit": limit_list, "kubefoldBytes": kubefold_list_bytes, "membersBytes": members_list_bytes, "gzip": gzip_list, "gzipBytes": gzip_bytes},
             "table": table_p50, "selector": {"kubefold": sel_kf, "members": sel_members},
             "get": get_raw, "rss": {"afterSync": rss_sync, "hwmSync": hwm_sync, "afterReads": rss_reads, "hwmReads": hwm_reads, "membersAfterSync": members_rss},
             "disk": {"dataDirBytes": data_dir_bytes, "allocated": disk_allocated, "apparent": disk_apparent, "jsonSize": json_size},
