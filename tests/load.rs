@@ -620,10 +620,7 @@ fn stalled_list(addr: std::net::SocketAddr) -> (std::net::TcpStream, usize) {
 #[test]
 fn a_list_counts_as_in_flight_until_it_is_sent() {
     use std::io::Write;
-    let tmp = tempfile::tempdir().unwrap();
-    let config = tmp.path().join("kubefold.yaml");
-    std::fs::write(&config, "auth:\n  maxRequestsInFlightPerClient: 2\n").unwrap();
-    let config = config.to_string_lossy().to_string();
+    let (_config_dir, config) = config_file("auth:\n  maxRequestsInFlightPerClient: 2\n");
     let fleet = Fleet::start_with(1, 0.0, |c| c.pods = 6_000, &["--config", &config]);
     let kf = &fleet.kf;
     let (_, member) = member_objects(fleet.sim("member1"), "/api/v1/pods");
@@ -1166,10 +1163,7 @@ fn large_lists_are_gzipped_for_clients_that_accept_it() {
 
 #[test]
 fn a_get_is_answered_while_large_lists_stream_to_fast_clients() {
-    let tmp = tempfile::tempdir().unwrap();
-    let config = tmp.path().join("kubefold.yaml");
-    std::fs::write(&config, "httpWorkers: 1\n").unwrap();
-    let config = config.to_string_lossy().to_string();
+    let (_config_dir, config) = config_file("httpWorkers: 1\n");
     let fleet = Fleet::start_with(1, 0.0, |c| c.pods = 20_000, &["--config", &config]);
     let kf = &fleet.kf;
     let sim = fleet.sim("member1");

@@ -218,6 +218,15 @@ pub fn data_dir() -> (tempfile::TempDir, PathBuf) {
     (dir, path)
 }
 
+/// A kubefold config file holding `yaml`, in a fresh temporary dir (kept
+/// while the dir lives); its path as `--config` takes it.
+pub fn config_file(yaml: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubefold.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    (dir, path.to_string_lossy().to_string())
+}
+
 /// A free loopback port with nothing listening on it.
 pub fn dead_port_url() -> String {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
