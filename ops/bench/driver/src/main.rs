@@ -48,6 +48,8 @@ pub struct Plan {
     pub watchers: usize,
     /// Seconds each watch case is measured.
     pub watch_secs: f64,
+    /// Seconds between the last watch client connecting and the window.
+    pub watch_settle_secs: f64,
     /// Load pods per member in the watch phase.
     pub watch_pods_per_sim: usize,
     /// Churn across the fleet in the watch phase (events/s, `--churn-per-sec` split over members).
@@ -76,6 +78,7 @@ impl Plan {
             saturation_secs: 3.0,
             watchers: 100,
             watch_secs: 5.0,
+            watch_settle_secs: 1.0,
             watch_pods_per_sim: 1_000,
             churn_per_sec: 200.0,
             marker_rate: 10.0,
@@ -97,6 +100,7 @@ impl Plan {
             saturation_secs: 5.0,
             watchers: 1000,
             watch_secs: 12.0,
+            watch_settle_secs: 1.0,
             watch_pods_per_sim: 1_000,
             churn_per_sec: 200.0,
             marker_rate: 10.0,
@@ -151,7 +155,7 @@ impl Ctx {
 fn usage() -> ! {
     eprintln!(
         "usage: kubefold-bench --kubefold PATH [--quick] [--out DIR] [--budget-secs S] [--sizes N,N,..] [--sims N]\n\
-         \x20                     [--watchers N] [--no-watch] [--only-watch] [--no-restart] [--command TEXT]"
+         \x20                     [--watchers N] [--watch-settle-secs S] [--no-watch] [--only-watch] [--no-restart] [--command TEXT]"
     );
     std::process::exit(2)
 }
@@ -183,6 +187,7 @@ fn parse_args() -> Result<Args> {
             }
             "--sims" => plan.sims = value().parse().context("--sims")?,
             "--watchers" => plan.watchers = value().parse().context("--watchers")?,
+            "--watch-settle-secs" => plan.watch_settle_secs = value().parse().context("--watch-settle-secs")?,
             "--no-watch" => plan.watch = false,
             "--only-watch" => plan.sizes.clear(),
             "--no-restart" => plan.restart = false,

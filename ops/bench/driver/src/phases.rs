@@ -765,6 +765,12 @@ struct WatchCase {
     driver_cpu: f64,
     members_cpu: f64,
     connect_s: f64,
+    /// Lateness of a 10 ms timer in the driver during the window (ms): how
+    /// long the driver's runtime, or the machine, kept a ready task waiting.
+    driver_lag: Summary,
+    /// The machine's idle, iowait and steal seconds per second of window
+    /// (both cores: 2.0 is all of them).
+    machine: (f64, f64, f64),
 }
 
 async fn run_watch_case(
@@ -788,13 +794,28 @@ async fn run_watch_case(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let connect_s = connect_started.elapsed().as_secs_f64();
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    tokio::time::sleep(Duration::from_secs_f64(ctx.plan.watch_settle_secs)).await;
     let cpu = || (kubefold.cpu_seconds(), procs::cpu_seconds(std::process::id()), sims.iter().map(Proc::cpu_seconds).sum::<f64>());
     let (k0, d0, m0) = cpu();
+    let machine0 = procs::machine_cpu_seconds();
+    let (lag_stop_tx, mut lag_stop) = tokio::sync::watch::channel(false);
+    let lag = tokio::spawn(async move {
+        let mut lags = Vec::new();
+        loop {
+            let t = Instant::now();
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(10)) => lags.push((t.elapsed().as_secs_f64() * 1e3 - 10.0).max(0.0)),
+                _ = lag_stop.changed() => return lags,
+            }
+        }
+    });
     let t_start = base.elapsed().as_nanos() as u64;
     tokio::time::sleep(Duration::from_secs_f64(ctx.plan.watch_secs)).await;
     let t_end = base.elapsed().as_nanos() as u64;
     let (k1, d1, m1) = cpu();
+    let machine1 = procs::machine_cpu_seconds();
+    let _ = lag_stop_tx.send(true);
+    let driver_lag = summary(lag.await.unwrap_or_default());
     // Let events of the window's last moments arrive before stopping.
     tokio::time::sleep(Duration::from_millis(2000)).await;
     let _ = stop_tx.send(true);
@@ -806,11 +827,17 @@ async fn run_watch_case(
         }
     }
     let secs = (t_end - t_start) as f64 / 1e9;
+    let machine = ((machine1.0 - machine0.0) / secs, (machine1.1 - machine0.1) / secs, (machine1.2 - machine0.2) / secs);
     eprintln!(
-        "  watch case {name}: {count} clients connected in {connect_s:.1} s; CPU kubefold {:.0}%, driver {:.0}%, members {:.0}%",
+        "  watch case {name}: {count} clients connected in {connect_s:.1} s; CPU kubefold {:.0}%, driver {:.0}%, members {:.0}%; machine idle {:.0}%, iowait {:.0}%, steal {:.0}%; driver timer late p99 {:.1} ms, max {:.1} ms",
         (k1 - k0) / secs * 100.0,
         (d1 - d0) / secs * 100.0,
-        (m1 - m0) / secs * 100.0
+        (m1 - m0) / secs * 100.0,
+        machine.0 * 100.0,
+        machine.1 * 100.0,
+        machine.2 * 100.0,
+        driver_lag.p99,
+        driver_lag.max
     );
     Ok(WatchCase {
         name: name.into(),
@@ -821,6 +848,8 @@ async fn run_watch_case(
         driver_cpu: (d1 - d0) / secs,
         members_cpu: (m1 - m0) / secs,
         connect_s,
+        driver_lag,
+        machine,
     })
 }
 
@@ -925,6 +954,9 @@ async fn watch_phase(ctx: &Ctx, report: &mut Report) -> Result<()> {
             m
         });
         let mut latencies = Vec::new();
+        // The latest delivery of the events that left their member in each
+        // second of the window: one stall shows as one bad second.
+        let mut worst_by_second = vec![0.0f64; ((t1 - t0) as f64 / 1e9).ceil() as usize];
         let mut marker_latencies = Vec::new();
         let mut delivered = 0u64;
         let mut expected = 0u64;
@@ -936,7 +968,12 @@ async fn watch_phase(ctx: &Ctx, report: &mut Report) -> Result<()> {
                     continue;
                 }
                 seen += 1;
-                latencies.push((t as f64 - t_left as f64) / 1e6);
+                let ms = (t as f64 - t_left as f64) / 1e6;
+                let second = ((t_left - t0) / 1_000_000_000) as usize;
+                if let Some(worst) = worst_by_second.get_mut(second) {
+                    *worst = f64::max(*worst, ms);
+                }
+                latencies.push(ms);
                 if let Some(&t_sent) = written.get(&key) {
                     marker_latencies.push((t as f64 - t_sent as f64) / 1e6);
                 }
@@ -981,6 +1018,9 @@ async fn watch_phase(ctx: &Ctx, report: &mut Report) -> Result<()> {
             "dropped": dropped, "endReasons": reasons, "bytesToClients": bytes,
             "linesPerSecond": lines_per_s, "neededPerSecond": needed_per_s,
             "cpu": {"kubefold": case.kubefold_cpu, "driver": case.driver_cpu, "members": case.members_cpu},
+            "driverTimerLateMs": case.driver_lag,
+            "machine": {"idle": case.machine.0, "iowait": case.machine.1, "steal": case.machine.2},
+            "worstBySecond": worst_by_second,
         }));
         summaries.insert(case.name.clone(), (lat, marker, dropped, delivered, expected));
         throughput.insert(case.name.clone(), (lines_per_s, needed_per_s));
@@ -989,13 +1029,19 @@ async fn watch_phase(ctx: &Ctx, report: &mut Report) -> Result<()> {
     let reference = summaries.get("members directly").cloned();
     for name in ["all pods", "own namespace"] {
         let Some((lat, marker, dropped, delivered, expected)) = summaries.get(name).cloned() else { continue };
-        let cpu = raw_cases.iter().find(|c| c["case"] == name).map(|c| c["cpu"].clone()).unwrap_or(Value::Null);
+        let raw = raw_cases.iter().find(|c| c["case"] == name).cloned().unwrap_or(Value::Null);
+        let cpu = raw["cpu"].clone();
+        // Where in the window the latest deliveries were: one stall shows
+        // as one bad second.
+        let worst = raw["worstBySecond"].as_array().map(|v| v.iter().filter_map(Value::as_f64).collect::<Vec<_>>()).unwrap_or_default();
+        let (worst_at, worst_ms) = worst.iter().copied().enumerate().fold((0, 0.0), |best, (i, ms)| if ms > best.1 { (i, ms) } else { best });
         let mut f = Figure::new("watch", &format!("watch {name}: p99 member→client"), None, "ms", lat.p99)
             .target("< 100 ms", lat.p99 < 100.0)
             .note(format!(
-                "{w} clients, {events_rate:.0} events/s across the fleet; from the member's watch stream reaching the driver; {delivered} of {expected} deliveries arrived (missing ones count as infinite); CPU kubefold {:.0}%, driver {:.0}%",
+                "{w} clients, {events_rate:.0} events/s across the fleet; from the member's watch stream reaching the driver; {delivered} of {expected} deliveries arrived (missing ones count as infinite); CPU kubefold {:.0}%, driver {:.0}%; latest delivery {worst_ms:.0} ms, in second {worst_at} of the window; driver's 10 ms timer late by up to {:.0} ms",
                 cpu["kubefold"].as_f64().unwrap_or(0.0) * 100.0,
-                cpu["driver"].as_f64().unwrap_or(0.0) * 100.0
+                cpu["driver"].as_f64().unwrap_or(0.0) * 100.0,
+                raw["driverTimerLateMs"]["max"].as_f64().unwrap_or(0.0)
             ));
         if let Some(r) = &reference {
             f = f.reference("members' own watch, same clients", r.0.p99);

@@ -177,6 +177,20 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     ticks / hz.max(1.0)
 }
 
+/// The whole machine's CPU time so far, in seconds, from `/proc/stat`:
+/// (idle, iowait, steal). Steal is time the hypervisor gave this VM's
+/// runnable CPUs to others.
+pub fn machine_cpu_seconds() -> (f64, f64, f64) {
+    let Ok(stat) = std::fs::read_to_string("/proc/stat") else { return (0.0, 0.0, 0.0) };
+    let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else { return (0.0, 0.0, 0.0) };
+    // user nice system idle iowait irq softirq steal ... (proc(5)), in USER_HZ ticks.
+    let ticks: Vec<f64> = line.split_whitespace().skip(1).map(|v| v.parse().unwrap_or(0.0)).collect();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let at = |i: usize| ticks.get(i).copied().unwrap_or(0.0) / hz.max(1.0);
+    (at(3), at(4), at(7))
+}
+
 /// Bytes of the files under `dir`: (apparent size, allocated blocks).
 pub fn dir_bytes(dir: &Path) -> (u64, u64) {
     use std::os::unix::fs::MetadataExt;
