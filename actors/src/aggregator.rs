@@ -475,6 +475,7 @@ impl Handler<RemoveCluster> for Aggregator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kubefold_engine::event::StoredEvent;
     use kubefold_engine::names::NameStyle;
     use kubefold_engine::object::{ingest, Ingested};
     use kubefold_engine::resources;
@@ -538,6 +539,48 @@ mod tests {
         send(&mut aggregator, WatchBatch::RelistPart { first: true, objects: vec![pod("g", "30")] }, "");
         drop(aggregator);
         assert_eq!(checkpoint(dir.path()).as_deref(), Some("20"));
+    }
+
+    /// The recent events a resuming watch replays from memory are every
+    /// committed event after its RV, in order; once the oldest it needs was
+    /// let go (beyond `RECENT_EVENTS`), or was committed before this start
+    /// of kubefold, it is told to read the store.
+    #[test]
+    fn recent_events_are_every_event_after_an_rv_or_none() {
+        use crate::fleet::RECENT_EVENTS;
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = kubefold_store::Store::open(dir.path(), &Options::default()).unwrap();
+            let fleet = Fleet::new(resources::builtin(), NameStyle::Qualified, store, Index::default(), 0);
+            let mut aggregator = Aggregator::new(fleet.clone(), Retention::default());
+            send(&mut aggregator, WatchBatch::Relist((0..10).map(|i| pod(&format!("p{i}"), "1")).collect()), "1");
+            send(&mut aggregator, WatchBatch::Changes(vec![Change::Upsert(pod("p3", "2")), Change::Delete(pod("p4", "3"))]), "3");
+            let rvs = |events: Vec<Arc<StoredEvent>>| events.iter().map(|e| e.rv).collect::<Vec<_>>();
+            assert_eq!(rvs(fleet.recent_events(0, 12).unwrap()), (1..=12).collect::<Vec<_>>());
+            assert_eq!(rvs(fleet.recent_events(9, 11).unwrap()), [10, 11]);
+            assert_eq!(rvs(fleet.recent_events(12, 12).unwrap()), Vec::<u64>::new());
+            let last = fleet.recent_events(11, 12).unwrap();
+            assert_eq!((last[0].key.name.as_str(), last[0].event_type), ("p4", EventType::Deleted));
+            // More events than are kept: the oldest are no longer offered.
+            let n = RECENT_EVENTS + 10;
+            send(&mut aggregator, WatchBatch::Changes((0..n).map(|i| Change::Upsert(pod(&format!("q{i}"), &(10 + i).to_string()))).collect()), "");
+            let head = aggregator.index.head_rv();
+            assert_eq!(head, 12 + n as u64);
+            assert!(fleet.recent_events(0, head).is_none(), "the first events were let go");
+            assert!(fleet.recent_events(head - RECENT_EVENTS as u64 - 1, head).is_none());
+            let kept = fleet.recent_events(head - RECENT_EVENTS as u64, head).unwrap();
+            assert_eq!(rvs(kept), (head - RECENT_EVENTS as u64 + 1..=head).collect::<Vec<_>>());
+        }
+        // After a restart only what this start committed is in memory.
+        let store = kubefold_store::Store::open(dir.path(), &Options::default()).unwrap();
+        let recovered = store.recover().unwrap();
+        let head = recovered.index.head_rv();
+        let fleet = Fleet::new(resources::builtin(), NameStyle::Qualified, store, recovered.index, recovered.compacted_rv);
+        assert!(fleet.recent_events(head - 1, head).is_none(), "events before the start are in the store only");
+        assert_eq!(fleet.recent_events(head, head).map(|e| e.len()), Some(0));
+        let mut aggregator = Aggregator::new(fleet.clone(), Retention::default());
+        send(&mut aggregator, WatchBatch::Changes(vec![Change::Upsert(pod("r", "99999"))]), "");
+        assert_eq!(fleet.recent_events(head, head + 1).unwrap()[0].key.name, "r");
     }
 
     /// Snapshots wait for the end of a list committed in parts (each would

@@ -27,6 +27,37 @@ use crate::cluster::ClusterSpec;
 /// before they are dropped with 410 Expired.
 pub const FANOUT_CAPACITY: usize = 16 * 1024;
 
+/// The latest committed events kept in memory for watches that resume from
+/// a recent resourceVersion, as kube-apiserver's watch cache keeps a window
+/// of recent events: a thousand informers reconnecting at once (after a
+/// restart of kubefold or of their own) each replay the same few events,
+/// which would otherwise be read and decoded from the store once per
+/// client. At most this many events ...
+pub const RECENT_EVENTS: usize = 4096;
+/// ... and about this many bytes of their bodies.
+pub const RECENT_BYTES: usize = 16 << 20;
+
+/// Committed events after `floor`, every one of them, oldest first.
+struct Recent {
+    events: std::collections::VecDeque<Arc<StoredEvent>>,
+    bytes: usize,
+    /// Every event with a higher RV is in `events` (the RV of the last
+    /// event let go, or the head the fleet started at).
+    floor: u64,
+}
+
+impl Recent {
+    fn push(&mut self, event: Arc<StoredEvent>) {
+        self.bytes += event.body.json.len();
+        self.events.push_back(event);
+        while self.events.len() > RECENT_EVENTS || (self.bytes > RECENT_BYTES && self.events.len() > 1) {
+            let Some(old) = self.events.pop_front() else { break };
+            self.bytes -= old.body.json.len();
+            self.floor = old.rv;
+        }
+    }
+}
+
 /// Sync state of one watcher (cluster × resource type).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -104,6 +135,7 @@ pub struct Fleet {
     store: Store,
     snapshot: ArcSwap<Index>,
     events: broadcast::Sender<Arc<StoredEvent>>,
+    recent: std::sync::Mutex<Recent>,
     compacted_rv: AtomicU64,
     status: RwLock<BTreeMap<String, BTreeMap<String, WatcherStatus>>>,
     members: RwLock<BTreeMap<String, ClusterSpec>>,
@@ -118,6 +150,7 @@ impl Fleet {
     /// default selection (every built-in type from every cluster).
     pub fn new(known: Vec<ResourceType>, name_style: NameStyle, store: Store, index: Index, compacted_rv: u64) -> Arc<Fleet> {
         let (events, _) = broadcast::channel(FANOUT_CAPACITY);
+        let recent = std::sync::Mutex::new(Recent { events: Default::default(), bytes: 0, floor: index.head_rv() });
         let selection = ResourceSelection::default();
         Arc::new(Fleet {
             catalog: ArcSwap::from_pointee(selection.catalog(&known)),
@@ -128,6 +161,7 @@ impl Fleet {
             store,
             snapshot: ArcSwap::from_pointee(index),
             events,
+            recent,
             compacted_rv: AtomicU64::new(compacted_rv),
             status: RwLock::new(BTreeMap::new()),
             members: RwLock::new(BTreeMap::new()),
@@ -251,13 +285,35 @@ impl Fleet {
         self.compacted_rv.fetch_max(rv, Ordering::AcqRel);
     }
 
-    /// Publishes a committed batch: the new snapshot first, then its events.
+    /// Publishes a committed batch: its events to the recent ones, then the
+    /// new snapshot, then its events to the live fan-out. (A watch that
+    /// sees the snapshot finds every event up to its head among the recent
+    /// ones or in the store.)
     pub(crate) fn publish(&self, index: Index, events: Vec<StoredEvent>) {
+        let events: Vec<Arc<StoredEvent>> = events.into_iter().map(Arc::new).collect();
+        {
+            let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+            for event in &events {
+                recent.push(event.clone());
+            }
+        }
         self.snapshot.store(Arc::new(index));
         for event in events {
             // No receivers is not an error: nobody watches.
-            let _ = self.events.send(Arc::new(event));
+            let _ = self.events.send(event);
         }
+    }
+
+    /// Every committed event with `from < rv <= upto`, oldest first, when
+    /// all of them are still among the recent ones in memory; `None` when
+    /// some must be read from the store.
+    pub fn recent_events(&self, from: u64, upto: u64) -> Option<Vec<Arc<StoredEvent>>> {
+        let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        if from < recent.floor {
+            return None;
+        }
+        let start = recent.events.partition_point(|e| e.rv <= from);
+        Some(recent.events.iter().skip(start).take_while(|e| e.rv <= upto).cloned().collect())
     }
 
     /// Updates the status of one watcher.

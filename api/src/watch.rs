@@ -81,23 +81,34 @@ const BATCH_EVENTS: usize = 256;
 /// ... up to about this many bytes.
 const BATCH_BYTES: usize = 1 << 20;
 
-/// Lines encoded lately on this worker thread, newest last.
-const LINE_CACHE: usize = 8;
+/// Events whose lines are kept per worker thread: more than a burst of
+/// watches resuming together replays (see `Fleet::recent_events`), so that
+/// each replays shared lines rather than encoding its own copies ...
+const LINE_CACHE_EVENTS: usize = 1024;
+/// ... and at most about this many bytes of lines.
+const LINE_CACHE_BYTES: usize = 8 << 20;
+
+/// Lines encoded lately on one worker thread, by event RV, oldest first.
+#[derive(Default)]
+struct LineCache {
+    lines: std::collections::HashMap<u64, Vec<(EventType, Option<String>, Bytes)>>,
+    order: std::collections::VecDeque<u64>,
+    bytes: usize,
+}
 
 thread_local! {
     /// Every JSON watch of an event sends the same line (per event type and
     /// name suffix), and watches run on a few worker threads: a thousand
     /// watches of one event cost one encoding per thread, not a thousand.
-    static LINES: std::cell::RefCell<std::collections::VecDeque<(u64, EventType, Option<String>, Bytes)>> =
-        const { std::cell::RefCell::new(std::collections::VecDeque::new()) };
+    static LINES: std::cell::RefCell<LineCache> = std::cell::RefCell::new(LineCache::default());
 }
 
 /// The JSON watch line of `event` as `event_type`, with `suffix` spliced
 /// into its name.
 fn encoded_line(event_type: EventType, event: &StoredEvent, suffix: Option<String>) -> Bytes {
-    LINES.with(|lines| {
-        let mut lines = lines.borrow_mut();
-        if let Some((.., line)) = lines.iter().rev().find(|(rv, t, s, _)| *rv == event.rv && *t == event_type && *s == suffix) {
+    LINES.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        if let Some((.., line)) = cache.lines.get(&event.rv).and_then(|lines| lines.iter().find(|(t, s, _)| *t == event_type && *s == suffix)) {
             return line.clone();
         }
         let mut line = Vec::with_capacity(event.body.json.len() + 64);
@@ -107,10 +118,19 @@ fn encoded_line(event_type: EventType, event: &StoredEvent, suffix: Option<Strin
         event.body.write(&mut line, suffix.as_deref(), event.rv);
         line.extend_from_slice(b"}\n");
         let line = Bytes::from(line);
-        if lines.len() == LINE_CACHE {
-            lines.pop_front();
+        let cache = &mut *cache;
+        cache.bytes += line.len();
+        let variants = cache.lines.entry(event.rv).or_default();
+        if variants.is_empty() {
+            cache.order.push_back(event.rv);
         }
-        lines.push_back((event.rv, event_type, suffix, line.clone()));
+        variants.push((event_type, suffix, line.clone()));
+        while cache.order.len() > LINE_CACHE_EVENTS || (cache.bytes > LINE_CACHE_BYTES && cache.order.len() > 1) {
+            let Some(rv) = cache.order.pop_front() else { break };
+            for (.., old) in cache.lines.remove(&rv).unwrap_or_default() {
+                cache.bytes -= old.len();
+            }
+        }
         line
     })
 }
@@ -266,17 +286,32 @@ impl Watch {
                 return;
             }
             Start::After(from) => {
-                // Replayed lazily from the log: a client that reads slowly
-                // costs its buffer, not a copy of the backlog.
-                let store = self.state.fleet.store().clone();
-                for (i, event) in store.events_after(from).enumerate() {
-                    let Ok(event) = event else { continue };
-                    yield_every(i).await;
-                    if event.rv > last {
-                        break;
+                match self.state.fleet.recent_events(from, last) {
+                    // Recent events come from memory, shared with every
+                    // other watch replaying them (see `Fleet::recent_events`).
+                    Some(recent) => {
+                        for (i, event) in recent.iter().enumerate() {
+                            yield_every(i).await;
+                            if !self.forward(event).await {
+                                return;
+                            }
+                        }
                     }
-                    if !self.forward(&event).await {
-                        return;
+                    // Older ones are replayed lazily from the log: a client
+                    // that reads slowly costs its buffer, not a copy of the
+                    // backlog.
+                    None => {
+                        let store = self.state.fleet.store().clone();
+                        for (i, event) in store.events_after(from).enumerate() {
+                            let Ok(event) = event else { continue };
+                            yield_every(i).await;
+                            if event.rv > last {
+                                break;
+                            }
+                            if !self.forward(&event).await {
+                                return;
+                            }
+                        }
                     }
                 }
                 last = last.max(from);
