@@ -496,6 +496,15 @@ mod tests {
         aggregator.index.range("v1/pods", None, None).map(|(k, _)| k.name.clone()).collect()
     }
 
+    /// kubefold starting on `dir`: the store recovered, its fleet and aggregator.
+    fn start(dir: &std::path::Path) -> (Arc<Fleet>, Aggregator) {
+        let store = kubefold_store::Store::open(dir, &Options::default()).unwrap();
+        let recovered = store.recover().unwrap();
+        let fleet = Fleet::new(resources::builtin(), NameStyle::Qualified, store, recovered.index, recovered.compacted_rv);
+        let aggregator = Aggregator::new(fleet.clone(), Retention::default());
+        (fleet, aggregator)
+    }
+
     fn checkpoint(dir: &std::path::Path) -> Option<String> {
         let store = kubefold_store::Store::open(dir, &Options::default()).unwrap();
         store.recover().unwrap().checkpoints.get(&("m1".to_string(), "v1/pods".to_string())).cloned()
@@ -508,9 +517,7 @@ mod tests {
     fn lists_in_parts_commit_as_they_come_and_delete_at_their_end() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let store = kubefold_store::Store::open(dir.path(), &Options::default()).unwrap();
-            let fleet = Fleet::new(resources::builtin(), NameStyle::Qualified, store, Index::default(), 0);
-            let mut aggregator = Aggregator::new(fleet.clone(), Retention::default());
+            let (fleet, mut aggregator) = start(dir.path());
             send(&mut aggregator, WatchBatch::Relist(vec![pod("a", "1"), pod("b", "1"), pod("c", "1")]), "10");
 
             // A list that breaks off after its first part ...
@@ -532,10 +539,7 @@ mod tests {
         assert_eq!(checkpoint(dir.path()).as_deref(), Some("20"), "the end writes the checkpoint");
 
         // Parts alone move no checkpoint: a restart lists again.
-        let store = kubefold_store::Store::open(dir.path(), &Options::default()).unwrap();
-        let recovered = store.recover().unwrap();
-        let fleet = Fleet::new(resources::builtin(), NameStyle::Qualified, store, recovered.index, recovered.compacted_rv);
-        let mut aggregator = Aggregator::new(fleet, Retention::default());
+        let (_, mut aggregator) = start(dir.path());
         send(&mut aggregator, WatchBatch::RelistPart { first: true, objects: vec![pod("g", "30")] }, "");
         drop(aggregator);
         assert_eq!(checkpoint(dir.path()).as_deref(), Some("20"));
@@ -550,9 +554,7 @@ mod tests {
         use crate::fleet::RECENT_EVENTS;
         let dir = tempfile::tempdir().unwrap();
         {
-            let store = kubefold_store::Store::open(dir.path(), &Options::default()).unwrap();
-            let fleet = Fleet::new(resources::builtin(), NameStyle::Qualified, store, Index::default(), 0);
-            let mut aggregator = Aggregator::new(fleet.clone(), Retention::default());
+            let (fleet, mut aggregator) = start(dir.path());
             send(&mut aggregator, WatchBatch::Relist((0..10).map(|i| pod(&format!("p{i}"), "1")).collect()), "1");
             send(&mut aggregator, WatchBatch::Changes(vec![Change::Upsert(pod("p3", "2")), Change::Delete(pod("p4", "3"))]), "3");
             let rvs = |events: Vec<Arc<StoredEvent>>| events.iter().map(|e| e.rv).collect::<Vec<_>>();
@@ -572,13 +574,11 @@ mod tests {
             assert_eq!(rvs(kept), (head - RECENT_EVENTS as u64 + 1..=head).collect::<Vec<_>>());
         }
         // After a restart only what this start committed is in memory.
-        let store = kubefold_store::Store::open(dir.path(), &Options::default()).unwrap();
-        let recovered = store.recover().unwrap();
-        let head = recovered.index.head_rv();
-        let fleet = Fleet::new(resources::builtin(), NameStyle::Qualified, store, recovered.index, recovered.compacted_rv);
+        let (fleet, mut aggregator) = start(dir.path());
+        let head = fleet.snapshot().head_rv();
+        assert_eq!(head, 12 + RECENT_EVENTS as u64 + 10);
         assert!(fleet.recent_events(head - 1, head).is_none(), "events before the start are in the store only");
         assert_eq!(fleet.recent_events(head, head).map(|e| e.len()), Some(0));
-        let mut aggregator = Aggregator::new(fleet.clone(), Retention::default());
         send(&mut aggregator, WatchBatch::Changes(vec![Change::Upsert(pod("r", "99999"))]), "");
         assert_eq!(fleet.recent_events(head, head + 1).unwrap()[0].key.name, "r");
     }
