@@ -462,7 +462,7 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
         if gzip && first.len() > crate::gzip::THRESHOLD_BYTES {
             let body = crate::gzip::Member::whole(first.written());
             give_back(first);
-            return Ok(gzipped(&mut HttpResponse::Ok()).content_type("application/json").body(respond::sized(body.into())));
+            return Ok(gzipped(&mut HttpResponse::Ok()).content_type("application/json").body(body));
         }
         return Ok(respond::json_bytes(web::Bytes::from_owner(PooledChunk(first))));
     }
@@ -481,7 +481,7 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
     if gzip {
         gzipped(&mut response);
     }
-    Ok(response.content_type("application/json").streaming(respond::in_pieces(body)))
+    Ok(response.content_type("application/json").streaming(body))
 }
 
 /// Marks a response as gzip-encoded, as kube-apiserver does

@@ -244,7 +244,7 @@ pub fn watch(
             })
         })
     });
-    Ok(HttpResponse::Ok().content_type("application/json").streaming(crate::respond::in_pieces(body)))
+    Ok(HttpResponse::Ok().content_type("application/json").streaming(body))
 }
 
 impl Watch {
