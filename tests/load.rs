@@ -1036,7 +1036,7 @@ fn an_initial_list_is_committed_in_list_order() {
 /// kube-apiserver's `meta.AsPartialObjectMetadata`).
 #[test]
 fn long_lists_hold_every_object_once_in_page_order() {
-    let fleet = Fleet::start(2, 0.0, |c| c.pods = 2_500);
+    let fleet = Fleet::start(2, 0.0, |c| c.pods = 6_000);
     let kf = &fleet.kf;
     let mut members = 0;
     for (name, sim) in &fleet.members {
@@ -1053,20 +1053,44 @@ fn long_lists_hold_every_object_once_in_page_order() {
     assert_eq!(items.len(), members);
     let listed_bytes: usize = items.iter().map(|o| o.to_string().len()).sum();
     assert!(listed_bytes > 4 << 20, "the list must span several chunks: {listed_bytes} bytes");
-    // The same snapshot in pages of 100.
-    let mut paged = Vec::new();
-    let mut next = format!("{}/api/v1/pods?limit=100&resourceVersion={rv}&resourceVersionMatch=Exact", kf.url);
-    loop {
-        let page: serde_json::Value = http.get(&next).send().unwrap().json().unwrap();
-        paged.extend(page["items"].as_array().unwrap().iter().cloned());
-        match page["metadata"]["continue"].as_str() {
-            Some(token) if !token.is_empty() => next = format!("{}/api/v1/pods?limit=100&continue={token}", kf.url),
-            _ => break,
+    // The same snapshot in pages of 100 (each page scanned and written at
+    // once; a whole list is scanned while it streams).
+    let paged = |path: &str, query: &str| -> Vec<serde_json::Value> {
+        let mut paged = Vec::new();
+        let mut next = format!("{}{path}?{query}&limit=100&resourceVersion={rv}&resourceVersionMatch=Exact", kf.url);
+        loop {
+            let page: serde_json::Value = http.get(&next).send().unwrap().json().unwrap();
+            paged.extend(page["items"].as_array().unwrap().iter().cloned());
+            match page["metadata"]["continue"].as_str() {
+                Some(token) if !token.is_empty() => next = format!("{}{path}?{query}&limit=100&continue={token}", kf.url),
+                _ => break,
+            }
         }
-    }
-    assert_eq!(paged.len(), items.len());
-    for (i, (a, b)) in items.iter().zip(&paged).enumerate() {
+        paged
+    };
+    let pages = paged("/api/v1/pods", "");
+    assert_eq!(pages.len(), items.len());
+    for (i, (a, b)) in items.iter().zip(&pages).enumerate() {
         assert_eq!(a, b, "item {i} of the whole list differs from the paged one");
+    }
+    // With a selector (every pod but shard s0's), and in one namespace:
+    // the whole list (scanned while it streams when over 512 objects) is
+    // the pages' objects, and the selector's objects are those of the
+    // whole list it matches.
+    for (path, query) in [("/api/v1/pods", "labelSelector=shard%21%3Ds0"), ("/api/v1/namespaces/load-3/pods", "labelSelector=app%3Dload")] {
+        let matching: Vec<&serde_json::Value> = items
+            .iter()
+            .filter(|o| match path {
+                "/api/v1/pods" => o["metadata"]["labels"]["shard"] != "s0",
+                _ => o["metadata"]["namespace"] == "load-3" && o["metadata"]["labels"]["app"] == "load",
+            })
+            .collect();
+        assert!(matching.len() > 1_000 && matching.len() < items.len(), "{path}?{query}: {} of {}", matching.len(), items.len());
+        let list: serde_json::Value = http.get(format!("{}{path}?{query}&resourceVersion={rv}&resourceVersionMatch=Exact", kf.url)).send().unwrap().json().unwrap();
+        let listed = list["items"].as_array().unwrap();
+        assert_eq!(listed.len(), matching.len(), "{path}?{query}");
+        assert!(listed.iter().eq(matching), "{path}?{query}: not the matching objects of the whole list, in its order");
+        assert!(listed == &paged(path, query), "{path}?{query}: the whole list differs from its pages");
     }
     let names: std::collections::BTreeSet<&str> = items.iter().map(|o| o["metadata"]["name"].as_str().unwrap()).collect();
     assert_eq!(names.len(), items.len(), "every object once");

@@ -380,11 +380,16 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
     // by its place in `clusters` (no key is copied: a list of a million
     // objects holds 16 bytes per object here).
     let mut clusters: Vec<ListCluster> = Vec::new();
-    let mut cluster_at: std::collections::BTreeMap<&str, u32> = std::collections::BTreeMap::new();
+    let mut cluster_at: std::collections::BTreeMap<String, u32> = std::collections::BTreeMap::new();
     let mut items: Vec<ListItem> = Vec::new();
     let mut last: Option<&ObjectKey> = None;
     let mut more = false;
     let mut remaining = 0usize;
+    // A whole list (no limit) longer than a few batches is scanned here only
+    // up to its first batches: the rest is scanned on another thread while
+    // the list streams (see `ListScan`). Scanning 100k pods took 8 to 10 ms,
+    // which every such list spent before its first object was written.
+    let mut scan_after: Option<ObjectKey> = None;
     for (key, entry) in snapshot.range(&resource_key, scope.namespace.as_deref(), start_after.as_ref()) {
         if !filter.matches(scope, key, entry) {
             continue;
@@ -402,15 +407,18 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
             remaining += 1;
             continue;
         }
-        let cluster = *cluster_at.entry(key.cluster.as_str()).or_insert_with(|| {
-            clusters.push(ListCluster { name: key.cluster.clone(), suffix: scope.name_suffix(&key.cluster) });
-            (clusters.len() - 1) as u32
-        });
-        items.push(ListItem { cluster, rv: entry.rv });
+        items.push(ListItem { cluster: cluster_of(key, scope, &mut clusters, &mut cluster_at), rv: entry.rv });
         last = Some(key);
+        if limit.is_none() && items.len() > STREAMED_FROM_THE_HEAD {
+            scan_after = Some(key.clone());
+            break;
+        }
     }
-    // From here on only the listed objects' records are kept.
-    pin.narrow(items.iter().map(|item| item.rv).collect());
+    // From here on only the listed objects' records are kept (once the
+    // scan of a whole list is done, see `ListScan`).
+    if scan_after.is_none() {
+        pin.narrow(items.iter().map(|item| item.rv).collect());
+    }
     let rv = snapshot.head_rv();
     let listed = listed_before.filter(|_| whole_type).map(|before| before + items.len() as u64);
     let token = if more { last.map(|k| paging::encode_listed(&state.token_secret, rv, k, listed)) } else { None };
@@ -435,8 +443,9 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
         head.extend_from_slice(b"},\"items\":[");
         (head, ItemWriter::Json)
     };
+    let scan = scan_after.map(|after| ListScan { snapshot: snapshot.clone(), resource_key, scope: scope.clone(), filter, after, cluster_at });
     let mut list = ListBody {
-        pin,
+        pin: Arc::new(pin),
         store: store.clone(),
         items: Arc::new(items),
         clusters: Arc::new(clusters),
@@ -444,6 +453,7 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
         head: Some(head),
         pos: 0,
         done: false,
+        scan,
     };
     // A list that fits one chunk is answered at once (with its length), a
     // longer one is streamed chunk by chunk: a worker thread never builds a
@@ -600,9 +610,96 @@ struct ListItem {
 }
 
 /// A cluster of a list's objects: its name and the suffix of its objects' names.
+#[derive(Clone)]
 struct ListCluster {
     name: String,
     suffix: Option<String>,
+}
+
+/// The place of `key`'s cluster in `clusters`, added when new.
+fn cluster_of(key: &ObjectKey, scope: &Scope, clusters: &mut Vec<ListCluster>, cluster_at: &mut std::collections::BTreeMap<String, u32>) -> u32 {
+    if let Some(at) = cluster_at.get(key.cluster.as_str()) {
+        return *at;
+    }
+    clusters.push(ListCluster { name: key.cluster.clone(), suffix: scope.name_suffix(&key.cluster) });
+    let at = (clusters.len() - 1) as u32;
+    cluster_at.insert(key.cluster.clone(), at);
+    at
+}
+
+/// The rest of a whole list's scan, after the objects [`list`] scanned
+/// itself: done on the thread that hands the list's batches to its
+/// producers, so the producers start on the first batches at once.
+struct ListScan {
+    snapshot: Arc<Index>,
+    resource_key: String,
+    scope: Scope,
+    filter: Filter,
+    /// The last object scanned by [`list`].
+    after: ObjectKey,
+    /// The places of the clusters in the list's [`ListCluster`]s so far.
+    cluster_at: std::collections::BTreeMap<String, u32>,
+}
+
+/// Work for a list producer: a batch of items, or the end of the list.
+enum Feed {
+    Batch {
+        /// The place of the batch's first item in the list.
+        first: usize,
+        items: Vec<ListItem>,
+        /// The list's clusters as far as these items go.
+        clusters: Arc<Vec<ListCluster>>,
+    },
+    End,
+}
+
+/// Hands the items of a list from `from` on to its producers, a batch to
+/// each in turn (batch `k` to producer `k % producers`): those already known,
+/// then (with `scan`) those scanned after them. Then sends the end to the
+/// producer whose turn is next, and narrows `pin` to the listed objects.
+/// Stops when a producer went away (so did the client).
+fn feed(known: &[ListItem], from: usize, clusters: Arc<Vec<ListCluster>>, scan: Option<ListScan>, pin: &kubefold_store::ReadPin, producers: &[std::sync::mpsc::Sender<Feed>]) {
+    let mut next = 0usize;
+    let mut send = |feed: Feed| {
+        let sent = producers[next % producers.len()].send(feed).is_ok();
+        next += 1;
+        sent
+    };
+    let mut first = from;
+    for batch in known[from.min(known.len())..].chunks(LIST_BATCH_ITEMS) {
+        if !send(Feed::Batch { first, items: batch.iter().map(|item| ListItem { cluster: item.cluster, rv: item.rv }).collect(), clusters: clusters.clone() }) {
+            return;
+        }
+        first += batch.len();
+    }
+    if let Some(mut scan) = scan {
+        let mut clusters = clusters;
+        let mut rvs: Vec<u64> = known.iter().map(|item| item.rv).collect();
+        let mut batch: Vec<ListItem> = Vec::with_capacity(LIST_BATCH_ITEMS);
+        for (key, entry) in scan.snapshot.range(&scan.resource_key, scan.scope.namespace.as_deref(), Some(&scan.after)) {
+            if !scan.filter.matches(&scan.scope, key, entry) {
+                continue;
+            }
+            let cluster = match scan.cluster_at.get(key.cluster.as_str()) {
+                Some(at) => *at,
+                None => cluster_of(key, &scan.scope, Arc::make_mut(&mut clusters), &mut scan.cluster_at),
+            };
+            batch.push(ListItem { cluster, rv: entry.rv });
+            rvs.push(entry.rv);
+            if batch.len() == LIST_BATCH_ITEMS {
+                let items = std::mem::replace(&mut batch, Vec::with_capacity(LIST_BATCH_ITEMS));
+                if !send(Feed::Batch { first, items, clusters: clusters.clone() }) {
+                    return;
+                }
+                first += LIST_BATCH_ITEMS;
+            }
+        }
+        if !batch.is_empty() && !send(Feed::Batch { first, items: batch, clusters: clusters.clone() }) {
+            return;
+        }
+        pin.narrow(rvs.into());
+    }
+    send(Feed::End);
 }
 
 /// How the items of a list are written.
@@ -640,7 +737,7 @@ impl ItemWriter {
 struct ListBody {
     /// Keeps the items' records from compaction until the list is written
     /// (or its client went away).
-    pin: kubefold_store::ReadPin,
+    pin: Arc<kubefold_store::ReadPin>,
     store: kubefold_store::Store,
     items: Arc<Vec<ListItem>>,
     clusters: Arc<Vec<ListCluster>>,
@@ -649,6 +746,8 @@ struct ListBody {
     /// The next item to write.
     pos: usize,
     done: bool,
+    /// The rest of the scan, when `items` are only the first of the list's.
+    scan: Option<ListScan>,
 }
 
 impl ListBody {
@@ -682,7 +781,8 @@ impl ListBody {
 
     /// The rest of the list after its first chunk, produced on blocking
     /// threads ([`LIST_PRODUCERS`] for a list streamed alone, else one),
-    /// each a batch at a time, a chunk ahead of the client, and sent in
+    /// each a batch at a time (handed out by [`feed`], which also scans the
+    /// rest of a whole list), a chunk ahead of the client, and sent in
     /// order. The HTTP worker only passes bytes on, so a large list never
     /// holds up the worker's other requests (gets, watch events), and a long
     /// list is made on both cores while the client reads. Memory: about two
@@ -697,48 +797,52 @@ impl ListBody {
         // Two threads only for a list streamed alone: with others streaming,
         // the cores are busy already and more threads would only take turns.
         let streaming = StreamingList::start();
-        let producers = if streaming.others == 0 { LIST_PRODUCERS } else { 1 }.min(batches).max(1);
-        let receivers: Vec<_> = (0..producers)
-            .map(|producer| {
-                let (tx, rx) = tokio::sync::mpsc::channel::<Result<(Produced, bool), String>>(1);
-                let (store, items, clusters, writer) = (self.store.clone(), self.items.clone(), self.clusters.clone(), self.writer.clone());
-                tokio::task::spawn_blocking(move || produce(&store, &items, &clusters, &writer, start, (producer, producers, gzip), &tx));
-                rx
+        let mut producers = if streaming.others == 0 { LIST_PRODUCERS } else { 1 };
+        if self.scan.is_none() {
+            producers = producers.min(batches).max(1);
+        }
+        let (inputs, receivers): (Vec<_>, Vec<_>) = (0..producers)
+            .map(|_| {
+                let (input, batches) = std::sync::mpsc::channel::<Feed>();
+                let (tx, rx) = tokio::sync::mpsc::channel::<Result<Option<(Produced, bool)>, String>>(1);
+                let (store, writer) = (self.store.clone(), self.writer.clone());
+                tokio::task::spawn_blocking(move || produce(&store, &writer, &batches, gzip, &tx));
+                (input, rx)
             })
-            .collect();
-        let (mut receivers, mut current, mut left, mut ended) = (receivers, 0, batches, false);
+            .unzip();
+        let (items, clusters, scan, pin) = (self.items, self.clusters, self.scan, self.pin.clone());
+        tokio::task::spawn_blocking(move || feed(&items, start, clusters, scan, &pin, &inputs));
+        let (mut receivers, mut current, mut ended) = (receivers, 0, false);
         let pin = self.pin;
         futures::stream::poll_fn(move |cx| {
             let (_streaming, _pin) = (&streaming, &pin);
             if ended {
                 return std::task::Poll::Ready(None);
             }
-            if left == 0 {
-                ended = true;
-                let end = match member.take() {
-                    Some(mut member) => {
-                        let mut end = member.add(crate::gzip::Piece::deflate(b"]}"));
-                        end.extend_from_slice(&member.end());
-                        web::Bytes::from(end)
-                    }
-                    None => web::Bytes::from_static(b"]}"),
-                };
-                return std::task::Poll::Ready(Some(Ok(end)));
-            }
             let failed = |message: String| {
                 tracing::warn!(%message, "List ended early.");
                 Some(Err(actix_web::error::ErrorInternalServerError(message)))
             };
             std::task::Poll::Ready(match std::task::ready!(receivers[current].poll_recv(cx)) {
-                Some(Ok((chunk, last_of_batch))) => {
+                Some(Ok(Some((chunk, last_of_batch)))) => {
                     if last_of_batch {
-                        left -= 1;
                         current = (current + 1) % receivers.len();
                     }
                     Some(Ok(match (chunk, member.as_mut()) {
                         (Produced::Plain(chunk), _) => web::Bytes::from_owner(PooledChunk(chunk)),
                         (Produced::Deflated(piece), Some(member)) => web::Bytes::from(member.add(piece)),
                         (Produced::Deflated(_), None) => unreachable!("chunks are deflated only for a gzip member"),
+                    }))
+                }
+                Some(Ok(None)) => {
+                    ended = true;
+                    Some(Ok(match member.take() {
+                        Some(mut member) => {
+                            let mut end = member.add(crate::gzip::Piece::deflate(b"]}"));
+                            end.extend_from_slice(&member.end());
+                            web::Bytes::from(end)
+                        }
+                        None => web::Bytes::from_static(b"]}"),
                     }))
                 }
                 Some(Err(message)) => {
@@ -754,46 +858,39 @@ impl ListBody {
     }
 }
 
-/// Produces batches `producer`, `producer + producers`, ... of the
-/// items from `start` on (deflated with `gzip`); each batch's last chunk is
-/// marked. Stops at the end, at an error (sent on) or when the client went
-/// away.
-fn produce(
-    store: &kubefold_store::Store,
-    items: &[ListItem],
-    clusters: &[ListCluster],
-    writer: &ItemWriter,
-    start: usize,
-    (producer, producers, gzip): (usize, usize, bool),
-    tx: &tokio::sync::mpsc::Sender<Result<(Produced, bool), String>>,
-) {
-    let mut from = start + producer * LIST_BATCH_ITEMS;
-    while from < items.len() {
-        let to = (from + LIST_BATCH_ITEMS).min(items.len());
-        let mut out = chunk_buffer(LIST_CHUNK_BYTES.min((to - from) * 4096) + 64);
+/// Produces the batches [`feed`] hands this producer, in order (deflated
+/// with `gzip`); each batch's last chunk is marked, and the end of the list
+/// is passed on. Stops at the end, at an error (sent on) or when the
+/// client went away.
+fn produce(store: &kubefold_store::Store, writer: &ItemWriter, batches: &std::sync::mpsc::Receiver<Feed>, gzip: bool, tx: &tokio::sync::mpsc::Sender<Result<Option<(Produced, bool)>, String>>) {
+    while let Ok(feed) = batches.recv() {
+        let Feed::Batch { first, items, clusters } = feed else {
+            let _ = tx.blocking_send(Ok(None));
+            return;
+        };
+        let mut out = chunk_buffer(LIST_CHUNK_BYTES.min(items.len() * 4096) + 64);
         // The batch's records, neighbours read together.
-        let ahead = match store.read_ahead(items[from..to].iter().map(|item| item.rv)) {
+        let ahead = match store.read_ahead(items.iter().map(|item| item.rv)) {
             Ok(ahead) => ahead,
             Err(e) => {
                 let _ = tx.blocking_send(Err(e.to_string()));
                 return;
             }
         };
-        for (i, item) in items.iter().enumerate().take(to).skip(from) {
-            if out.len() >= LIST_CHUNK_BYTES && tx.blocking_send(Ok((Produced::of(std::mem::replace(&mut out, chunk_buffer(LIST_CHUNK_BYTES)), gzip), false))).is_err() {
+        for (i, item) in items.iter().enumerate() {
+            if out.len() >= LIST_CHUNK_BYTES && tx.blocking_send(Ok(Some((Produced::of(std::mem::replace(&mut out, chunk_buffer(LIST_CHUNK_BYTES)), gzip), false)))).is_err() {
                 return;
             }
-            if i > 0 {
+            if first + i > 0 {
                 out.push(b',');
             }
-            if let Err(status) = writer.write(store, &ahead, item, clusters, &mut out) {
+            if let Err(status) = writer.write(store, &ahead, item, &clusters, &mut out) {
                 let _ = tx.blocking_send(Err(status.message));
                 return;
             }
         }
-        if tx.blocking_send(Ok((Produced::of(out, gzip), true))).is_err() {
+        if tx.blocking_send(Ok(Some((Produced::of(out, gzip), true)))).is_err() {
             return;
         }
-        from += producers * LIST_BATCH_ITEMS;
     }
 }
