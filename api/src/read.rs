@@ -367,15 +367,22 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
             _ => (store.pin(|| Ok::<_, Status>(state.fleet.snapshot()))?, None, Some(0)),
         },
     };
-    // A page of every object of the type (no namespace, cluster or
-    // selector) knows how many objects follow it from the type's count and
-    // the objects before it, without walking the rest: kubectl pages a
-    // large list 500 objects at a time, and counting the rest made each
-    // page cost a walk over the whole type (7 ms per page at 100k pods).
+    // A page without a selector knows how many objects follow it from the
+    // objects of its scope and those before it, without walking the rest:
+    // kubectl pages a large list 500 objects at a time, and counting the
+    // rest made each page cost a walk over the whole type (7 ms per page at
+    // 100k pods). A type's count is its map's length; a namespace's or
+    // cluster's is counted by the first page that walks it to the end, and
+    // kept for the pages after it, which read the same snapshot.
     let count_remaining = !filter.has_selector();
     let whole_type = count_remaining && scope.namespace.is_none() && scope.cluster.is_none();
-    let type_objects = snapshot.resource(&scope.resource.key()).map_or(0, |objects| objects.len());
     let resource_key = scope.resource.key();
+    let counted = ScopeCount { rv: snapshot.head_rv(), resource: resource_key.clone(), namespace: scope.namespace.clone(), cluster: scope.cluster.clone() };
+    let scope_objects = match (count_remaining, whole_type) {
+        (false, _) => None,
+        (true, true) => Some(snapshot.resource(&resource_key).map_or(0, |objects| objects.len())),
+        (true, false) => counted.get(),
+    };
     // The items as they will be written: their version and their cluster,
     // by its place in `clusters` (no key is copied: a list of a million
     // objects holds 16 bytes per object here).
@@ -396,8 +403,8 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
         }
         if limit.is_some_and(|l| items.len() >= l) {
             more = true;
-            if let (true, Some(before)) = (whole_type, listed_before) {
-                remaining = type_objects.saturating_sub(before as usize + items.len());
+            if let (Some(objects), Some(before)) = (scope_objects, listed_before) {
+                remaining = objects.saturating_sub(before as usize + items.len());
                 break;
             }
             if !count_remaining {
@@ -419,8 +426,12 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
     if scan_after.is_none() {
         pin.narrow(items.iter().map(|item| item.rv).collect());
     }
+    // A page that walked its scope to the end counted it.
+    if let (true, None, Some(before), None) = (count_remaining, scope_objects, listed_before, &scan_after) {
+        counted.put(before as usize + items.len() + remaining);
+    }
     let rv = snapshot.head_rv();
-    let listed = listed_before.filter(|_| whole_type).map(|before| before + items.len() as u64);
+    let listed = listed_before.filter(|_| count_remaining).map(|before| before + items.len() as u64);
     let token = if more { last.map(|k| paging::encode_listed(&state.token_secret, rv, k, listed)) } else { None };
     let (head, writer) = if wants_table(req) {
         let printer = TablePrinter::new(&scope.resource, IncludeObject::parse(query.include_object.as_deref())?);
@@ -492,6 +503,42 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
         gzipped(&mut response);
     }
     Ok(response.content_type("application/json").streaming(body))
+}
+
+/// The objects of a type in one namespace and/or cluster at a snapshot
+/// (its head RV): what a page of that scope without a selector counts.
+#[derive(PartialEq)]
+struct ScopeCount {
+    rv: u64,
+    resource: String,
+    namespace: Option<String>,
+    cluster: Option<String>,
+}
+
+/// Scopes counted by pages, the latest last (a snapshot never changes, so
+/// a count stays true; at most [`SCOPE_COUNTS_KEPT`] are kept).
+static SCOPE_COUNTS: std::sync::Mutex<Vec<(ScopeCount, usize)>> = std::sync::Mutex::new(Vec::new());
+
+/// Scope counts kept: those of the lists being paged at one time.
+const SCOPE_COUNTS_KEPT: usize = 64;
+
+impl ScopeCount {
+    /// The count, when a page counted it.
+    fn get(&self) -> Option<usize> {
+        SCOPE_COUNTS.lock().unwrap_or_else(|e| e.into_inner()).iter().rev().find(|(scope, _)| scope == self).map(|(_, n)| *n)
+    }
+
+    /// Keeps the count, dropping the oldest when [`SCOPE_COUNTS_KEPT`] are kept.
+    fn put(self, objects: usize) {
+        let mut counts = SCOPE_COUNTS.lock().unwrap_or_else(|e| e.into_inner());
+        if counts.iter().any(|(scope, _)| *scope == self) {
+            return;
+        }
+        if counts.len() >= SCOPE_COUNTS_KEPT {
+            counts.remove(0);
+        }
+        counts.push((self, objects));
+    }
 }
 
 /// Marks a response as gzip-encoded, as kube-apiserver does
