@@ -115,7 +115,7 @@ impl Plan {
     pub fn list_reps(&self, size: usize) -> usize {
         match size {
             0..=20_000 => 15,
-            20_001..=150_000 => 5,
+            20_001..=150_000 => 11,
             _ => 3,
         }
     }
@@ -203,10 +203,32 @@ fn parse_args() -> Result<Args> {
     Ok(Args { plan, kubefold, out, command })
 }
 
+/// `kubefold-bench get ADDR PATH [N]`: N (default 1) GETs of PATH on one
+/// connection with the suite's client, on a runtime like the suite's; prints
+/// each one's milliseconds and bytes. For side-by-side runs of two builds
+/// (ops/bench/ab) measured by the client the suite measures with.
+fn timed_gets(argv: &[String]) -> Result<()> {
+    let [addr, path, rest @ ..] = argv else { bail!("usage: kubefold-bench get ADDR PATH [N]") };
+    let addr: std::net::SocketAddr = addr.parse().context("ADDR")?;
+    let n: usize = rest.first().map(|n| n.parse()).transpose().context("N")?.unwrap_or(1);
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    runtime.block_on(async {
+        let mut client = http::Client::new(addr);
+        for _ in 0..n {
+            let (ms, bytes) = phases::timed_get(&mut client, path, None).await?;
+            println!("{ms:.3} {bytes}");
+        }
+        Ok(())
+    })
+}
+
 fn main() -> Result<()> {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     if argv.first().map(String::as_str) == Some("sled-reference") {
         return sledref::child_main(&argv[1..]);
+    }
+    if argv.first().map(String::as_str) == Some("get") {
+        return timed_gets(&argv[1..]);
     }
     let args = parse_args()?;
     let started = Instant::now();

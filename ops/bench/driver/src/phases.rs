@@ -277,7 +277,7 @@ fn sustained_rate(samples: &[(f64, u64)], head: u64) -> Option<(f64, f64, f64)> 
     (last > first && to > from).then(|| ((high - low) / (to - from), from, to))
 }
 
-async fn timed_get(client: &mut Client, path: &str, accept: Option<&str>) -> Result<(f64, usize)> {
+pub async fn timed_get(client: &mut Client, path: &str, accept: Option<&str>) -> Result<(f64, usize)> {
     client.ensure().await?;
     let t0 = Instant::now();
     let (status, bytes) = tokio::time::timeout(Duration::from_secs(180), client.get_count(path, accept))
