@@ -371,18 +371,11 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
     // objects of its scope and those before it, without walking the rest:
     // kubectl pages a large list 500 objects at a time, and counting the
     // rest made each page cost a walk over the whole type (7 ms per page at
-    // 100k pods). A type's count is its map's length; a namespace's or
-    // cluster's is counted by the first page that walks it to the end, and
-    // kept for the pages after it, which read the same snapshot.
+    // 100k pods). The index keeps the count of every type, namespace,
+    // cluster and namespace of a cluster.
     let count_remaining = !filter.has_selector();
-    let whole_type = count_remaining && scope.namespace.is_none() && scope.cluster.is_none();
     let resource_key = scope.resource.key();
-    let counted = ScopeCount { rv: snapshot.head_rv(), resource: resource_key.clone(), namespace: scope.namespace.clone(), cluster: scope.cluster.clone() };
-    let scope_objects = match (count_remaining, whole_type) {
-        (false, _) => None,
-        (true, true) => Some(snapshot.resource(&resource_key).map_or(0, |objects| objects.len())),
-        (true, false) => counted.get(),
-    };
+    let scope_objects = count_remaining.then(|| snapshot.count_scope(&resource_key, scope.namespace.as_deref(), scope.cluster.as_deref()));
     // The items as they will be written: their version and their cluster,
     // by its place in `clusters` (no key is copied: a list of a million
     // objects holds 16 bytes per object here).
@@ -425,10 +418,6 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
     // scan of a whole list is done, see `ListScan`).
     if scan_after.is_none() {
         pin.narrow(items.iter().map(|item| item.rv).collect());
-    }
-    // A page that walked its scope to the end counted it.
-    if let (true, None, Some(before), None) = (count_remaining, scope_objects, listed_before, &scan_after) {
-        counted.put(before as usize + items.len() + remaining);
     }
     let rv = snapshot.head_rv();
     let listed = listed_before.filter(|_| count_remaining).map(|before| before + items.len() as u64);
@@ -503,42 +492,6 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
         gzipped(&mut response);
     }
     Ok(response.content_type("application/json").streaming(body))
-}
-
-/// The objects of a type in one namespace and/or cluster at a snapshot
-/// (its head RV): what a page of that scope without a selector counts.
-#[derive(PartialEq)]
-struct ScopeCount {
-    rv: u64,
-    resource: String,
-    namespace: Option<String>,
-    cluster: Option<String>,
-}
-
-/// Scopes counted by pages, the latest last (a snapshot never changes, so
-/// a count stays true; at most [`SCOPE_COUNTS_KEPT`] are kept).
-static SCOPE_COUNTS: std::sync::Mutex<Vec<(ScopeCount, usize)>> = std::sync::Mutex::new(Vec::new());
-
-/// Scope counts kept: those of the lists being paged at one time.
-const SCOPE_COUNTS_KEPT: usize = 64;
-
-impl ScopeCount {
-    /// The count, when a page counted it.
-    fn get(&self) -> Option<usize> {
-        SCOPE_COUNTS.lock().unwrap_or_else(|e| e.into_inner()).iter().rev().find(|(scope, _)| scope == self).map(|(_, n)| *n)
-    }
-
-    /// Keeps the count, dropping the oldest when [`SCOPE_COUNTS_KEPT`] are kept.
-    fn put(self, objects: usize) {
-        let mut counts = SCOPE_COUNTS.lock().unwrap_or_else(|e| e.into_inner());
-        if counts.iter().any(|(scope, _)| *scope == self) {
-            return;
-        }
-        if counts.len() >= SCOPE_COUNTS_KEPT {
-            counts.remove(0);
-        }
-        counts.push((self, objects));
-    }
 }
 
 /// Marks a response as gzip-encoded, as kube-apiserver does

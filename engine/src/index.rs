@@ -21,12 +21,110 @@ pub type ResourceIndex = im::OrdMap<ObjectKey, Arc<IndexEntry>>;
 pub struct Index {
     head_rv: u64,
     resources: im::HashMap<String, ResourceIndex>,
+    /// How many of each type's objects each scope holds, kept with every
+    /// change (see [`ScopeCounts`]).
+    counts: im::HashMap<String, ScopeCounts>,
+}
+
+/// The live objects of one type in each namespace, each cluster and each
+/// namespace of each cluster: what a page of one scope reports as
+/// `remainingItemCount` and what `/admin/v1/clusters` shows, read without
+/// walking the type (a cluster's objects are spread over all of it, since
+/// the cluster is the last part of a key).
+#[derive(Debug, Clone, Default)]
+struct ScopeCounts {
+    namespaces: im::HashMap<String, usize>,
+    clusters: im::HashMap<String, usize>,
+    /// By namespace, then cluster.
+    namespaces_of_clusters: im::HashMap<String, im::HashMap<String, usize>>,
+}
+
+impl ScopeCounts {
+    /// Counts one object in (`added`) or out of its scopes.
+    fn count(&mut self, key: &ObjectKey, added: bool) {
+        fn step(counts: &mut im::HashMap<String, usize>, scope: &str, added: bool) {
+            match counts.get_mut(scope) {
+                Some(n) if added => *n += 1,
+                Some(n) if *n > 1 => *n -= 1,
+                Some(_) => {
+                    counts.remove(scope);
+                }
+                None if added => {
+                    counts.insert(scope.to_string(), 1);
+                }
+                None => debug_assert!(false, "an object counted out of a scope it was never counted in"),
+            }
+        }
+        step(&mut self.namespaces, &key.namespace, added);
+        step(&mut self.clusters, &key.cluster, added);
+        let of_namespace = match self.namespaces_of_clusters.get_mut(key.namespace.as_str()) {
+            Some(clusters) => clusters,
+            None => self.namespaces_of_clusters.entry(key.namespace.clone()).or_default(),
+        };
+        step(of_namespace, &key.cluster, added);
+        if of_namespace.is_empty() {
+            self.namespaces_of_clusters.remove(key.namespace.as_str());
+        }
+    }
+
+    /// Adds the counts of objects loaded at once (see [`Index::load_all`]).
+    fn add(&mut self, loaded: LoadedCounts) {
+        for (namespace, clusters) in loaded.0 {
+            for (cluster, n) in clusters {
+                *self.namespaces.entry(namespace.clone()).or_default() += n;
+                *self.clusters.entry(cluster.clone()).or_default() += n;
+                *self.namespaces_of_clusters.entry(namespace.clone()).or_default().entry(cluster).or_default() += n;
+            }
+        }
+    }
+}
+
+/// Objects counted by namespace, then cluster, in plain maps while many
+/// are loaded (a million at a warm start) and added to the persistent
+/// [`ScopeCounts`] once.
+#[derive(Default)]
+struct LoadedCounts(std::collections::HashMap<String, std::collections::HashMap<String, usize>>);
+
+impl LoadedCounts {
+    fn count(&mut self, key: &ObjectKey) {
+        let clusters = match self.0.get_mut(key.namespace.as_str()) {
+            Some(clusters) => clusters,
+            None => self.0.entry(key.namespace.clone()).or_default(),
+        };
+        match clusters.get_mut(key.cluster.as_str()) {
+            Some(n) => *n += 1,
+            None => {
+                clusters.insert(key.cluster.clone(), 1);
+            }
+        }
+    }
 }
 
 impl Index {
     /// An empty index at `head_rv` (the store's head after recovery).
     pub fn at(head_rv: u64) -> Index {
-        Index { head_rv, resources: im::HashMap::new() }
+        Index { head_rv, ..Index::default() }
+    }
+
+    /// Puts one object's entry in, counting it when it is new.
+    fn put(&mut self, resource: &str, key: ObjectKey, entry: Arc<IndexEntry>) {
+        let objects = match self.resources.get_mut(resource) {
+            Some(objects) => objects,
+            None => self.resources.entry(resource.to_string()).or_default(),
+        };
+        if !objects.contains_key(&key) {
+            self.counts.entry(resource.to_string()).or_default().count(&key, true);
+        }
+        objects.insert(key, entry);
+    }
+
+    /// Takes one object out, if it is there.
+    fn take(&mut self, resource: &str, key: &ObjectKey) {
+        if self.resources.get_mut(resource).and_then(|objects| objects.remove(key)).is_some() {
+            if let Some(counts) = self.counts.get_mut(resource) {
+                counts.count(key, false);
+            }
+        }
     }
 
     /// The RV of the last event applied.
@@ -42,29 +140,36 @@ impl Index {
 
     /// Inserts an entry loaded from the store (recovery).
     pub fn load(&mut self, resource: &str, key: ObjectKey, entry: IndexEntry) {
-        self.resources.entry(resource.to_string()).or_default().insert(key, Arc::new(entry));
+        self.put(resource, key, Arc::new(entry));
     }
 
     /// Inserts entries loaded from the store (recovery), in list order for speed.
     pub fn load_all(&mut self, resource: &str, objects: impl IntoIterator<Item = (ObjectKey, Arc<IndexEntry>)>) {
-        match self.resources.get_mut(resource) {
-            Some(existing) => existing.extend(objects),
-            None => {
-                self.resources.insert(resource.to_string(), objects.into_iter().collect());
-            }
+        let existing = self.resources.entry(resource.to_string()).or_default();
+        let before = existing.len();
+        let (mut loaded, mut counted) = (LoadedCounts::default(), 0);
+        for (key, entry) in objects {
+            loaded.count(&key);
+            counted += 1;
+            existing.insert(key, entry);
         }
+        if existing.len() == before + counted {
+            self.counts.entry(resource.to_string()).or_default().add(loaded);
+            return;
+        }
+        // Some keys were there already (or came twice): count the type again.
+        let mut recounted = LoadedCounts::default();
+        existing.keys().for_each(|key| recounted.count(key));
+        let mut counts = ScopeCounts::default();
+        counts.add(recounted);
+        self.counts.insert(resource.to_string(), counts);
     }
 
     /// Applies one committed event: the only way the index changes.
     pub fn apply(&mut self, event: &StoredEvent) {
-        let objects = self.resources.entry(event.resource.clone()).or_default();
         match event.event_type {
-            EventType::Added | EventType::Modified => {
-                objects.insert(event.key.clone(), Arc::new(event.index_entry()));
-            }
-            EventType::Deleted => {
-                objects.remove(&event.key);
-            }
+            EventType::Added | EventType::Modified => self.put(&event.resource, event.key.clone(), Arc::new(event.index_entry())),
+            EventType::Deleted => self.take(&event.resource, &event.key),
         }
         self.head_rv = self.head_rv.max(event.rv);
     }
@@ -147,9 +252,20 @@ impl Index {
 
     /// Number of live objects of a type held for one cluster.
     pub fn count_cluster(&self, resource: &str, cluster: &str) -> usize {
-        self.resources
-            .get(resource)
-            .map_or(0, |r| r.keys().filter(|k| k.cluster == cluster).count())
+        self.count_scope(resource, None, Some(cluster))
+    }
+
+    /// Number of live objects of a type in a scope: all of them, one
+    /// namespace's, one cluster's or one cluster's in one namespace.
+    pub fn count_scope(&self, resource: &str, namespace: Option<&str>, cluster: Option<&str>) -> usize {
+        let Some(counts) = self.counts.get(resource) else { return 0 };
+        let n = match (namespace, cluster) {
+            (None, None) => return self.len(resource),
+            (Some(ns), None) => counts.namespaces.get(ns),
+            (None, Some(c)) => counts.clusters.get(c),
+            (Some(ns), Some(c)) => counts.namespaces_of_clusters.get(ns).and_then(|clusters| clusters.get(c)),
+        };
+        n.copied().unwrap_or(0)
     }
 
     /// Types that have objects.
@@ -174,12 +290,11 @@ impl Index {
             if event.rv <= rv {
                 continue;
             }
-            let objects = index.resources.entry(event.resource.clone()).or_default();
             if event.prev_rv == 0 {
-                objects.remove(&event.key);
+                index.take(&event.resource, &event.key);
             } else {
                 let previous = load(event.prev_rv)?;
-                objects.insert(event.key.clone(), Arc::new(previous.index_entry()));
+                index.put(&event.resource, event.key.clone(), Arc::new(previous.index_entry()));
             }
         }
         index.head_rv = rv;
@@ -697,5 +812,82 @@ mod tests {
         assert_eq!(tombstones.len(), TOMBSTONES);
         assert!(!tombstones.buries("v1/pods", &key(0), 5), "the oldest forgotten");
         assert!(tombstones.buries("v1/pods", &key(TOMBSTONES + 9), 5));
+    }
+
+    /// The counts kept with every change are what walking the type counts,
+    /// in every scope: through additions, changes and deletions, in a
+    /// rewound index and in indexes loaded at once (with keys loaded twice).
+    #[test]
+    fn scope_counts_are_what_a_walk_counts() {
+        fn walked(index: &Index, namespace: Option<&str>, cluster: Option<&str>) -> usize {
+            index.range("v1/pods", namespace, None).filter(|(k, _)| cluster.is_none_or(|c| k.cluster == c)).count()
+        }
+        fn check(index: &Index, what: &str) {
+            for namespace in [None, Some("a"), Some("b"), Some("c"), Some("other")] {
+                for cluster in [None, Some("m0"), Some("m1"), Some("m2"), Some("other")] {
+                    let walk = walked(index, namespace, cluster);
+                    assert_eq!(index.count_scope("v1/pods", namespace, cluster), walk, "{what}: namespace {namespace:?}, cluster {cluster:?}");
+                    if let (None, Some(c)) = (namespace, cluster) {
+                        assert_eq!(index.count_cluster("v1/pods", c), walk, "{what}: cluster {c}");
+                    }
+                }
+            }
+            assert_eq!(index.count_scope("v1/secrets", None, Some("m0")), 0, "{what}");
+            assert_eq!(index.count_scope("v1/secrets", None, None), 0, "{what}");
+        }
+        let mut index = Index::at(0);
+        let mut history: Vec<StoredEvent> = Vec::new();
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        let (mut added, mut deleted) = (0, 0);
+        for step in 0..800 {
+            let namespace = ["a", "b", "c"][next(3) as usize];
+            let (name, cluster) = (format!("p{}", next(10)), format!("m{}", next(3)));
+            let rv = index.head_rv() + 1;
+            let object = pod(namespace, &name, &rv.to_string());
+            let change = if next(3) == 0 { Change::Delete(object) } else { Change::Upsert(object) };
+            if let Some(event) = plan_change(&index, "v1/pods", &cluster, change, rv) {
+                added += usize::from(event.event_type == EventType::Added);
+                deleted += usize::from(event.event_type == EventType::Deleted);
+                index.apply(&event);
+                history.push(event);
+            }
+            if step % 40 == 0 {
+                check(&index, &format!("step {step}"));
+            }
+        }
+        assert!(added > 100 && deleted > 100, "{added} added, {deleted} deleted");
+        check(&index, "after every change");
+
+        // Rewound to earlier versions: as applied up to them.
+        let load = |rv: u64| history.iter().find(|e| e.rv == rv).cloned();
+        for back in [1, history.len() / 3, history.len() / 2, history.len() - 1] {
+            let rv = history[back].rv;
+            let newer: Vec<StoredEvent> = history.iter().filter(|e| e.rv > rv).rev().cloned().collect();
+            let rewound = index.rewind(rv, newer, load).unwrap();
+            check(&rewound, &format!("rewound to {rv}"));
+            let mut replayed = Index::at(0);
+            history.iter().filter(|e| e.rv <= rv).for_each(|e| replayed.apply(e));
+            assert_eq!(rewound.count_scope("v1/pods", None, Some("m1")), replayed.count_scope("v1/pods", None, Some("m1")));
+        }
+
+        // Loaded at once, in two parts, then with keys loaded again.
+        let entries: Vec<(ObjectKey, Arc<IndexEntry>)> = index.resource("v1/pods").unwrap().iter().map(|(k, e)| (k.clone(), e.clone())).collect();
+        let mut loaded = Index::at(index.head_rv());
+        let half = entries.len() / 2;
+        loaded.load_all("v1/pods", entries[..half].iter().cloned());
+        check(&loaded, "half loaded");
+        loaded.load_all("v1/pods", entries[half..].iter().cloned());
+        check(&loaded, "all loaded");
+        loaded.load_all("v1/pods", entries[half / 2..half + 3].iter().cloned());
+        check(&loaded, "some loaded twice");
+        assert_eq!(loaded.count_scope("v1/pods", None, None), entries.len());
+        loaded.load("v1/pods", entries[0].0.clone(), (*entries[0].1).clone());
+        check(&loaded, "one loaded again");
     }
 }
