@@ -131,7 +131,7 @@ fn removing_a_cluster_turns_its_objects_into_deleted_events() {
 /// and stays the list of its snapshot: kube-apiserver never ends a list
 /// response early because etcd compacted (only a later page's continue
 /// token can expire). The list outgrows every buffer on its way (42 MB of
-/// pods against a few MB of socket and producer buffers), its client stops
+/// pods against a few MB of socket and kubefold's buffers), its client stops
 /// reading after the first part, every pod is changed and compacted away
 /// meanwhile, then the client reads on. The same for a watch's initial
 /// state (`sendInitialEvents=true`), read slowly meanwhile: every object

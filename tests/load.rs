@@ -525,7 +525,7 @@ fn a_slow_watch_client_is_closed_and_counted_and_the_others_are_unaffected() {
 /// A client that stops reading a long list has its connection closed
 /// after `clientStallTimeoutSeconds` (5 s here) of taking no byte, which
 /// releases what the list held (its snapshot's pin on the log, counted in
-/// `kubefold_store_pinned_reads`; its producers; its buffers); a client that
+/// `kubefold_store_pinned_reads`; its buffers); a client that
 /// reads the same list slowly, pausing 1 s between reads, gets all of it.
 /// (Without the limit the stalled list kept its pin for as long as its client
 /// kept the connection.) The stalled client's receive buffer is 16 KiB and
@@ -1020,16 +1020,9 @@ fn an_initial_list_is_committed_in_list_order() {
     }
 }
 
-/// A large list sent to clients that read as fast as kubefold writes must
-/// not hold up the other requests of the HTTP worker producing it. With one
-/// worker thread, two clients stream the list of 20,000 pods (about 70 MB)
-/// and, once both are receiving, a get of one pod on a new connection must
-/// be answered while both lists are still being sent: lists are produced
-/// beside the worker, which only passes their chunks on. (A worker that kept
-/// producing a list while the socket accepted bytes answered the get only
-/// after the lists were done.)
-/// A list longer than one chunk is produced by several threads, batch by
-/// batch: it must still hold every object once, in the order of the pages
+/// A list longer than one chunk is written batch by batch (its rest
+/// scanned on another thread while it streams; a gzip list made by several
+/// threads): it must still hold every object once, in the order of the pages
 /// a client gets with `limit` (each page small enough to be made at once),
 /// with the same bytes; its Table has a row per object in the same order,
 /// each carrying its object's whole `metadata` (PartialObjectMetadata, as
@@ -1123,8 +1116,8 @@ fn long_lists_hold_every_object_once_in_page_order() {
 /// 128 KiB gzip-compressed, as from kube-apiserver (`Content-Encoding:
 /// gzip`, `Vary: Accept-Encoding`): one gzip member (read by a decoder that
 /// stops after the first) holding exactly the bytes of the same list sent
-/// plainly, whether made by the producers (the whole list, as JSON and as a
-/// Table) or a page. A small list, and any list for a client that does not
+/// plainly, whether streamed (the whole list, deflated by the producers, as
+/// JSON and as a Table) or a page. A small list, and any list for a client that does not
 /// ask, are sent as they are. kubectl (Go's transport asks for gzip and
 /// decodes it) lists every pod at once.
 #[test]
@@ -1185,6 +1178,15 @@ fn large_lists_are_gzipped_for_clients_that_accept_it() {
     assert_eq!(out.lines().count(), member.len());
 }
 
+/// A large list sent to clients that read as fast as kubefold writes must
+/// not hold up the other requests of the HTTP worker writing it. With one
+/// worker thread, two clients stream the list of 20,000 pods (about 70 MB)
+/// and, once both are receiving, a get of one pod on a new connection must
+/// be answered while both lists are still being sent: the worker writes a
+/// list a chunk at a time and turns to its other connections after each
+/// (the turn itself is checked in `read::tests`, api crate). A worker that
+/// kept writing a list while its socket took bytes, with nothing else to
+/// make it stop, answered the get only after the lists were done.
 #[test]
 fn a_get_is_answered_while_large_lists_stream_to_fast_clients() {
     let (_config_dir, config) = config_file("httpWorkers: 1\n");

@@ -460,9 +460,9 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
     // whole large list (it serves other requests between chunks) and a list
     // costs a few chunks of memory beyond its keys, however many run at once.
     // A list of more than a few batches is sent from its head on, all its
-    // objects written by the producers: a first chunk written here held the
-    // worker and the client up before the producers started (and read its
-    // records one by one).
+    // objects written batch by batch (see `ListBody::rest`): a first chunk
+    // written here held the client up before the rest's scan started (and
+    // read its records one by one).
     let first = if list.items.len() > STREAMED_FROM_THE_HEAD { list.head_only() } else { list.chunk()? };
     // gzip when the client asks for it and the list is larger than the
     // threshold: known at once for a list of one chunk; a streamed list is
@@ -550,35 +550,43 @@ fn give_back(mut buf: ChunkBuf) {
     }
 }
 
-/// A chunk of a long list from its producer: its bytes, or (gzip) its
-/// bytes deflated.
-enum Produced {
-    Plain(ChunkBuf),
-    Deflated(crate::gzip::Piece),
-}
-
-impl Produced {
-    /// `chunk`, deflated when the list is sent with gzip (the buffer then
-    /// goes back to the pool).
-    fn of(chunk: ChunkBuf, gzip: bool) -> Produced {
-        if !gzip {
-            return Produced::Plain(chunk);
+/// `inner`, turning to the task's other work after each item: the next poll
+/// returns `Pending` (the task woken at once to come back) before `inner` is
+/// polled again. actix-http asks a response body for chunks for as long as
+/// its socket takes bytes, which for a client reading as fast as a list is
+/// written can be much of the list; an HTTP worker's other connections
+/// (gets, watch events) so wait for one chunk, not for the list.
+fn taking_turns<S: futures::Stream + Unpin>(mut inner: S) -> impl futures::Stream<Item = S::Item> {
+    let mut turn_due = false;
+    futures::stream::poll_fn(move |cx| {
+        if turn_due {
+            turn_due = false;
+            cx.waker().wake_by_ref();
+            return std::task::Poll::Pending;
         }
-        let piece = crate::gzip::Piece::deflate(chunk.written());
-        give_back(chunk);
-        Produced::Deflated(piece)
-    }
+        let item = std::task::ready!(inner.poll_next_unpin(cx));
+        turn_due = item.is_some();
+        std::task::Poll::Ready(item)
+    })
 }
 
-/// Threads that produce the rest of a long list, batch by batch in turn.
+/// A chunk of a gzip list from its producer, deflated (its buffer goes
+/// back to the pool).
+fn deflated(chunk: ChunkBuf) -> crate::gzip::Piece {
+    let piece = crate::gzip::Piece::deflate(chunk.written());
+    give_back(chunk);
+    piece
+}
+
+/// Threads that produce the rest of a long gzip list, batch by batch in turn.
 const LIST_PRODUCERS: usize = 2;
 
 /// Objects per batch of a long list's rest (a batch larger than
 /// [`LIST_CHUNK_BYTES`] is sent in chunks of about that size).
 const LIST_BATCH_ITEMS: usize = 128;
 
-/// Lists of more objects than this are written by the producers from
-/// their first object on, see [`list`].
+/// Lists of more objects than this are written batch by batch from their
+/// first object on, see [`list`].
 const STREAMED_FROM_THE_HEAD: usize = 4 * LIST_BATCH_ITEMS;
 
 /// Lists whose rest is being streamed, counted while their stream lives.
@@ -628,8 +636,8 @@ fn cluster_of(key: &ObjectKey, scope: &Scope, clusters: &mut Vec<ListCluster>, c
 }
 
 /// The rest of a whole list's scan, after the objects [`list`] scanned
-/// itself: done on the thread that hands the list's batches to its
-/// producers, so the producers start on the first batches at once.
+/// itself: done on the thread that hands out the list's batches, so that
+/// the first batches are written at once.
 struct ListScan {
     snapshot: Arc<Index>,
     resource_key: String,
@@ -641,7 +649,7 @@ struct ListScan {
     cluster_at: std::collections::BTreeMap<String, u32>,
 }
 
-/// Work for a list producer: a batch of items, or the end of the list.
+/// Work for a list's writer: a batch of items, or the end of the list.
 enum Feed {
     Batch {
         /// The place of the batch's first item in the list.
@@ -653,18 +661,12 @@ enum Feed {
     End,
 }
 
-/// Hands the items of a list from `from` on to its producers, a batch to
-/// each in turn (batch `k` to producer `k % producers`): those already known,
-/// then (with `scan`) those scanned after them. Then sends the end to the
-/// producer whose turn is next, and narrows `pin` to the listed objects.
-/// Stops when a producer went away (so did the client).
-fn feed(known: &[ListItem], from: usize, clusters: Arc<Vec<ListCluster>>, scan: Option<ListScan>, pin: &kubefold_store::ReadPin, producers: &[std::sync::mpsc::Sender<Feed>]) {
-    let mut next = 0usize;
-    let mut send = |feed: Feed| {
-        let sent = producers[next % producers.len()].send(feed).is_ok();
-        next += 1;
-        sent
-    };
+/// Hands the items of a list from `from` on with `send`, a batch at a time
+/// (to the HTTP worker, or to producers in turn): those already known,
+/// then (with `scan`) those scanned after them. Then sends the end and
+/// narrows `pin` to the listed objects. Stops when `send` fails (the
+/// list's writer went away, so did the client).
+fn feed(known: &[ListItem], from: usize, clusters: Arc<Vec<ListCluster>>, scan: Option<ListScan>, pin: &kubefold_store::ReadPin, mut send: impl FnMut(Feed) -> bool) {
     let mut first = from;
     for batch in known[from.min(known.len())..].chunks(LIST_BATCH_ITEMS) {
         if !send(Feed::Batch { first, items: batch.iter().map(|item| ListItem { cluster: item.cluster, rv: item.rv }).collect(), clusters: clusters.clone() }) {
@@ -779,19 +781,110 @@ impl ListBody {
         Ok(out)
     }
 
-    /// The rest of the list after its first chunk, produced on blocking
-    /// threads ([`LIST_PRODUCERS`] for a list streamed alone, else one),
-    /// each a batch at a time (handed out by [`feed`], which also scans the
-    /// rest of a whole list), a chunk ahead of the client, and sent in
-    /// order. The HTTP worker only passes bytes on, so a large list never
-    /// holds up the worker's other requests (gets, watch events), and a long
-    /// list is made on both cores while the client reads. Memory: about two
-    /// chunks per producer, per list.
+    /// The rest of the list after its first chunk. The batches' items come
+    /// from [`feed`] on a blocking thread (which also scans the rest of a
+    /// whole list). A plain list (JSON or Table) is written by the HTTP
+    /// worker itself, a chunk each time the response asks for one: see
+    /// [`ListBody::rest_on_worker`]. A gzip list is written and deflated by
+    /// producers beside the worker: see [`ListBody::rest_produced`].
+    fn rest(self, member: Option<crate::gzip::Member>) -> impl futures::Stream<Item = Result<web::Bytes, actix_web::Error>> {
+        match member {
+            None => self.rest_on_worker().left_stream(),
+            Some(member) => self.rest_produced(member).right_stream(),
+        }
+    }
+
+    /// The rest of a plain list, each chunk written on the HTTP worker when
+    /// the response asks for it (when actix-http's write buffer has room:
+    /// a chunk is made only as fast as the client reads, and a client that
+    /// stops reading costs no CPU). After each chunk the stream yields to the
+    /// worker's other connections (gets, watch events), which so wait one
+    /// chunk at most.
     ///
-    /// With `member` (gzip), the producers deflate their chunks and the
-    /// stream joins them into that gzip member, then ends it.
-    fn rest(self, mut member: Option<crate::gzip::Member>) -> impl futures::Stream<Item = Result<web::Bytes, actix_web::Error>> {
-        let gzip = member.is_some();
+    /// Kubernetes encodes a list on the goroutine serving its request;
+    /// kubefold wrote plain lists on two threads beside the worker before.
+    /// Handing every chunk from thread to thread cost more than it gained
+    /// on 2 cores with the client on the same machine: 100k pods read with
+    /// the suite's client, 128.1 against 144.8 ms median and 127 against
+    /// 148 ms of CPU per list (BENCHMARKS.md, "A plain list is written on
+    /// the HTTP worker"). A client on another machine leaves the cores to
+    /// kubefold, where the threads would make one list faster and many
+    /// lists slower.
+    ///
+    /// The records are read on the worker: from the page cache in the
+    /// common case; from disk after a restart, a batch's reads at a time.
+    fn rest_on_worker(self) -> impl futures::Stream<Item = Result<web::Bytes, actix_web::Error>> {
+        /// The batch being written.
+        struct Current {
+            first: usize,
+            items: Vec<ListItem>,
+            clusters: Arc<Vec<ListCluster>>,
+            ahead: kubefold_store::ReadAhead,
+            /// The next item to write.
+            pos: usize,
+        }
+        let start = self.pos;
+        let (input, mut batches) = tokio::sync::mpsc::unbounded_channel::<Feed>();
+        let (items, clusters, scan, pin) = (self.items, self.clusters, self.scan, self.pin.clone());
+        tokio::task::spawn_blocking(move || feed(&items, start, clusters, scan, &pin, |batch| input.send(batch).is_ok()));
+        let (store, writer, pin) = (self.store, self.writer, self.pin);
+        let mut current: Option<Current> = None;
+        let mut ended = false;
+        taking_turns(futures::stream::poll_fn(move |cx| {
+            let _pin = &pin;
+            if ended {
+                return std::task::Poll::Ready(None);
+            }
+            let failed = |message: String| {
+                tracing::warn!(%message, "List ended early.");
+                Some(Err(actix_web::error::ErrorInternalServerError(message)))
+            };
+            let batch = match &mut current {
+                Some(batch) => batch,
+                None => match std::task::ready!(batches.poll_recv(cx)) {
+                    Some(Feed::Batch { first, items, clusters }) => match store.read_ahead(items.iter().map(|item| item.rv)) {
+                        Ok(ahead) => current.insert(Current { first, items, clusters, ahead, pos: 0 }),
+                        Err(e) => {
+                            ended = true;
+                            return std::task::Poll::Ready(failed(e.to_string()));
+                        }
+                    },
+                    Some(Feed::End) => {
+                        ended = true;
+                        return std::task::Poll::Ready(Some(Ok(web::Bytes::from_static(b"]}"))));
+                    }
+                    None => {
+                        ended = true;
+                        return std::task::Poll::Ready(failed("the list's scan stopped".to_string()));
+                    }
+                },
+            };
+            let mut out = chunk_buffer(LIST_CHUNK_BYTES.min((batch.items.len() - batch.pos) * 4096) + 64);
+            while out.len() < LIST_CHUNK_BYTES && batch.pos < batch.items.len() {
+                if batch.first + batch.pos > 0 {
+                    out.push(b',');
+                }
+                if let Err(status) = writer.write(&store, &batch.ahead, &batch.items[batch.pos], &batch.clusters, &mut out) {
+                    ended = true;
+                    give_back(out);
+                    return std::task::Poll::Ready(failed(status.message));
+                }
+                batch.pos += 1;
+            }
+            if batch.pos == batch.items.len() {
+                current = None;
+            }
+            std::task::Poll::Ready(Some(Ok(web::Bytes::from_owner(PooledChunk(out)))))
+        }))
+    }
+
+    /// The rest of a gzip list, written and deflated on blocking threads
+    /// ([`LIST_PRODUCERS`] for a list streamed alone, else one), each a
+    /// batch at a time, a chunk ahead of the client, and sent in order:
+    /// deflating a chunk takes several times as long as writing it, which
+    /// on the worker would hold its other connections up. Memory: about two
+    /// chunks per producer, per list.
+    fn rest_produced(self, member: crate::gzip::Member) -> impl futures::Stream<Item = Result<web::Bytes, actix_web::Error>> {
         let start = self.pos;
         let batches = (self.items.len() - start).div_ceil(LIST_BATCH_ITEMS);
         // Two threads only for a list streamed alone: with others streaming,
@@ -804,15 +897,22 @@ impl ListBody {
         let (inputs, receivers): (Vec<_>, Vec<_>) = (0..producers)
             .map(|_| {
                 let (input, batches) = std::sync::mpsc::channel::<Feed>();
-                let (tx, rx) = tokio::sync::mpsc::channel::<Result<Option<(Produced, bool)>, String>>(1);
+                let (tx, rx) = tokio::sync::mpsc::channel::<Result<Option<(crate::gzip::Piece, bool)>, String>>(1);
                 let (store, writer) = (self.store.clone(), self.writer.clone());
-                tokio::task::spawn_blocking(move || produce(&store, &writer, &batches, gzip, &tx));
+                tokio::task::spawn_blocking(move || produce(&store, &writer, &batches, &tx));
                 (input, rx)
             })
             .unzip();
         let (items, clusters, scan, pin) = (self.items, self.clusters, self.scan, self.pin.clone());
-        tokio::task::spawn_blocking(move || feed(&items, start, clusters, scan, &pin, &inputs));
-        let (mut receivers, mut current, mut ended) = (receivers, 0, false);
+        tokio::task::spawn_blocking(move || {
+            let mut next = 0usize;
+            feed(&items, start, clusters, scan, &pin, |batch| {
+                let sent = inputs[next % inputs.len()].send(batch).is_ok();
+                next += 1;
+                sent
+            })
+        });
+        let (mut receivers, mut current, mut ended, mut member) = (receivers, 0, false, Some(member));
         let pin = self.pin;
         futures::stream::poll_fn(move |cx| {
             let (_streaming, _pin) = (&streaming, &pin);
@@ -824,26 +924,19 @@ impl ListBody {
                 Some(Err(actix_web::error::ErrorInternalServerError(message)))
             };
             std::task::Poll::Ready(match std::task::ready!(receivers[current].poll_recv(cx)) {
-                Some(Ok(Some((chunk, last_of_batch)))) => {
+                Some(Ok(Some((piece, last_of_batch)))) => {
                     if last_of_batch {
                         current = (current + 1) % receivers.len();
                     }
-                    Some(Ok(match (chunk, member.as_mut()) {
-                        (Produced::Plain(chunk), _) => web::Bytes::from_owner(PooledChunk(chunk)),
-                        (Produced::Deflated(piece), Some(member)) => web::Bytes::from(member.add(piece)),
-                        (Produced::Deflated(_), None) => unreachable!("chunks are deflated only for a gzip member"),
-                    }))
+                    let member = member.as_mut().unwrap_or_else(|| unreachable!("the member ends with the list"));
+                    Some(Ok(web::Bytes::from(member.add(piece))))
                 }
                 Some(Ok(None)) => {
                     ended = true;
-                    Some(Ok(match member.take() {
-                        Some(mut member) => {
-                            let mut end = member.add(crate::gzip::Piece::deflate(b"]}"));
-                            end.extend_from_slice(&member.end());
-                            web::Bytes::from(end)
-                        }
-                        None => web::Bytes::from_static(b"]}"),
-                    }))
+                    let mut member = member.take().unwrap_or_else(|| unreachable!("the member ends with the list"));
+                    let mut end = member.add(crate::gzip::Piece::deflate(b"]}"));
+                    end.extend_from_slice(&member.end());
+                    Some(Ok(web::Bytes::from(end)))
                 }
                 Some(Err(message)) => {
                     ended = true;
@@ -858,11 +951,11 @@ impl ListBody {
     }
 }
 
-/// Produces the batches [`feed`] hands this producer, in order (deflated
-/// with `gzip`); each batch's last chunk is marked, and the end of the list
+/// Produces the batches [`feed`] hands this producer, in order, deflated;
+/// each batch's last chunk is marked, and the end of the list
 /// is passed on. Stops at the end, at an error (sent on) or when the
 /// client went away.
-fn produce(store: &kubefold_store::Store, writer: &ItemWriter, batches: &std::sync::mpsc::Receiver<Feed>, gzip: bool, tx: &tokio::sync::mpsc::Sender<Result<Option<(Produced, bool)>, String>>) {
+fn produce(store: &kubefold_store::Store, writer: &ItemWriter, batches: &std::sync::mpsc::Receiver<Feed>, tx: &tokio::sync::mpsc::Sender<Result<Option<(crate::gzip::Piece, bool)>, String>>) {
     while let Ok(feed) = batches.recv() {
         let Feed::Batch { first, items, clusters } = feed else {
             let _ = tx.blocking_send(Ok(None));
@@ -878,7 +971,7 @@ fn produce(store: &kubefold_store::Store, writer: &ItemWriter, batches: &std::sy
             }
         };
         for (i, item) in items.iter().enumerate() {
-            if out.len() >= LIST_CHUNK_BYTES && tx.blocking_send(Ok(Some((Produced::of(std::mem::replace(&mut out, chunk_buffer(LIST_CHUNK_BYTES)), gzip), false)))).is_err() {
+            if out.len() >= LIST_CHUNK_BYTES && tx.blocking_send(Ok(Some((deflated(std::mem::replace(&mut out, chunk_buffer(LIST_CHUNK_BYTES))), false)))).is_err() {
                 return;
             }
             if first + i > 0 {
@@ -889,8 +982,55 @@ fn produce(store: &kubefold_store::Store, writer: &ItemWriter, batches: &std::sy
                 return;
             }
         }
-        if tx.blocking_send(Ok(Some((Produced::of(out, gzip), true)))).is_err() {
+        if tx.blocking_send(Ok(Some((deflated(out), true)))).is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counts its wake-ups.
+    #[derive(Default)]
+    struct Wakes(std::sync::atomic::AtomicUsize);
+
+    impl futures::task::ArcWake for Wakes {
+        fn wake_by_ref(arc_self: &Arc<Self>) {
+            arc_self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// After each item the stream gives its task's other work a turn: one
+    /// `Pending` with the task woken (so it is polled again without any
+    /// other event), then the next item; the end comes at once after the
+    /// last item's turn, and an inner `Pending` is passed on as it is.
+    #[test]
+    fn a_list_stream_takes_turns_after_each_chunk() {
+        let wakes = Arc::new(Wakes::default());
+        let waker = futures::task::waker(wakes.clone());
+        let mut cx = std::task::Context::from_waker(&waker);
+        let woken = || wakes.0.load(std::sync::atomic::Ordering::Relaxed);
+        let mut pending_once = true;
+        let mut items = vec![1, 2].into_iter();
+        let inner = futures::stream::poll_fn(move |_| {
+            if pending_once {
+                pending_once = false;
+                return std::task::Poll::Pending;
+            }
+            std::task::Poll::Ready(items.next())
+        });
+        let mut stream = std::pin::pin!(taking_turns(inner));
+        assert_eq!(stream.as_mut().poll_next_unpin(&mut cx), std::task::Poll::Pending, "the inner stream's Pending");
+        assert_eq!(woken(), 0, "an inner Pending is left to the inner stream's waker");
+        assert_eq!(stream.as_mut().poll_next_unpin(&mut cx), std::task::Poll::Ready(Some(1)));
+        assert_eq!(stream.as_mut().poll_next_unpin(&mut cx), std::task::Poll::Pending, "a turn after the first item");
+        assert_eq!(woken(), 1, "the turn wakes its task");
+        assert_eq!(stream.as_mut().poll_next_unpin(&mut cx), std::task::Poll::Ready(Some(2)));
+        assert_eq!(stream.as_mut().poll_next_unpin(&mut cx), std::task::Poll::Pending, "a turn after the second item");
+        assert_eq!(woken(), 2);
+        assert_eq!(stream.as_mut().poll_next_unpin(&mut cx), std::task::Poll::Ready(None));
+        assert_eq!(woken(), 2, "the end takes no turn");
     }
 }
