@@ -1021,8 +1021,8 @@ fn an_initial_list_is_committed_in_list_order() {
 }
 
 /// A list longer than one chunk is written batch by batch (its rest
-/// scanned on another thread while it streams; a gzip list made by several
-/// threads): it must still hold every object once, in the order of the pages
+/// scanned on another thread while it streams; a Table or gzip list made
+/// by several threads): it must still hold every object once, in the order of the pages
 /// a client gets with `limit` (each page small enough to be made at once),
 /// with the same bytes; its Table has a row per object in the same order,
 /// each carrying its object's whole `metadata` (PartialObjectMetadata, as

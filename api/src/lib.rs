@@ -439,8 +439,8 @@ pub fn server(state: Arc<ApiState>) -> Result<(Server, Vec<SocketAddr>), ServerE
 /// `TCP_USER_TIMEOUT`, which covers both ("or buffered data may remain
 /// untransmitted (due to zero window size)", tcp(7)). actix-http has no
 /// write timeout, so without it a client that stops reading keeps its
-/// response forever: a list's snapshot pinned against compaction, a gzip
-/// list's producer threads, actix's write buffer. kube-apiserver ends such a list
+/// response forever: a list's snapshot pinned against compaction, a Table
+/// or gzip list's producer threads, actix's write buffer. kube-apiserver ends such a list
 /// at its request timeout (`--request-timeout`, 1 minute) and closes a
 /// watch whose client stops reading once the watch's buffer is full; here a
 /// client that reads, however slowly, is never cut.
