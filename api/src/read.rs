@@ -560,7 +560,7 @@ fn give_back(mut buf: ChunkBuf) {
 /// the list. (A task that wakes itself at once is polled again before the
 /// driver, which a current-thread runtime polls only every 61 tasks when
 /// tasks are always ready: gets beside a list of 100k pods waited up to
-/// 14 ms that way.)
+/// 14 and 39 ms that way in two series, against 2.6 and 8.0 ms now.)
 fn taking_turns<S: futures::Stream + Unpin>(mut inner: S) -> impl futures::Stream<Item = S::Item> {
     let mut turn: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>> = None;
     futures::stream::poll_fn(move |cx| {
