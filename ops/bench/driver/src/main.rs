@@ -64,6 +64,11 @@ pub struct Plan {
     pub restart: bool,
     /// Seconds the whole driver may take.
     pub budget_secs: f64,
+    /// Milliseconds kubefold is stopped (SIGSTOP) in the middle of the
+    /// all-pods watch window; 0 = not stopped.
+    pub watch_pause_ms: f64,
+    /// Which processes that pause stops: kubefold, members, driver or all.
+    pub watch_pause_of: String,
 }
 
 impl Plan {
@@ -86,6 +91,8 @@ impl Plan {
             watch: true,
             restart: true,
             budget_secs: 110.0,
+            watch_pause_ms: 0.0,
+            watch_pause_of: "kubefold".into(),
         }
     }
 
@@ -108,6 +115,8 @@ impl Plan {
             watch: true,
             restart: true,
             budget_secs: 840.0,
+            watch_pause_ms: 0.0,
+            watch_pause_of: "kubefold".into(),
         }
     }
 
@@ -155,7 +164,8 @@ impl Ctx {
 fn usage() -> ! {
     eprintln!(
         "usage: kubefold-bench --kubefold PATH [--quick] [--out DIR] [--budget-secs S] [--sizes N,N,..] [--sims N]\n\
-         \x20                     [--watchers N] [--watch-settle-secs S] [--no-watch] [--only-watch] [--no-restart] [--command TEXT]"
+         \x20                     [--watchers N] [--watch-settle-secs S] [--no-watch] [--only-watch] [--no-restart] [--command TEXT]\n\
+         \x20                     [--watch-pause-ms MS [--watch-pause-of kubefold|members|driver|all]]"
     );
     std::process::exit(2)
 }
@@ -188,6 +198,13 @@ fn parse_args() -> Result<Args> {
             "--sims" => plan.sims = value().parse().context("--sims")?,
             "--watchers" => plan.watchers = value().parse().context("--watchers")?,
             "--watch-settle-secs" => plan.watch_settle_secs = value().parse().context("--watch-settle-secs")?,
+            "--watch-pause-ms" => plan.watch_pause_ms = value().parse().context("--watch-pause-ms")?,
+            "--watch-pause-of" => {
+                plan.watch_pause_of = value();
+                if !matches!(plan.watch_pause_of.as_str(), "kubefold" | "members" | "driver" | "all") {
+                    bail!("--watch-pause-of: kubefold, members, driver or all");
+                }
+            }
             "--no-watch" => plan.watch = false,
             "--only-watch" => plan.sizes.clear(),
             "--no-restart" => plan.restart = false,

@@ -771,7 +771,22 @@ struct WatchCase {
     /// The machine's idle, iowait and steal seconds per second of window
     /// (both cores: 2.0 is all of them).
     machine: (f64, f64, f64),
+    /// Every 100 ms of the window: see [`TIMELINE_COLUMNS`].
+    timeline: Vec<[f64; 8]>,
 }
+
+/// What the watch window's timeline samples: a stall shows in the second
+/// it happened, beside what kubefold and the machine were doing.
+const TIMELINE_COLUMNS: [&str; 8] = [
+    "ms into the window",
+    "kubefold RSS MiB",
+    "kubefold minor faults",
+    "kubefold major faults",
+    "kubefold CPU s",
+    "memory pressure some ms",
+    "io pressure full ms",
+    "cpu pressure some ms",
+];
 
 async fn run_watch_case(
     ctx: &Ctx,
@@ -809,13 +824,66 @@ async fn run_watch_case(
             }
         }
     });
+    let kubefold_pid = kubefold.pid;
+    let (timeline_stop_tx, mut timeline_stop) = tokio::sync::watch::channel(false);
+    let timeline = tokio::spawn(async move {
+        let started = Instant::now();
+        let mut rows = Vec::new();
+        loop {
+            let (rss, minflt, majflt, cpu) = procs::sample(kubefold_pid);
+            let [memory_some, _, io_full, cpu_some] = procs::pressure();
+            let ms = |us: u64| us as f64 / 1e3;
+            rows.push([
+                started.elapsed().as_secs_f64() * 1e3,
+                rss as f64 / MIB,
+                minflt as f64,
+                majflt as f64,
+                cpu,
+                ms(memory_some),
+                ms(io_full),
+                ms(cpu_some),
+            ]);
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                _ = timeline_stop.changed() => return rows,
+            }
+        }
+    });
     let t_start = base.elapsed().as_nanos() as u64;
-    tokio::time::sleep(Duration::from_secs_f64(ctx.plan.watch_secs)).await;
+    let pause = ctx.plan.watch_pause_ms / 1e3;
+    if pause > 0.0 && name == "all pods" {
+        let half = ctx.plan.watch_secs / 2.0;
+        tokio::time::sleep(Duration::from_secs_f64(half)).await;
+        let mut pids: Vec<u32> = Vec::new();
+        let of = ctx.plan.watch_pause_of.as_str();
+        if matches!(of, "kubefold" | "all") {
+            pids.push(kubefold.pid);
+        }
+        if matches!(of, "members" | "all") {
+            pids.extend(sims.iter().map(|s| s.pid));
+        }
+        if matches!(of, "driver" | "all") {
+            pids.push(std::process::id());
+        }
+        let list = pids.iter().map(u32::to_string).collect::<Vec<_>>().join(" ");
+        // A shell stops and continues them, so that the driver can stop itself.
+        let child = std::process::Command::new("sh").arg("-c").arg(format!("kill -STOP {list}; sleep {pause}; kill -CONT {list}")).spawn();
+        tokio::time::sleep(Duration::from_secs_f64(pause)).await;
+        if let Ok(mut c) = child {
+            let _ = c.wait();
+        }
+        eprintln!("  {of} stopped for {:.0} ms at {half:.1} s into the window", pause * 1e3);
+        tokio::time::sleep(Duration::from_secs_f64((ctx.plan.watch_secs - half - pause).max(0.0))).await;
+    } else {
+        tokio::time::sleep(Duration::from_secs_f64(ctx.plan.watch_secs)).await;
+    }
     let t_end = base.elapsed().as_nanos() as u64;
     let (k1, d1, m1) = cpu();
     let machine1 = procs::machine_cpu_seconds();
     let _ = lag_stop_tx.send(true);
+    let _ = timeline_stop_tx.send(true);
     let driver_lag = summary(lag.await.unwrap_or_default());
+    let timeline = timeline.await.unwrap_or_default();
     // Let events of the window's last moments arrive before stopping.
     tokio::time::sleep(Duration::from_millis(2000)).await;
     let _ = stop_tx.send(true);
@@ -850,6 +918,35 @@ async fn run_watch_case(
         connect_s,
         driver_lag,
         machine,
+        timeline,
+    })
+}
+
+/// The timeline's samples made relative to its first (counters as
+/// increases), rounded for the report.
+fn timeline_rows(rows: &[[f64; 8]]) -> Vec<Vec<f64>> {
+    let Some(first) = rows.first() else { return Vec::new() };
+    rows.iter()
+        .map(|r| {
+            r.iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    let v = if i == 0 || i == 1 { *v } else { v - first[i] };
+                    (v * 10.0).round() / 10.0
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// What the timeline adds up to over the window: kubefold's highest RSS,
+/// its page faults, and the machine's pressure stalls.
+fn window_totals(rows: &[[f64; 8]]) -> Value {
+    let (Some(first), Some(last)) = (rows.first(), rows.last()) else { return Value::Null };
+    let rss_max = rows.iter().map(|r| r[1]).fold(0.0, f64::max);
+    json!({
+        "rssMaxMiB": rss_max, "rssFirstMiB": first[1], "minorFaults": last[2] - first[2], "majorFaults": last[3] - first[3],
+        "memoryPressureSomeMs": last[5] - first[5], "ioPressureFullMs": last[6] - first[6], "cpuPressureSomeMs": last[7] - first[7],
     })
 }
 
@@ -1021,6 +1118,8 @@ async fn watch_phase(ctx: &Ctx, report: &mut Report) -> Result<()> {
             "driverTimerLateMs": case.driver_lag,
             "machine": {"idle": case.machine.0, "iowait": case.machine.1, "steal": case.machine.2},
             "worstBySecond": worst_by_second,
+            "timeline": {"columns": TIMELINE_COLUMNS, "rows": timeline_rows(&case.timeline)},
+            "kubefoldDuringWindow": window_totals(&case.timeline),
         }));
         summaries.insert(case.name.clone(), (lat, marker, dropped, delivered, expected));
         throughput.insert(case.name.clone(), (lines_per_s, needed_per_s));
@@ -1043,6 +1142,19 @@ async fn watch_phase(ctx: &Ctx, report: &mut Report) -> Result<()> {
                 cpu["driver"].as_f64().unwrap_or(0.0) * 100.0,
                 raw["driverTimerLateMs"]["max"].as_f64().unwrap_or(0.0)
             ));
+        let k = &raw["kubefoldDuringWindow"];
+        if k.is_object() {
+            let at = |key: &str| k[key].as_f64().unwrap_or(0.0);
+            let before = f.note.clone().unwrap_or_default();
+            f = f.note(format!(
+                "{before}; kubefold RSS {:.0} MiB at the start, {:.0} MiB at most, {:.0} page faults; the machine's pressure stalls: memory {:.0} ms, io (full) {:.0} ms",
+                at("rssFirstMiB"),
+                at("rssMaxMiB"),
+                at("minorFaults") + at("majorFaults"),
+                at("memoryPressureSomeMs"),
+                at("ioPressureFullMs")
+            ));
+        }
         if let Some(r) = &reference {
             f = f.reference("members' own watch, same clients", r.0.p99);
         }

@@ -224,3 +224,34 @@ pub fn mem_available() -> u64 {
         .unwrap_or(0)
         * 1024
 }
+
+/// A process's resident memory (bytes), minor and major page faults so far
+/// and CPU seconds, from `/proc/<pid>/stat` (proc(5)).
+pub fn sample(pid: u32) -> (u64, u64, u64, f64) {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return (0, 0, 0, 0.0) };
+    let Some(after) = stat.rfind(')').map(|i| &stat[i + 2..]) else { return (0, 0, 0, 0.0) };
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // After the command, counted from state (field 3): minflt 10, majflt 12, rss 24 (pages).
+    let at = |field: usize| fields.get(field - 3).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
+    (at(24) * page, at(10), at(12), cpu_seconds(pid))
+}
+
+/// The kernel's pressure stall totals (PSI, microseconds since boot):
+/// memory some, memory full, io full, cpu some; zeros where the kernel has
+/// none. <https://docs.kernel.org/accounting/psi.html>
+pub fn pressure() -> [u64; 4] {
+    let total = |resource: &str, kind: &str| {
+        std::fs::read_to_string(format!("/proc/pressure/{resource}"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with(kind))
+                    .and_then(|l| l.split_whitespace().find_map(|f| f.strip_prefix("total=")))
+                    .and_then(|v| v.parse().ok())
+            })
+            .unwrap_or(0)
+    };
+    [total("memory", "some"), total("memory", "full"), total("io", "full"), total("cpu", "some")]
+}
