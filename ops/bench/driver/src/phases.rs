@@ -771,14 +771,15 @@ struct WatchCase {
     /// The machine's idle, iowait and steal seconds per second of window
     /// (both cores: 2.0 is all of them).
     machine: (f64, f64, f64),
-    /// Every 100 ms of the window: see [`TIMELINE_COLUMNS`].
+    /// Every 100 ms from before the clients connect to the window's end:
+    /// see [`TIMELINE_COLUMNS`] (the first column from `base` here).
     timeline: Vec<[f64; 8]>,
 }
 
 /// What the watch window's timeline samples: a stall shows in the second
 /// it happened, beside what kubefold and the machine were doing.
 const TIMELINE_COLUMNS: [&str; 8] = [
-    "ms into the window",
+    "ms into the window (negative: clients connecting and settling)",
     "kubefold RSS MiB",
     "kubefold minor faults",
     "kubefold major faults",
@@ -800,6 +801,31 @@ async fn run_watch_case(
     let group = Arc::new(WatchGroup { base, connected: Default::default(), stop: stop_rx, finders: load::Finders::new() });
     let count = clients.len();
     let member_of = clients.iter().map(|(_, _, k)| match k { LineKind::Member { cluster } => Some(*cluster), LineKind::Kubefold => None }).collect();
+    // From before the clients connect: a stall that starts with them shows.
+    let kubefold_pid = kubefold.pid;
+    let (timeline_stop_tx, mut timeline_stop) = tokio::sync::watch::channel(false);
+    let timeline = tokio::spawn(async move {
+        let mut rows = Vec::new();
+        loop {
+            let (rss, minflt, majflt, cpu) = procs::sample(kubefold_pid);
+            let [memory_some, _, io_full, cpu_some] = procs::pressure();
+            let ms = |us: u64| us as f64 / 1e3;
+            rows.push([
+                base.elapsed().as_secs_f64() * 1e3,
+                rss as f64 / MIB,
+                minflt as f64,
+                majflt as f64,
+                cpu,
+                ms(memory_some),
+                ms(io_full),
+                ms(cpu_some),
+            ]);
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                _ = timeline_stop.changed() => return rows,
+            }
+        }
+    });
     let connect_started = Instant::now();
     let mut tasks = Vec::with_capacity(count);
     for (addr, path, kind) in clients {
@@ -821,31 +847,6 @@ async fn run_watch_case(
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(10)) => lags.push((t.elapsed().as_secs_f64() * 1e3 - 10.0).max(0.0)),
                 _ = lag_stop.changed() => return lags,
-            }
-        }
-    });
-    let kubefold_pid = kubefold.pid;
-    let (timeline_stop_tx, mut timeline_stop) = tokio::sync::watch::channel(false);
-    let timeline = tokio::spawn(async move {
-        let started = Instant::now();
-        let mut rows = Vec::new();
-        loop {
-            let (rss, minflt, majflt, cpu) = procs::sample(kubefold_pid);
-            let [memory_some, _, io_full, cpu_some] = procs::pressure();
-            let ms = |us: u64| us as f64 / 1e3;
-            rows.push([
-                started.elapsed().as_secs_f64() * 1e3,
-                rss as f64 / MIB,
-                minflt as f64,
-                majflt as f64,
-                cpu,
-                ms(memory_some),
-                ms(io_full),
-                ms(cpu_some),
-            ]);
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-                _ = timeline_stop.changed() => return rows,
             }
         }
     });
@@ -922,16 +923,21 @@ async fn run_watch_case(
     })
 }
 
-/// The timeline's samples made relative to its first (counters as
-/// increases), rounded for the report.
-fn timeline_rows(rows: &[[f64; 8]]) -> Vec<Vec<f64>> {
+/// The timeline's samples with times from the window's start (`t0`, ns
+/// from `base`) and counters as increases since the first, rounded for
+/// the report.
+fn timeline_rows(rows: &[[f64; 8]], t0: u64) -> Vec<Vec<f64>> {
     let Some(first) = rows.first() else { return Vec::new() };
     rows.iter()
         .map(|r| {
             r.iter()
                 .enumerate()
                 .map(|(i, v)| {
-                    let v = if i == 0 || i == 1 { *v } else { v - first[i] };
+                    let v = match i {
+                        0 => v - t0 as f64 / 1e6,
+                        1 => *v,
+                        _ => v - first[i],
+                    };
                     (v * 10.0).round() / 10.0
                 })
                 .collect()
@@ -939,9 +945,12 @@ fn timeline_rows(rows: &[[f64; 8]]) -> Vec<Vec<f64>> {
         .collect()
 }
 
-/// What the timeline adds up to over the window: kubefold's highest RSS,
-/// its page faults, and the machine's pressure stalls.
-fn window_totals(rows: &[[f64; 8]]) -> Value {
+/// What the timeline adds up to over the window (`t0`..`t1`, ns from
+/// `base`): kubefold's highest RSS, its page faults, and the machine's
+/// pressure stalls.
+fn window_totals(rows: &[[f64; 8]], t0: u64, t1: u64) -> Value {
+    let in_window: Vec<&[f64; 8]> = rows.iter().filter(|r| r[0] >= t0 as f64 / 1e6 - 100.0 && r[0] <= t1 as f64 / 1e6 + 100.0).collect();
+    let rows = in_window;
     let (Some(first), Some(last)) = (rows.first(), rows.last()) else { return Value::Null };
     let rss_max = rows.iter().map(|r| r[1]).fold(0.0, f64::max);
     json!({
@@ -1118,8 +1127,8 @@ async fn watch_phase(ctx: &Ctx, report: &mut Report) -> Result<()> {
             "driverTimerLateMs": case.driver_lag,
             "machine": {"idle": case.machine.0, "iowait": case.machine.1, "steal": case.machine.2},
             "worstBySecond": worst_by_second,
-            "timeline": {"columns": TIMELINE_COLUMNS, "rows": timeline_rows(&case.timeline)},
-            "kubefoldDuringWindow": window_totals(&case.timeline),
+            "timeline": {"columns": TIMELINE_COLUMNS, "rows": timeline_rows(&case.timeline, t0)},
+            "kubefoldDuringWindow": window_totals(&case.timeline, t0, t1),
         }));
         summaries.insert(case.name.clone(), (lat, marker, dropped, delivered, expected));
         throughput.insert(case.name.clone(), (lines_per_s, needed_per_s));
