@@ -31,6 +31,21 @@ fn disable_transparent_huge_pages() {
     let _ = rustix::thread::disable_transparent_huge_pages(true);
 }
 
+/// Raises this process's soft limit of open files to its hard limit, as
+/// every Go program does at start since Go 1.19 (so kube-apiserver too:
+/// "they change the soft limit to match the hard limit",
+/// <https://go.dev/doc/go1.19>): a client's connection takes two
+/// descriptors here (its socket, and a second one a watch polls, see
+/// `kubefold_api::watch::ConnectionSocket`), and the common soft limit of
+/// 1,024 would refuse a few hundred watchers. Best effort.
+fn raise_open_files_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current != limit.maximum {
+        let _ = setrlimit(Resource::Nofile, Rlimit { current: limit.maximum, maximum: limit.maximum });
+    }
+}
+
 use clap::{Parser, Subcommand};
 use kubefold_actors::cluster::ClusterSpec;
 use kubefold_engine::names::NameStyle;
@@ -207,6 +222,7 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<Config> {
 
 fn main() -> anyhow::Result<()> {
     disable_transparent_huge_pages();
+    raise_open_files_limit();
     let cli = Cli::parse();
     init_logs(&cli.log_format);
     match cli.command {

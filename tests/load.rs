@@ -9,11 +9,11 @@
 //! in turn, over churning members under watch, list and get load, for
 //! `CHAOS_MINUTES` (default 10); run it with `ops/chaos/run`.
 //!
-//! File descriptors: a watch is one connection, so the test process and
-//! kubefold each need one descriptor per watch. The soft limit
-//! (`ulimit -n`, inherited by kubefold) is checked first; with less than
-//! the watches plus 256, the watch count is lowered to fit and the test
-//! says so.
+//! File descriptors: a watch is one connection, so the test process needs
+//! one descriptor per watch, and kubefold two (the socket, and the one its
+//! watch polls). The limits (`ulimit -n` for this process; kubefold raises
+//! its soft limit to the hard one) are checked first; where they hold
+//! fewer, the watch count is lowered to fit and the test says so.
 
 mod chaos;
 mod common;
@@ -305,14 +305,17 @@ fn guarded_rss_sampler(pid: u32, stop: Arc<AtomicBool>, limit_kib: u64, killed: 
     })
 }
 
-/// The watch count that fits the open-files limit.
+/// The watch count that fits the open-files limits: this process takes
+/// one descriptor per watch under its soft limit, kubefold two (see the
+/// module's doc) under the hard limit, to which it raises its soft one.
 fn watches_that_fit(wanted: usize) -> usize {
-    let limit = open_files_limit() as usize;
-    if limit >= wanted + 256 {
+    let (soft, hard) = open_files_limits();
+    let fit = (soft.saturating_sub(256) as usize).min(hard.saturating_sub(256) as usize / 2);
+    if fit >= wanted {
         wanted
     } else {
-        let fit = limit.saturating_sub(256).max(10);
-        eprintln!("ulimit -n is {limit}: running {fit} watches instead of {wanted}");
+        let fit = fit.max(10);
+        eprintln!("open-files limits are {soft} (soft) and {hard} (hard): running {fit} watches instead of {wanted}");
         fit
     }
 }
@@ -520,6 +523,59 @@ fn a_slow_watch_client_is_closed_and_counted_and_the_others_are_unaffected() {
     );
     assert!(ended, "the slow client's response did not end ({} bytes buffered for it)", received.len());
     assert!(tail.contains("\"type\":\"ERROR\"") && tail.contains("410"), "the slow client's stream ends with a 410 ERROR event: ...{tail}");
+}
+
+/// A hundred watch clients that stop reading (16 KiB receive buffers)
+/// while 12 MB of events go by: what kubefold holds for them beyond the
+/// sockets is references to lines it encoded once, and a write buffer a
+/// watch fills only as far as its socket takes: kubefold's RSS grows by
+/// less than 200 MiB while they are stuck (62 MiB in a debug build). When
+/// each watch queued a copy of its lines and actix-http's write buffer
+/// took up to 1 MiB more of them, it grew by 634 MiB. Once they are closed
+/// for being slow, the reading client saw every event.
+#[test]
+fn stuck_watch_clients_hold_shared_lines_not_copies() {
+    use std::io::Write;
+    let fleet = Fleet::start_with(1, 0.0, |c| c.history = 50_000, &["--client-stall-timeout-seconds", "600"]);
+    let kf = &fleet.kf;
+    let sim = fleet.sim("member1");
+    let (from, _) = kubefold_pods(kf);
+    let addr: std::net::SocketAddr = kf.url.trim_start_matches("http://").parse().unwrap();
+    let stuck: Vec<std::net::TcpStream> = (0..100)
+        .map(|_| {
+            let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+            socket.set_recv_buffer_size(16 << 10).unwrap();
+            socket.connect(&addr.into()).unwrap();
+            let mut stream: std::net::TcpStream = socket.into();
+            write!(stream, "GET /api/v1/pods?watch=1&resourceVersion={from} HTTP/1.1\r\nHost: kubefold\r\nUser-Agent: stuck-client/1.0\r\n\r\n").unwrap();
+            stream
+        })
+        .collect();
+    let reader = WatchClient::start(&kf.url);
+    wait_for(Duration::from_secs(30), "the 101 watches open", || metric(kf, "kubefold_watches", &[]) >= 101.0);
+    let before = rss_kib(kf.pid()).0;
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = rss_sampler(kf.pid(), stop.clone());
+    let filler = "f".repeat(240_000);
+    let mut last = 0;
+    for i in 0..50 {
+        let patch = serde_json::json!({"metadata": {"annotations": {"filler": format!("{i}{filler}")}}});
+        let pod = member_request(reqwest::Method::PATCH, &format!("{}/api/v1/namespaces/default/pods/web-0", sim.url()), "application/merge-patch+json", patch);
+        last = pod["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+    }
+    wait_for(Duration::from_secs(60), "kubefold ingesting the big changes", || {
+        kubefold_objects(kf, "member1", "/api/v1/pods").get("default/web-0") == Some(&last)
+    });
+    // Until the stuck clients are closed for being slow (their queues full for 5 s).
+    let slow_closed = || metric(kf, "kubefold_watch_slow_closed_total", &[]);
+    wait_for(Duration::from_secs(60), "the stuck clients closed for being slow", || slow_closed() >= 100.0);
+    stop.store(true, Ordering::Relaxed);
+    let peak = sampler.join().unwrap();
+    drop(stuck);
+    assert_watch_client_agrees(kf, &reader, "the reading client");
+    let grown_mib = peak.saturating_sub(before) / 1024;
+    eprintln!("kubefold RSS {} MiB before, {} MiB at most while 100 clients were stuck", before / 1024, peak / 1024);
+    assert!(grown_mib < 200, "kubefold's RSS grew by {grown_mib} MiB while 100 watch clients were stuck behind 12 MB of events");
 }
 
 /// A client that stops reading a long list has its connection closed

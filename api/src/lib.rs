@@ -318,7 +318,8 @@ async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath, 
                 state.wait_for_rv(n).await?;
             }
             let agent = req.headers().get(actix_web::http::header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("unknown");
-            watch::watch(state.clone(), scope, &query, send_initial, read::wants_table(req), agent)
+            let socket = req.conn_data::<watch::ConnectionSocket>().cloned();
+            watch::watch(state.clone(), scope, &query, send_initial, read::wants_table(req), agent, socket)
         }
         (Method::GET, None, None) => {
             let read_at = query.list_read_at()?;
@@ -424,6 +425,11 @@ pub fn server(state: Arc<ApiState>) -> Result<(Server, Vec<SocketAddr>), ServerE
     .on_connect(move |connection, data| {
         auth::on_connect(connection, data);
         limit_stalls(connection, stall_timeout);
+        if let Some(tcp) = tcp_of(connection) {
+            if let Some(socket) = watch::ConnectionSocket::of(tcp) {
+                data.insert(socket);
+            }
+        }
     });
     let http = match tls {
         Some(tls) => http.bind_rustls_0_23(config.listen, tls),
@@ -445,17 +451,19 @@ pub fn server(state: Arc<ApiState>) -> Result<(Server, Vec<SocketAddr>), ServerE
 /// watch whose client stops reading once the watch's buffer is full; here a
 /// client that reads, however slowly, is never cut.
 fn limit_stalls(connection: &dyn std::any::Any, timeout: Option<Duration>) {
-    type Tls = actix_tls::accept::rustls_0_23::TlsStream<actix_web::rt::net::TcpStream>;
     let Some(timeout) = timeout else { return };
-    let tcp = match connection.downcast_ref::<actix_web::rt::net::TcpStream>() {
-        Some(tcp) => tcp,
-        None => match connection.downcast_ref::<Tls>() {
-            Some(tls) => tls.get_ref().0,
-            None => return,
-        },
-    };
+    let Some(tcp) = tcp_of(connection) else { return };
     if let Err(e) = socket2::SockRef::from(tcp).set_tcp_user_timeout(Some(timeout)) {
         tracing::warn!(error = %e, "Cannot bound how long a client may stall its connection.");
+    }
+}
+
+/// The TCP socket under an accepted connection, plain or TLS.
+fn tcp_of(connection: &dyn std::any::Any) -> Option<&actix_web::rt::net::TcpStream> {
+    type Tls = actix_tls::accept::rustls_0_23::TlsStream<actix_web::rt::net::TcpStream>;
+    match connection.downcast_ref::<actix_web::rt::net::TcpStream>() {
+        Some(tcp) => Some(tcp),
+        None => connection.downcast_ref::<Tls>().map(|tls| tls.get_ref().0),
     }
 }
 

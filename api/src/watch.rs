@@ -76,7 +76,7 @@ const SLOW_CLIENT_GRACE: Duration = Duration::from_secs(5);
 static NO_CONTENT: std::sync::LazyLock<kubefold_engine::event::IndexEntry> =
     std::sync::LazyLock::new(|| kubefold_engine::event::IndexEntry::new(0, "", "", [], []));
 
-/// Events taken from the fan-out at once and sent to a client as one chunk ...
+/// Events taken from the fan-out at once and handed to a client as one message ...
 const BATCH_EVENTS: usize = 256;
 /// ... up to about this many bytes.
 const BATCH_BYTES: usize = 1 << 20;
@@ -156,14 +156,20 @@ struct Watch {
     table: Option<TablePrinter>,
     headers_sent: bool,
     bookmarks: bool,
-    tx: mpsc::Sender<Bytes>,
+    /// Lines towards the response body, a message of one or more at a
+    /// time. A line is the shared `Bytes` of [`encoded_line`]: a thousand
+    /// watches behind by a second hold a thousand references to each line
+    /// of that second, not a thousand copies.
+    tx: mpsc::Sender<Vec<Bytes>>,
     /// Bytes sent into `tx` and not yet taken by the response body.
     queued: Arc<std::sync::atomic::AtomicUsize>,
     /// The RV of the last event or bookmark handed to the client.
     sent_rv: u64,
-    /// Lines of live events being gathered into one chunk (`Some` while
-    /// the events ready in the fan-out are taken), and the RV of the last.
-    batch: Option<Vec<u8>>,
+    /// Lines of live events gathered into one message (`Some` while the
+    /// events ready in the fan-out are taken), their bytes, and the RV of
+    /// the last.
+    batch: Option<Vec<Bytes>>,
+    batch_bytes: usize,
     batch_rv: u64,
     /// The watched type's key (`v1/pods`), for matching events.
     resource_key: String,
@@ -183,6 +189,7 @@ pub fn watch(
     send_initial: Option<bool>,
     table: bool,
     user_agent: &str,
+    socket: Option<ConnectionSocket>,
 ) -> Result<HttpResponse, Status> {
     let filter = Filter::parse(&scope.resource, query)?;
     let start = match (send_initial, query.resource_version()?) {
@@ -207,7 +214,7 @@ pub fn watch(
         None
     };
     // One slot more than the budget: the closing ERROR event of a slow client.
-    let (tx, mut rx) = mpsc::channel::<Bytes>(CLIENT_BUFFER + 1);
+    let (tx, rx) = mpsc::channel::<Vec<Bytes>>(CLIENT_BUFFER + 1);
     let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     // Subscribe before reading the snapshot so that no event falls between them.
     let events = state.fleet.subscribe();
@@ -223,7 +230,7 @@ pub fn watch(
         Start::Now => None,
     };
     let compacted = state.fleet.compacted_rv();
-    let watch = Watch { state, scope, filter, table, headers_sent: false, bookmarks, tx, queued: queued.clone(), sent_rv: 0, batch: None, batch_rv: 0, resource_key: String::new() };
+    let watch = Watch { state, scope, filter, table, headers_sent: false, bookmarks, tx, queued: queued.clone(), sent_rv: 0, batch: None, batch_bytes: 0, batch_rv: 0, resource_key: String::new() };
     let registered = Registered::new(user_agent);
     let deadline = tokio::time::Instant::now() + timeout;
     actix_web::rt::spawn(async move {
@@ -236,15 +243,113 @@ pub fn watch(
             _ = &mut end => {}
         }
     });
-    let body = futures::stream::poll_fn(move |cx| {
-        rx.poll_recv(cx).map(|chunk| {
-            chunk.map(|bytes| {
-                queued.fetch_sub(bytes.len(), std::sync::atomic::Ordering::Relaxed);
-                Ok::<_, actix_web::Error>(bytes)
-            })
-        })
-    });
+    let body = line_stream(rx, queued, socket);
     Ok(HttpResponse::Ok().content_type("application/json").streaming(body))
+}
+
+/// The socket of an accepted connection (a second descriptor of it), kept
+/// in the connection's data, which actix drops with the connection: a
+/// watch looks whether it can take more before handing actix-http more
+/// lines (see [`line_stream`]).
+#[derive(Debug, Clone)]
+pub struct ConnectionSocket(Arc<std::os::fd::OwnedFd>);
+
+impl ConnectionSocket {
+    /// A descriptor of `socket`'s (dup(2)), or `None` when the process has
+    /// none left (its watches then go without the look).
+    pub fn of(socket: &impl std::os::fd::AsFd) -> Option<ConnectionSocket> {
+        socket.as_fd().try_clone_to_owned().ok().map(|fd| ConnectionSocket(Arc::new(fd)))
+    }
+
+    /// Whether the socket can take more bytes now (or has failed, which
+    /// actix-http then finds out by writing).
+    fn writable(&self) -> bool {
+        use rustix::event::{PollFd, PollFlags, Timespec};
+        let mut fds = [PollFd::new(&*self.0, PollFlags::OUT)];
+        match rustix::event::poll(&mut fds, Some(&Timespec { tv_sec: 0, tv_nsec: 0 })) {
+            Ok(0) => false,
+            Ok(_) => fds[0].revents().intersects(PollFlags::OUT | PollFlags::ERR | PollFlags::HUP),
+            Err(_) => true,
+        }
+    }
+}
+
+/// Bytes of lines a watch hands actix-http between two looks at whether
+/// its socket can take more ...
+const SOCKET_CHECK_BYTES: usize = 64 << 10;
+/// ... and how soon it looks again after finding the socket full, unless
+/// actix-http polls it first (it does when the socket drains and it still
+/// had bytes to write).
+const SOCKET_RECHECK: Duration = Duration::from_millis(20);
+
+/// The response body of a watch: the lines of each message from `rx`, a
+/// lone line as it is, several joined into chunks of up to
+/// [`SOCKET_CHECK_BYTES`] (a chunk per line cost kubefold and a client
+/// reading a thousand watches 10 to 15 % of a core more each); `queued`
+/// drops by each chunk's length as it is taken. actix-http copies each
+/// chunk into its write buffer, and polls for the next until that is full.
+///
+/// actix-http's write buffer is sized for lists (1 MiB, see `serve`): a
+/// watch that fed it whenever polled would fill it whenever its client
+/// fell behind, a fresh MiB per connection, and a thousand watches
+/// catching up after a stall spent more CPU on faulting in and copying
+/// that memory than on sending. So after every [`SOCKET_CHECK_BYTES`] it
+/// hands on lines only once `socket` can take more: what a client has not
+/// read waits in the watch's queue, where each line is shared.
+fn line_stream(
+    mut rx: mpsc::Receiver<Vec<Bytes>>,
+    queued: Arc<std::sync::atomic::AtomicUsize>,
+    socket: Option<ConnectionSocket>,
+) -> impl futures::Stream<Item = Result<Bytes, actix_web::Error>> {
+    use std::future::Future;
+    use std::task::Poll;
+    let mut lines = Vec::<Bytes>::new().into_iter().peekable();
+    let mut since_check = 0;
+    let mut recheck: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+    let mut flushed = false;
+    futures::stream::poll_fn(move |cx| loop {
+        if let Some(socket) = socket.as_ref().filter(|_| since_check >= SOCKET_CHECK_BYTES) {
+            // actix-http keeps polling the body until its buffer is full,
+            // and writes it out after: first let it write what it has.
+            if !flushed {
+                flushed = true;
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            if !socket.writable() {
+                let sleep = recheck.get_or_insert_with(|| Box::pin(tokio::time::sleep(SOCKET_RECHECK)));
+                if sleep.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                recheck = None;
+                continue;
+            }
+            recheck = None;
+            since_check = 0;
+            flushed = false;
+        }
+        if let Some(first) = lines.next() {
+            let chunk = match lines.peek() {
+                Some(next) if first.len() + next.len() <= SOCKET_CHECK_BYTES => {
+                    let mut chunk = bytes::BytesMut::with_capacity(SOCKET_CHECK_BYTES.max(first.len()));
+                    chunk.extend_from_slice(&first);
+                    while let Some(line) = lines.next_if(|l| chunk.len() + l.len() <= SOCKET_CHECK_BYTES) {
+                        chunk.extend_from_slice(&line);
+                    }
+                    chunk.freeze()
+                }
+                _ => first,
+            };
+            since_check += chunk.len();
+            queued.fetch_sub(chunk.len(), std::sync::atomic::Ordering::Relaxed);
+            return Poll::Ready(Some(Ok(chunk)));
+        }
+        match rx.poll_recv(cx) {
+            Poll::Ready(Some(message)) => lines = message.into_iter().peekable(),
+            Poll::Ready(None) => return Poll::Ready(None),
+            Poll::Pending => return Poll::Pending,
+        }
+    })
 }
 
 impl Watch {
@@ -331,9 +436,10 @@ impl Watch {
                     Ok(event) => {
                         // The events committed with it are usually ready
                         // too (one commit publishes them together): they go
-                        // to the client as one chunk, one write and one
-                        // wake-up instead of one per event.
+                        // to the client as one message, one wake-up instead
+                        // of one per event.
                         self.batch = Some(Vec::new());
+                        self.batch_bytes = 0;
                         let mut next = Ok(event);
                         let mut taken = 0;
                         let lagged = loop {
@@ -351,7 +457,7 @@ impl Watch {
                                 Err(broadcast::error::TryRecvError::Empty) => break None,
                             }
                             taken += 1;
-                            if taken == BATCH_EVENTS || self.batch.as_ref().is_some_and(|b| b.len() >= BATCH_BYTES) {
+                            if taken == BATCH_EVENTS || self.batch_bytes >= BATCH_BYTES {
                                 break None;
                             }
                             next = events.try_recv();
@@ -393,13 +499,13 @@ impl Watch {
         self.send_error(&status).await;
     }
 
-    /// Hands the batched lines to the client as one chunk (see `batch`).
+    /// Hands the batched lines to the client as one message (see `batch`).
     async fn flush(&mut self) -> bool {
         let Some(batch) = self.batch.take() else { return true };
         if batch.is_empty() {
             return true;
         }
-        let sent = self.push(Bytes::from(batch)).await;
+        let sent = self.push(batch, self.batch_bytes).await;
         if sent {
             self.sent_rv = self.sent_rv.max(self.batch_rv);
         }
@@ -458,27 +564,29 @@ impl Watch {
             }
         };
         if let Some(batch) = &mut self.batch {
-            batch.extend_from_slice(&line);
+            self.batch_bytes += line.len();
+            batch.push(line);
             self.batch_rv = event.rv;
             return true;
         }
-        let sent = self.push(line).await;
+        let len = line.len();
+        let sent = self.push(vec![line], len).await;
         if sent {
             self.sent_rv = event.rv;
         }
         sent
     }
 
-    /// Hands one line to the client within its buffer budget; a client
+    /// Hands lines (`len` bytes) to the client within its buffer budget; a client
     /// whose buffer stays full for [`SLOW_CLIENT_GRACE`] is closed with a
     /// 410 ERROR event (it resumes from the last RV it received, or
     /// relists) and `false` is returned, as when the client went away.
-    async fn push(&mut self, line: Bytes) -> bool {
+    async fn push(&mut self, lines: Vec<Bytes>, len: usize) -> bool {
         use std::sync::atomic::Ordering;
         let mut slow_since: Option<tokio::time::Instant> = None;
         loop {
             let queued = self.queued.load(Ordering::Relaxed);
-            let room = queued == 0 || queued + line.len() <= CLIENT_BUFFER_BYTES;
+            let room = queued == 0 || queued + len <= CLIENT_BUFFER_BYTES;
             if room && self.tx.capacity() > 1 {
                 break;
             }
@@ -500,8 +608,8 @@ impl Watch {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        self.queued.fetch_add(line.len(), Ordering::Relaxed);
-        self.tx.send(line).await.is_ok()
+        self.queued.fetch_add(len, Ordering::Relaxed);
+        self.tx.send(lines).await.is_ok()
     }
 
     async fn send_bookmark(&mut self, rv: u64, initial_events_end: bool) -> bool {
@@ -514,7 +622,8 @@ impl Watch {
             object["metadata"]["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
         let line = format!("{}\n", json!({"type": "BOOKMARK", "object": object}));
-        let sent = self.push(Bytes::from(line)).await;
+        let len = line.len();
+        let sent = self.push(vec![Bytes::from(line)], len).await;
         if sent {
             self.sent_rv = self.sent_rv.max(rv);
         }
@@ -526,7 +635,7 @@ impl Watch {
         // Never waits: the channel keeps one slot beyond the budget for it.
         let len = line.len();
         self.queued.fetch_add(len, std::sync::atomic::Ordering::Relaxed);
-        if self.tx.try_send(Bytes::from(line)).is_err() {
+        if self.tx.try_send(vec![Bytes::from(line)]).is_err() {
             self.queued.fetch_sub(len, std::sync::atomic::Ordering::Relaxed);
         }
     }
@@ -575,6 +684,80 @@ const YIELD_EVERY: usize = 256;
 mod tests {
     use super::*;
     use tokio::time::Instant;
+
+    /// What a watch queues are references to the lines its worker thread
+    /// encoded once for every watch (a copy per client would cost a
+    /// thousand watches behind by a second a thousand copies of that
+    /// second). The body sends small lines of a message joined, up to
+    /// 64 KiB a chunk, and a line that joins none as it is; in order; and
+    /// counts out what it takes.
+    #[test]
+    fn a_watch_body_joins_small_lines_hands_on_large_ones_and_counts_them_out() {
+        use futures::StreamExt;
+        let small = |s: &str| Bytes::from(format!("{{\"type\":\"{s}\"}}\n"));
+        let large = |c: u8| Bytes::from(vec![c; 40 << 10]);
+        let messages = vec![vec![small("ADDED"), small("MODIFIED")], vec![large(b'a'), large(b'b')], vec![small("DELETED")]];
+        let (tx, rx) = mpsc::channel(4);
+        let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        for m in &messages {
+            queued.fetch_add(m.iter().map(Bytes::len).sum(), std::sync::atomic::Ordering::Relaxed);
+            tx.try_send(m.clone()).unwrap();
+        }
+        drop(tx);
+        let sent: Vec<Bytes> = futures::executor::block_on(line_stream(rx, queued.clone(), None).map(Result::unwrap).collect());
+        let joined = [&messages[0][0][..], &messages[0][1][..]].concat();
+        assert_eq!(sent.len(), 4, "the first message's lines joined, then one chunk per other line");
+        assert_eq!(&sent[0][..], &joined[..]);
+        for (out, line) in sent[1..].iter().zip([&messages[1][0], &messages[1][1], &messages[2][0]]) {
+            assert_eq!(out.as_ptr(), line.as_ptr(), "a line alone is the shared line itself, not a copy");
+        }
+        assert_eq!(queued.load(std::sync::atomic::Ordering::Relaxed), 0, "what was queued is counted out as it is taken");
+    }
+
+    /// A watch whose socket is full hands actix-http no more than its
+    /// 64 KiB since the last look: once that went out it waits (what its
+    /// client has not read stays in the watch's queue, shared), and goes
+    /// on once the client has read and the socket takes more.
+    #[test]
+    fn a_watch_body_waits_for_its_socket_to_take_more() {
+        use futures::StreamExt;
+        use std::io::{Read, Write};
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut server, _) = listener.accept().unwrap();
+        // Fill the server's socket: the client reads nothing yet.
+        server.set_nonblocking(true).unwrap();
+        let filler = vec![b'x'; 64 << 10];
+        while server.write(&filler).is_ok() {}
+        let (tx, rx) = mpsc::channel(64);
+        for c in b'a'..b'k' {
+            tx.try_send(vec![Bytes::from(vec![c; 64 << 10])]).unwrap();
+        }
+        let queued = Arc::new(std::sync::atomic::AtomicUsize::new(640 << 10));
+        let mut body = Box::pin(line_stream(rx, queued, ConnectionSocket::of(&server)));
+        rt.block_on(async {
+            let first = futures::poll!(body.next());
+            assert!(matches!(&first, std::task::Poll::Ready(Some(Ok(c))) if c[0] == b'a'), "the first 64 KiB go at once");
+            for _ in 0..5 {
+                assert!(futures::poll!(body.next()).is_pending(), "nothing more while the socket is full");
+            }
+        });
+        // The client reads everything sent so far; the socket drains.
+        client.set_nonblocking(true).unwrap();
+        let mut buf = vec![0u8; 1 << 20];
+        let next = rt.block_on(async {
+            for _ in 0..200 {
+                while client.read(&mut buf).is_ok() {}
+                if let std::task::Poll::Ready(next) = futures::poll!(body.next()) {
+                    return next;
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            None
+        });
+        assert!(matches!(&next, Some(Ok(c)) if c[0] == b'b'), "the next 64 KiB once the socket takes more");
+    }
 
     #[test]
     fn bookmarks_every_interval_and_once_shortly_before_the_end() {

@@ -546,15 +546,12 @@ pub fn rss_kib(pid: u32) -> (u64, u64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
-/// The soft limit of open files of this process.
-pub fn open_files_limit() -> u64 {
+/// The soft and hard limits of open files of this process.
+pub fn open_files_limits() -> (u64, u64) {
     let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
-    limits
-        .lines()
-        .find(|l| l.starts_with("Max open files"))
-        .and_then(|l| l.split_whitespace().nth(3))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1024)
+    let line = limits.lines().find(|l| l.starts_with("Max open files")).unwrap_or_default();
+    let field = |i: usize| line.split_whitespace().nth(i).and_then(|v| v.parse().ok()).unwrap_or(1024);
+    (field(3), field(4))
 }
 
 /// A JSON request to a member (create/patch/delete), asserting success.
