@@ -466,16 +466,7 @@ fn a_slow_watch_client_is_closed_and_counted_and_the_others_are_unaffected() {
     let slow_closed = || metric(kf, "kubefold_watch_slow_closed_total", &[]);
     let closed_before = slow_closed();
     let started = Instant::now();
-    let filler = "f".repeat(240_000);
-    let mut last = 0;
-    for i in 0..50 {
-        let patch = serde_json::json!({"metadata": {"annotations": {"filler": format!("{i}{filler}")}}});
-        let pod = member_request(reqwest::Method::PATCH, &format!("{}/api/v1/namespaces/default/pods/web-0", sim.url()), "application/merge-patch+json", patch);
-        last = pod["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
-    }
-    wait_for(Duration::from_secs(60), "kubefold ingesting the big changes", || {
-        kubefold_objects(kf, "member1", "/api/v1/pods").get("default/web-0") == Some(&last)
-    });
+    fifty_big_changes(kf, &sim.url());
     let head = sim.burst_config_maps(20_000);
     wait_for(Duration::from_secs(90), "kubefold ingesting 20,000 ConfigMaps", || {
         status(kf, "member1")["resources"]["v1/configmaps"]["checkpoint"].as_str().and_then(|c| c.parse::<u64>().ok()) == Some(head)
@@ -525,6 +516,22 @@ fn a_slow_watch_client_is_closed_and_counted_and_the_others_are_unaffected() {
     assert!(tail.contains("\"type\":\"ERROR\"") && tail.contains("410"), "the slow client's stream ends with a 410 ERROR event: ...{tail}");
 }
 
+/// Changes pod `default/web-0` of member1 (at `sim_url`) 50 times, each
+/// time with a 240 KB annotation (the member's limit is 256 KiB): 12 MB of
+/// events, and waits until kubefold has the last.
+fn fifty_big_changes(kf: &Kubefold, sim_url: &str) {
+    let filler = "f".repeat(240_000);
+    let mut last = 0;
+    for i in 0..50 {
+        let patch = serde_json::json!({"metadata": {"annotations": {"filler": format!("{i}{filler}")}}});
+        let pod = member_request(reqwest::Method::PATCH, &format!("{sim_url}/api/v1/namespaces/default/pods/web-0"), "application/merge-patch+json", patch);
+        last = pod["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+    }
+    wait_for(Duration::from_secs(60), "kubefold ingesting the big changes", || {
+        kubefold_objects(kf, "member1", "/api/v1/pods").get("default/web-0") == Some(&last)
+    });
+}
+
 /// A hundred watch clients that stop reading (16 KiB receive buffers)
 /// while 12 MB of events go by: what kubefold holds for them beyond the
 /// sockets is references to lines it encoded once, and a write buffer a
@@ -556,16 +563,7 @@ fn stuck_watch_clients_hold_shared_lines_not_copies() {
     let before = rss_kib(kf.pid()).0;
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = rss_sampler(kf.pid(), stop.clone());
-    let filler = "f".repeat(240_000);
-    let mut last = 0;
-    for i in 0..50 {
-        let patch = serde_json::json!({"metadata": {"annotations": {"filler": format!("{i}{filler}")}}});
-        let pod = member_request(reqwest::Method::PATCH, &format!("{}/api/v1/namespaces/default/pods/web-0", sim.url()), "application/merge-patch+json", patch);
-        last = pod["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
-    }
-    wait_for(Duration::from_secs(60), "kubefold ingesting the big changes", || {
-        kubefold_objects(kf, "member1", "/api/v1/pods").get("default/web-0") == Some(&last)
-    });
+    fifty_big_changes(kf, &sim.url());
     // Until the stuck clients are closed for being slow (their queues full for 5 s).
     let slow_closed = || metric(kf, "kubefold_watch_slow_closed_total", &[]);
     wait_for(Duration::from_secs(60), "the stuck clients closed for being slow", || slow_closed() >= 100.0);
