@@ -116,6 +116,9 @@ struct ServeArgs {
     /// Seconds between watch bookmarks.
     #[arg(long)]
     bookmark_interval_seconds: Option<u64>,
+    /// Milliseconds a watch gathers newly committed events before writing them (0: write each commit at once).
+    #[arg(long)]
+    watch_flush_interval_ms: Option<u64>,
     /// Seconds an edit waits for its change to be ingested (read-your-writes).
     #[arg(long)]
     write_wait_seconds: Option<u64>,
@@ -190,6 +193,9 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<Config> {
     }
     if let Some(b) = args.bookmark_interval_seconds {
         config.bookmark_interval_seconds = b;
+    }
+    if let Some(w) = args.watch_flush_interval_ms {
+        config.watch_flush_interval_ms = w;
     }
     if let Some(w) = args.write_wait_seconds {
         config.write_wait_seconds = w;

@@ -118,4 +118,6 @@ fn metrics_show_the_documented_series_after_churn() {
     assert!(value("kubefold_request_seconds_count") > 0.0);
     assert!(text.contains("kubefold_member_relists_total{cluster=\"member2\"}"), "{text}");
     assert!(text.contains("kubefold_watches"), "{text}");
+    assert!(value("kubefold_watch_messages_total") >= 1.0, "{text}");
+    assert!(value("kubefold_watch_lines_total") >= value("kubefold_watch_messages_total"), "{text}");
 }

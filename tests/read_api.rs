@@ -277,6 +277,56 @@ fn exact_lists_and_pages_read_one_snapshot() {
     assert_eq!(code, 400, "{body}");
 }
 
+/// The sum of the `/metrics` samples of `series` (no labels).
+fn metric_value(kf: &Kubefold, series: &str) -> u64 {
+    let text = kf.get("/metrics").1;
+    text.lines().filter_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse::<f64>().ok()).sum::<f64>() as u64
+}
+
+/// A watch takes events at most once per flush interval: five ConfigMaps
+/// created one after another (separate commits, well within one 3 s
+/// interval) reach a running watch in at most two writes, every one of
+/// them, in order; the first after a quiet spell comes alone. (With the
+/// interval at 0 each commit is a write of its own: five.)
+#[test]
+fn a_watch_gathers_the_events_of_a_flush_interval_into_one_write() {
+    let f = fleet(&["--watch-flush-interval-ms", "3000"]);
+    let kf = &f.kf;
+    let sim = f.members[0].1.url();
+    let create = |name: &str| {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}});
+        let resp = reqwest::blocking::Client::new().post(format!("{sim}/api/v1/namespaces/default/configmaps")).json(&cm).send().unwrap();
+        assert!(resp.status().is_success(), "create {name}: {}", resp.text().unwrap());
+    };
+    let start = rv_of(&kf.get_json("/api/v1/configmaps"));
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    let url = format!("{}/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={start}&timeoutSeconds=60", kf.url);
+    let response = reqwest::blocking::Client::builder().timeout(None).build().unwrap().get(&url).send().unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(response).lines().map_while(Result::ok) {
+            if !line.trim().is_empty() && tx.send(serde_json::from_str(&line).unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    let seen = |e: Value| (e["type"].as_str().unwrap().to_string(), e["object"]["metadata"]["name"].as_str().unwrap().to_string());
+    let before = metric_value(kf, "kubefold_watch_messages_total");
+    create("flush-0");
+    let first = rx.recv_timeout(Duration::from_secs(30)).expect("the first ConfigMap's event");
+    assert_eq!(seen(first), ("ADDED".to_string(), "flush-0_member1".to_string()));
+    assert_eq!(metric_value(kf, "kubefold_watch_messages_total") - before, 1, "the first event alone");
+    for i in 1..=5 {
+        create(&format!("flush-{i}"));
+    }
+    let got: Vec<(String, String)> = (1..=5).map(|_| seen(rx.recv_timeout(Duration::from_secs(30)).expect("all five events"))).collect();
+    assert_eq!(got, (1..=5).map(|i| ("ADDED".to_string(), format!("flush-{i}_member1"))).collect::<Vec<_>>());
+    let writes = metric_value(kf, "kubefold_watch_messages_total") - before - 1;
+    assert!((1..=2).contains(&writes), "five events in {writes} writes");
+    assert!(metric_value(kf, "kubefold_watch_lines_total") >= 6);
+}
+
 #[test]
 fn watch_start_points_bookmarks_and_streaming_lists() {
     let f = fleet(&["--bookmark-interval-seconds", "1"]);

@@ -430,14 +430,22 @@ impl Watch {
         // is not polled.
         let bookmark_due = tokio::time::sleep_until(next_bookmark.unwrap_or(deadline));
         tokio::pin!(bookmark_due);
+        // Events are taken from the fan-out at most once per flush tick
+        // (see `FlushClock`): after a take the watch sleeps to the next
+        // tick, and then takes all that came meanwhile, without waking for
+        // each. At a fleet's event rates, a thousand watches that each
+        // woke, matched and wrote once per commit spent most of kubefold's
+        // CPU (and their clients') on those wake-ups and writes, not on
+        // bytes. An event after a quieter spell goes at once.
+        let clock = FlushClock(self.state.config.watch_flush_interval);
         loop {
             tokio::select! {
                 received = events.recv() => match received {
                     Ok(event) => {
-                        // The events committed with it are usually ready
-                        // too (one commit publishes them together): they go
-                        // to the client as one message, one wake-up instead
-                        // of one per event.
+                        // The events committed with it (one commit
+                        // publishes them together) and those of the flush
+                        // interval go to the client as one message: one
+                        // wake-up and one write, not one per event.
                         self.batch = Some(Vec::new());
                         self.batch_bytes = 0;
                         let mut next = Ok(event);
@@ -462,12 +470,17 @@ impl Watch {
                             }
                             next = events.try_recv();
                         };
+                        // A full batch leaves more ready: those are taken at once.
+                        let full = taken == BATCH_EVENTS || self.batch_bytes >= BATCH_BYTES;
                         if !self.flush().await {
                             return;
                         }
                         if let Some(n) = lagged {
                             self.lagged(n, last).await;
                             return;
+                        }
+                        if let Some(at) = clock.next_tick(tokio::time::Instant::now()).filter(|_| !full) {
+                            tokio::time::sleep_until(at).await;
                         }
                     }
                     Err(broadcast::error::RecvError::Lagged(n)) => {
@@ -609,6 +622,8 @@ impl Watch {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         self.queued.fetch_add(len, Ordering::Relaxed);
+        metrics::counter!("kubefold_watch_messages_total").increment(1);
+        metrics::counter!("kubefold_watch_lines_total").increment(lines.len() as u64);
         self.tx.send(lines).await.is_ok()
     }
 
@@ -638,6 +653,30 @@ impl Watch {
         if self.tx.try_send(vec![Bytes::from(line)]).is_err() {
             self.queued.fetch_sub(len, std::sync::atomic::Ordering::Relaxed);
         }
+    }
+}
+
+/// The ticks every watch takes its events on: intervals of `.0` counted
+/// from one instant for the whole process, so that under load the watches
+/// wake together, once a tick, and each takes every event of the tick
+/// before (zero: no ticks, every commit is taken at once).
+#[derive(Debug, Clone, Copy)]
+struct FlushClock(Duration);
+
+/// The instant the flush ticks count from.
+static FLUSH_EPOCH: std::sync::LazyLock<tokio::time::Instant> = std::sync::LazyLock::new(tokio::time::Instant::now);
+
+impl FlushClock {
+    /// The start of the tick after the one `now` falls in; `None` without
+    /// ticks.
+    fn next_tick(self, now: tokio::time::Instant) -> Option<tokio::time::Instant> {
+        if self.0.is_zero() {
+            return None;
+        }
+        let interval = self.0.as_nanos();
+        let since = now.saturating_duration_since(*FLUSH_EPOCH).as_nanos();
+        let next = (since / interval + 1) * interval;
+        Some(*FLUSH_EPOCH + Duration::from_nanos(u64::try_from(next).unwrap_or(u64::MAX)))
     }
 }
 
@@ -773,5 +812,25 @@ mod tests {
         assert_eq!(next_bookmark_time(start, s(60), start + s(5)), Some(start + s(3)));
         // One that ends within 2 s gets none.
         assert_eq!(next_bookmark_time(start, s(60), start + s(1)), None);
+    }
+
+    /// Every watch sleeps to the same tick boundaries, whenever its own
+    /// take ended: the next boundary after now, never more than one
+    /// interval on; none without an interval.
+    #[test]
+    fn flush_ticks_are_shared_boundaries_at_most_an_interval_on() {
+        let ms = Duration::from_millis;
+        let clock = FlushClock(ms(20));
+        let epoch = *FLUSH_EPOCH;
+        for at in [0, 1, 7, 19, 20, 21, 39, 40, 1_000_003] {
+            let now = epoch + ms(at);
+            let next = clock.next_tick(now).unwrap();
+            assert!(next > now && next <= now + ms(20), "{at} ms: {:?}", next - now);
+            assert_eq!((next - epoch).as_nanos() % ms(20).as_nanos(), 0, "{at} ms: a boundary");
+        }
+        // Two watches whose takes ended at different moments of one tick
+        // wake together.
+        assert_eq!(clock.next_tick(epoch + ms(41)), clock.next_tick(epoch + ms(59)));
+        assert_eq!(FlushClock(Duration::ZERO).next_tick(epoch + ms(5)), None);
     }
 }

@@ -774,6 +774,21 @@ struct WatchCase {
     /// Every 100 ms from before the clients connect to the window's end:
     /// see [`TIMELINE_COLUMNS`] (the first column from `base` here).
     timeline: Vec<[f64; 8]>,
+    /// Messages (writes) kubefold handed its watch clients over the
+    /// window, and the lines in them (`kubefold_watch_messages_total`,
+    /// `kubefold_watch_lines_total`).
+    writes: Option<(f64, f64)>,
+}
+
+/// kubefold's counts of watch messages and lines so far, from `/metrics`.
+async fn watch_write_counts(kubefold: &Proc) -> Option<(f64, f64)> {
+    let (status, page) = crate::http::get_once(kubefold.addr?, "/metrics", Duration::from_secs(5)).await.ok()?;
+    if status != 200 {
+        return None;
+    }
+    let page = String::from_utf8_lossy(&page);
+    let value = |series: &str| page.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse::<f64>().ok());
+    Some((value("kubefold_watch_messages_total")?, value("kubefold_watch_lines_total")?))
 }
 
 /// What the watch window's timeline samples: a stall shows in the second
@@ -850,6 +865,7 @@ async fn run_watch_case(
             }
         }
     });
+    let writes0 = watch_write_counts(kubefold).await;
     let t_start = base.elapsed().as_nanos() as u64;
     let pause = ctx.plan.watch_pause_ms / 1e3;
     if pause > 0.0 && name == "all pods" {
@@ -879,6 +895,7 @@ async fn run_watch_case(
         tokio::time::sleep(Duration::from_secs_f64(ctx.plan.watch_secs)).await;
     }
     let t_end = base.elapsed().as_nanos() as u64;
+    let writes1 = watch_write_counts(kubefold).await;
     let (k1, d1, m1) = cpu();
     let machine1 = procs::machine_cpu_seconds();
     let _ = lag_stop_tx.send(true);
@@ -920,6 +937,7 @@ async fn run_watch_case(
         driver_lag,
         machine,
         timeline,
+        writes: writes0.zip(writes1).map(|((m0, l0), (m1, l1))| (m1 - m0, l1 - l0)).filter(|(m, _)| *m > 0.0),
     })
 }
 
@@ -1129,6 +1147,7 @@ async fn watch_phase(ctx: &Ctx, report: &mut Report) -> Result<()> {
             "worstBySecond": worst_by_second,
             "timeline": {"columns": TIMELINE_COLUMNS, "rows": timeline_rows(&case.timeline, t0)},
             "kubefoldDuringWindow": window_totals(&case.timeline, t0, t1),
+            "kubefoldWatchWrites": case.writes.map(|(m, l)| json!({"messages": m, "lines": l, "linesPerMessage": l / m})),
         }));
         summaries.insert(case.name.clone(), (lat, marker, dropped, delivered, expected));
         throughput.insert(case.name.clone(), (lines_per_s, needed_per_s));
@@ -1163,6 +1182,10 @@ async fn watch_phase(ctx: &Ctx, report: &mut Report) -> Result<()> {
                 at("memoryPressureSomeMs"),
                 at("ioPressureFullMs")
             ));
+        }
+        if let Some(per) = raw["kubefoldWatchWrites"]["linesPerMessage"].as_f64() {
+            let before = f.note.clone().unwrap_or_default();
+            f = f.note(format!("{before}; {per:.1} events per write to a client"));
         }
         if let Some(r) = &reference {
             f = f.reference("members' own watch, same clients", r.0.p99);
