@@ -381,7 +381,7 @@ fn fixtures_survive_get_and_put_field_for_field() {
     kf.wait_ready();
     let sim = members[0].1.url();
     let client = reqwest::blocking::Client::new();
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/kubernetes-api-testdata");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/fixtures/kubernetes-api-testdata");
     let mut files: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

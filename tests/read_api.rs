@@ -909,7 +909,7 @@ fn fixtures_keep_every_field() {
     let (_tmp, dir) = data_dir();
     let kf = Kubefold::serve(&dir, &cluster_flags(&members), &[]);
     kf.wait_ready();
-    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/kubernetes-api-testdata");
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/fixtures/kubernetes-api-testdata");
     // Every fixture of the folder, stored in the member as etcd would hold
     // it (no admission or defaulting), then read back through kubefold.
     let cases = common::FIXTURES;

@@ -34,7 +34,7 @@ pub mod selector;
 pub mod status;
 pub mod table;
 
-/// The kubernetes/api testdata fixtures (`../shared/fixtures`, beside the
+/// The kubernetes/api testdata fixtures (`testdata/fixtures` in the
 /// repository) the unit tests read: (file, group, plural), and their bytes.
 #[cfg(test)]
 pub(crate) mod fixtures {
@@ -54,7 +54,7 @@ pub(crate) mod fixtures {
 
     /// The bytes of one fixture file.
     pub fn read(file: &str) -> Vec<u8> {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/kubernetes-api-testdata").join(file);
-        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (the fixtures are in ../shared beside the repository)", path.display()))
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/fixtures/kubernetes-api-testdata").join(file);
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (the fixtures are in testdata/fixtures)", path.display()))
     }
 }

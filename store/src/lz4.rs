@@ -214,9 +214,9 @@ mod tests {
     /// sizes the store uses and past LZ4's 64 KiB window.
     #[test]
     fn lz4_reads_back_every_fixture_against_dictionaries() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/kubernetes-api-testdata");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/fixtures/kubernetes-api-testdata");
         let mut files: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("{}: {e} (the fixtures are in ../shared beside the repository)", dir.display()))
+            .unwrap_or_else(|e| panic!("{}: {e} (the fixtures are in testdata/fixtures)", dir.display()))
             .map(|entry| entry.unwrap().path())
             .filter(|path| path.extension().is_some_and(|e| e == "json"))
             .collect();

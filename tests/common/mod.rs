@@ -235,12 +235,12 @@ pub fn dead_port_url() -> String {
     format!("http://127.0.0.1:{port}")
 }
 
-/// A fixture from `../shared/fixtures/kubernetes-api-testdata`, made
+/// A fixture from `testdata/fixtures/kubernetes-api-testdata`, made
 /// acceptable to a validating server: the placeholder `nameValue` (not a
 /// DNS label) becomes `name-value`, and the object gets `name` in namespace
 /// `default` with no resourceVersion.
 pub fn fixture(file: &str, name: &str) -> Value {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/kubernetes-api-testdata");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/fixtures/kubernetes-api-testdata");
     let text = std::fs::read_to_string(dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
     let mut object: Value = serde_json::from_str(&text).unwrap();
     fn fix(v: &mut Value) {
@@ -352,7 +352,7 @@ pub fn capture(mut pipe: impl Read + Send + 'static) -> std::sync::Arc<std::sync
     text
 }
 
-/// The fixtures of kubernetes/api (`../shared/fixtures/kubernetes-api-testdata`):
+/// The fixtures of kubernetes/api (`testdata/fixtures/kubernetes-api-testdata`):
 /// file, group-version path, plural, namespaced.
 pub const FIXTURES: [(&str, &str, &str, bool); 10] = [
     ("apps.v1.Deployment.json", "/apis/apps/v1", "deployments", true),
