@@ -3,7 +3,7 @@
 //! [`Index::apply`], and the aggregator plans events against it with
 //! [`plan_change`] and [`plan_relist`].
 //!
-//! The maps are persistent (`im`), so a clone is O(1) and shares structure:
+//! The maps are persistent (`imbl`), so a clone is O(1) and shares structure:
 //! the aggregator publishes a clone after each batch as the snapshot that
 //! readers use while it goes on writing.
 
@@ -14,16 +14,16 @@ use crate::event::{Change, EventType, IndexEntry, ObjectKey, StoredEvent};
 use crate::object::{Ingested, ServedBody};
 
 /// The objects of one resource type, in list order.
-pub type ResourceIndex = im::OrdMap<ObjectKey, Arc<IndexEntry>>;
+pub type ResourceIndex = imbl::OrdMap<ObjectKey, Arc<IndexEntry>>;
 
 /// Live objects by resource type, with the RV of the last applied event.
 #[derive(Debug, Clone, Default)]
 pub struct Index {
     head_rv: u64,
-    resources: im::HashMap<String, ResourceIndex>,
+    resources: imbl::HashMap<String, ResourceIndex>,
     /// How many of each type's objects each scope holds, kept with every
     /// change (see [`ScopeCounts`]).
-    counts: im::HashMap<String, ScopeCounts>,
+    counts: imbl::HashMap<String, ScopeCounts>,
 }
 
 /// The live objects of one type in each namespace, each cluster and each
@@ -33,16 +33,16 @@ pub struct Index {
 /// the cluster is the last part of a key).
 #[derive(Debug, Clone, Default)]
 struct ScopeCounts {
-    namespaces: im::HashMap<String, usize>,
-    clusters: im::HashMap<String, usize>,
+    namespaces: imbl::HashMap<String, usize>,
+    clusters: imbl::HashMap<String, usize>,
     /// By namespace, then cluster.
-    namespaces_of_clusters: im::HashMap<String, im::HashMap<String, usize>>,
+    namespaces_of_clusters: imbl::HashMap<String, imbl::HashMap<String, usize>>,
 }
 
 impl ScopeCounts {
     /// Counts one object in (`added`) or out of its scopes.
     fn count(&mut self, key: &ObjectKey, added: bool) {
-        fn step(counts: &mut im::HashMap<String, usize>, scope: &str, added: bool) {
+        fn step(counts: &mut imbl::HashMap<String, usize>, scope: &str, added: bool) {
             match counts.get_mut(scope) {
                 Some(n) if added => *n += 1,
                 Some(n) if *n > 1 => *n -= 1,
