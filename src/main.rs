@@ -56,9 +56,13 @@ use crate::config::Config;
 #[derive(Parser)]
 #[command(name = "kubefold", version, about)]
 struct Cli {
-    /// Log format: text or json.
-    #[arg(long, global = true, default_value = "text")]
-    log_format: String,
+    /// Log format: text or json (kube-apiserver's flag name; `--log-format` is the old name).
+    #[arg(long = "logging-format", alias = "log-format", global = true, value_enum, default_value_t = LoggingFormat::Text)]
+    logging_format: LoggingFormat,
+    /// Log verbosity, as kube-apiserver's `-v`: 0 to 2 info, 3 and 4 debug, 5 and more trace
+    /// (`RUST_LOG`, when set, takes precedence).
+    #[arg(short = 'v', long = "v", global = true, default_value_t = 0)]
+    verbosity: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -145,14 +149,33 @@ struct ServeArgs {
     anonymous_auth: Option<bool>,
 }
 
-fn init_logs(format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sled=warn,kube_client=warn,actix_server=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    if format == "json" {
-        builder.json().init();
-    } else {
-        builder.init();
+/// How log lines are written (`--logging-format`).
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LoggingFormat {
+    /// One line of text per event; coloured only when stderr is a terminal.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The default filter at a kube-apiserver-style verbosity.
+fn default_filter(verbosity: u8) -> &'static str {
+    match verbosity {
+        0..=2 => "info,sled=warn,kube_client=warn,actix_server=warn",
+        3..=4 => "debug,sled=info,kube_client=info,actix_server=info,hyper=info,rustls=info",
+        _ => "trace",
+    }
+}
+
+fn init_logs(format: LoggingFormat, verbosity: u8) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter(verbosity)));
+    // A log file or the journal gets no escape sequences.
+    let ansi = std::io::stderr().is_terminal();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    match format {
+        LoggingFormat::Json => builder.json().init(),
+        LoggingFormat::Text => builder.init(),
     }
 }
 
@@ -230,7 +253,7 @@ fn main() -> anyhow::Result<()> {
     disable_transparent_huge_pages();
     raise_open_files_limit();
     let cli = Cli::parse();
-    init_logs(&cli.log_format);
+    init_logs(cli.logging_format, cli.verbosity);
     match cli.command {
         Command::Serve(args) => {
             let config_file = args.config.clone();

@@ -121,3 +121,26 @@ fn metrics_show_the_documented_series_after_churn() {
     assert!(value("kubefold_watch_messages_total") >= 1.0, "{text}");
     assert!(value("kubefold_watch_lines_total") >= value("kubefold_watch_messages_total"), "{text}");
 }
+
+/// Logs written to a pipe (a log file, the journal) carry no terminal
+/// escape sequences, and `--logging-format json` (kube-apiserver's flag)
+/// writes one JSON object per line.
+#[test]
+fn logs_to_a_pipe_have_no_colour_codes_and_json_logs_are_one_object_a_line() {
+    let members = demo_members(1, 0.0);
+    for format in ["text", "json"] {
+        let (_dir, data) = data_dir();
+        let kf = Kubefold::serve(&data, &cluster_flags(&members), &["--logging-format", format]);
+        kf.wait_ready();
+        let logs = kf.logs();
+        kf.stop();
+        assert!(logs.lines().count() >= 2, "{format}: too few log lines to judge: {logs}");
+        assert!(!logs.contains('\u{1b}'), "{format}: escape sequences in logs written to a pipe: {logs}");
+        if format == "json" {
+            for line in logs.lines() {
+                let event: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON object ({e}): {line}"));
+                assert!(event["level"].is_string() && event["fields"]["message"].is_string(), "no level or message: {line}");
+            }
+        }
+    }
+}
