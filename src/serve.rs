@@ -31,7 +31,9 @@ fn metrics_handle() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
                 .set_buckets_for_metric(metrics_exporter_prometheus::Matcher::Suffix("_seconds".into()), &seconds)
                 .and_then(|b| b.set_buckets_for_metric(metrics_exporter_prometheus::Matcher::Full("kubefold_commit_batch_events".into()), &sizes))
                 .ok()?;
-            builder.install_recorder().ok()
+            let handle = builder.install_recorder().ok()?;
+            kubefold_api::series::describe();
+            Some(handle)
         })
         .clone()
 }

@@ -473,12 +473,12 @@ fn estimator_metrics_count_endpoints_by_rule_probe_failures_and_latency() {
     assert!(first >= 1.0);
     assert_eq!(failures(&page, "member1"), None, "a reachable estimator has no failures");
     assert_eq!(failures(&page, "member3"), None, "a skipped probe is no failure");
-    let probes = metric(&page, "kubefold_estimator_probe_seconds_count").expect("the probe latency histogram");
+    let probes = metric(&page, "kubefold_estimator_probe_duration_seconds_count").expect("the probe latency histogram");
     assert!(probes >= 3.0, "{probes} probes");
-    let seconds = metric(&page, "kubefold_estimator_probe_seconds_sum").unwrap();
+    let seconds = metric(&page, "kubefold_estimator_probe_duration_seconds_sum").unwrap();
     assert!(seconds >= 0.0 && seconds < probes * 1.5, "each probe within the 1 s timeout: {seconds} s over {probes}");
     assert!(
-        ["1", "1.0"].iter().any(|le| page.contains(&format!("kubefold_estimator_probe_seconds_bucket{{le=\"{le}\"}}"))),
+        ["1", "1.0"].iter().any(|le| page.contains(&format!("kubefold_estimator_probe_duration_seconds_bucket{{le=\"{le}\"}}"))),
         "buckets up to the timeout: {page}"
     );
     println!("probe latency: {:.2} ms average over {probes} probes", seconds / probes * 1000.0);
@@ -619,4 +619,139 @@ fn kubefold_resolve_prints_the_table_of_a_simulated_control_plane() {
     assert_eq!((only[0]["CLUSTER"].as_str(), only[0]["RULE"].as_str(), only[0]["REACHABLE"].as_str()), ("member2", "clusterIP", "no"));
     drop(stand_in);
     sim.stop();
+}
+
+/// A PromQL expression of the Grafana dashboard with its variables set to
+/// match everything.
+fn dashboard_query(expr: &str) -> String {
+    expr.replace("$instance", ".+").replace("$cluster", ".+").replace("$__rate_interval", "30s")
+}
+
+/// Every PromQL expression of `ops/grafana/kubefold.json`, with its panel's title.
+fn dashboard_queries() -> Vec<(String, String)> {
+    fn walk(panel: &Value, out: &mut Vec<(String, String)>) {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            if let Some(expr) = target["expr"].as_str() {
+                out.push((panel["title"].as_str().unwrap_or("").to_string(), expr.to_string()));
+            }
+        }
+        for inner in panel["panels"].as_array().into_iter().flatten() {
+            walk(inner, out);
+        }
+    }
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("ops/grafana/kubefold.json");
+    let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut out = Vec::new();
+    walk(&dashboard, &mut out);
+    out
+}
+
+/// A real Prometheus (Debian's `prometheus` package) scrapes the idle
+/// demo: `promtool` accepts the alert rules, every query of the Grafana
+/// dashboard returns data (so no panel is empty on a fresh install), and
+/// every alert rule evaluates without error.
+#[test]
+fn a_real_prometheus_scraping_the_demo_answers_every_dashboard_query_and_evaluates_every_alert_rule() {
+    let (Ok(prometheus), Ok(promtool)) = (which("prometheus"), which("promtool")) else {
+        println!("SKIPPED: prometheus and promtool are not installed (Debian package `prometheus`; .ci/run installs it)");
+        return;
+    };
+    let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("ops/prometheus/alerts.yaml");
+    let checked = Command::new(&promtool).arg("check").arg("rules").arg(&rules).output().unwrap();
+    assert!(checked.status.success(), "promtool check rules: {}{}", String::from_utf8_lossy(&checked.stdout), String::from_utf8_lossy(&checked.stderr));
+
+    let cwd = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut demo = Process::start(&["demo", "--listen", &listen], cwd.path());
+    let url = demo.line("kubefold listening on ");
+    wait_for(Duration::from_secs(90), "the demo ready", || http_get(&format!("{url}/readyz")).0 == 200);
+
+    let prom_dir = tempfile::tempdir().unwrap();
+    let config = prom_dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nrule_files: [{rules:?}]\nscrape_configs:\n  - job_name: kubefold\n    static_configs: [{{targets: [{listen:?}]}}]\n",
+            rules = rules.display().to_string(),
+        ),
+    )
+    .unwrap();
+    let prom_listen = format!("127.0.0.1:{}", free_port());
+    let mut prom = Command::new(&prometheus)
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!("--storage.tsdb.path={}", prom_dir.path().join("data").display()))
+        .arg(format!("--web.listen-address={prom_listen}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("prometheus starts");
+    let prom_logs = common::capture(prom.stderr.take().unwrap());
+    let query = |expr: &str| -> Value {
+        let url = reqwest::Url::parse_with_params(&format!("http://{prom_listen}/api/v1/query"), &[("query", expr)]).unwrap();
+        reqwest::blocking::get(url).ok().and_then(|r| r.json().ok()).unwrap_or(Value::Null)
+    };
+    let result = (|| {
+        wait_for(Duration::from_secs(60), "prometheus scraping kubefold", || query("up{job=\"kubefold\"}")["data"]["result"][0]["value"][1] == "1");
+        // Some client traffic, as a dashboard would see on an idle fleet.
+        for path in ["/api/v1/pods", "/apis/apps/v1/deployments", "/api/v1/namespaces/default/pods?limit=5"] {
+            assert_eq!(http_get(&format!("{url}{path}")).0, 200);
+        }
+        let queries = dashboard_queries();
+        assert!(queries.len() >= 20, "the dashboard has its queries: {queries:?}");
+        let mut empty = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            empty.clear();
+            for (title, expr) in &queries {
+                let answer = query(&dashboard_query(expr));
+                assert_ne!(answer["status"], "error", "{title}: {expr}: {answer}");
+                if answer["data"]["result"].as_array().is_none_or(|r| r.is_empty()) {
+                    empty.push(format!("{title}: {expr}"));
+                }
+            }
+            if empty.is_empty() || Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_secs(2));
+        }
+        assert!(empty.is_empty(), "dashboard queries without data on the demo:\n{}", empty.join("\n"));
+        // Every alert rule evaluated, without error.
+        wait_for(Duration::from_secs(30), "every alert rule evaluated", || {
+            let rules: Value = reqwest::blocking::get(format!("http://{prom_listen}/api/v1/rules")).ok().and_then(|r| r.json().ok()).unwrap_or(Value::Null);
+            let all: Vec<&Value> = rules["data"]["groups"].as_array().into_iter().flatten().flat_map(|g| g["rules"].as_array().into_iter().flatten()).collect();
+            for rule in &all {
+                assert_ne!(rule["health"], "err", "alert rule {} fails: {}", rule["name"], rule["lastError"]);
+            }
+            all.len() >= 10 && all.iter().all(|r| r["health"] == "ok")
+        });
+        let firing = query("ALERTS{alertstate=\"firing\"}");
+        assert_eq!(firing["data"]["result"].as_array().map(Vec::len), Some(0), "alerts firing on a healthy demo: {firing}");
+    })
+    .let_unwind();
+    let _ = prom.kill();
+    let _ = prom.wait();
+    assert!(demo.stop(), "the demo stops cleanly on SIGTERM");
+    if let Err(panic) = result {
+        eprintln!("prometheus log:\n{}", prom_logs.lock().unwrap());
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// The path of a program on PATH.
+fn which(program: &str) -> Result<std::path::PathBuf, String> {
+    std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).map(|dir| dir.join(program)).find(|p| p.is_file()))
+        .ok_or_else(|| format!("{program} not on PATH"))
+}
+
+/// Runs a closure, catching a panic so that the caller can stop its
+/// processes before it goes on.
+trait LetUnwind<T> {
+    fn let_unwind(self) -> std::thread::Result<T>;
+}
+
+impl<T, F: FnOnce() -> T + std::panic::UnwindSafe> LetUnwind<T> for F {
+    fn let_unwind(self) -> std::thread::Result<T> {
+        std::panic::catch_unwind(self)
+    }
 }

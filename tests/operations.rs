@@ -109,13 +109,13 @@ fn metrics_show_the_documented_series_after_churn() {
     assert!(value("kubefold_head_resource_version") > 0.0);
     assert!(value("kubefold_objects") > 0.0);
     assert!(value("kubefold_store_bytes") > 0.0);
-    assert!(value("kubefold_commit_seconds_count") > 0.0);
-    assert!(value("kubefold_commit_seconds_bucket") > 0.0, "commit latency is a histogram");
+    assert!(value("kubefold_commit_duration_seconds_count") > 0.0);
+    assert!(value("kubefold_commit_duration_seconds_bucket") > 0.0, "commit latency is a histogram");
     assert!(value("kubefold_commit_batch_events_count") > 0.0);
     assert!(value("kubefold_requests_total{verb=\"list\"") >= 1.0, "{text}");
     assert!(value("kubefold_requests_total{verb=\"get\"") >= 1.0);
     assert!(value("kubefold_requests_total{verb=\"watch\"") >= 1.0);
-    assert!(value("kubefold_request_seconds_count") > 0.0);
+    assert!(value("kubefold_request_duration_seconds_count") > 0.0);
     assert!(text.contains("kubefold_member_relists_total{cluster=\"member2\"}"), "{text}");
     assert!(text.contains("kubefold_watches"), "{text}");
     assert!(value("kubefold_watch_messages_total") >= 1.0, "{text}");
@@ -143,4 +143,74 @@ fn logs_to_a_pipe_have_no_colour_codes_and_json_logs_are_one_object_a_line() {
             }
         }
     }
+}
+
+/// The series of one family in an exposition text: (labels, value) pairs.
+fn samples<'a>(text: &'a str, family: &str) -> Vec<(&'a str, f64)> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (name, labels) = series.split_once('{').map(|(n, l)| (n, l.trim_end_matches('}'))).unwrap_or((series, ""));
+            (name == family).then(|| (labels, value.parse().unwrap_or(f64::NAN)))
+        })
+        .collect()
+}
+
+/// Prometheus' instrumentation guide: export every series from the start,
+/// at zero, so a dashboard or an alert can tell zero from missing; and every
+/// family has its `# HELP` and `# TYPE`. Scraped before any client request.
+#[test]
+fn a_fresh_kubefold_exports_every_series_at_zero_with_help_and_type() {
+    let members = demo_members(1, 0.0);
+    let (_tmp, dir) = data_dir();
+    let kf = Kubefold::serve(&dir, &cluster_flags(&members), &[]);
+    kf.wait_ready();
+    let (code, text) = kf.get("/metrics");
+    assert_eq!(code, 200);
+    for family in [
+        "kubefold_watches",
+        "kubefold_commit_failures_total",
+        "kubefold_watch_slow_closed_total",
+        "kubefold_compacted_events_total",
+        "kubefold_head_resource_version",
+        "kubefold_compacted_resource_version",
+        "kubefold_store_bytes",
+        "kubefold_member_errors_total",
+        "kubefold_member_bad_objects_total",
+        "kubefold_member_relists_total",
+        "kubefold_auth_rejected_total",
+        "kubefold_config_reloads_total",
+        "kubefold_build_info",
+        "kubefold_objects",
+        "kubefold_member_synced",
+        "kubefold_member_lag_seconds",
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
+        "process_start_time_seconds",
+    ] {
+        assert!(!samples(&text, family).is_empty(), "{family} is not exported by a fresh kubefold:\n{text}");
+        assert!(text.contains(&format!("# HELP {family} ")), "{family} has no HELP:\n{text}");
+        assert!(text.contains(&format!("# TYPE {family} ")), "{family} has no TYPE:\n{text}");
+    }
+    let requests = samples(&text, "kubefold_requests_total");
+    assert!(requests.iter().any(|(labels, v)| labels.contains("verb=\"list\"") && labels.contains("resource=\"v1/pods\"") && *v == 0.0), "list of pods at zero before any request:\n{text}");
+    assert!(samples(&text, "kubefold_commit_failures_total").iter().all(|(_, v)| *v == 0.0));
+    let objects: f64 = samples(&text, "kubefold_objects").iter().filter(|(l, _)| l.contains("cluster=\"member1\"") && l.contains("resource=\"v1/pods\"")).map(|(_, v)| v).sum();
+    let pods = kf.get_json("/api/v1/pods")["items"].as_array().unwrap().len() as f64;
+    assert_eq!(objects, pods, "kubefold_objects{{cluster,resource}} counts the member's pods");
+    assert!(samples(&text, "kubefold_member_synced").iter().all(|(_, v)| *v == 1.0), "a ready kubefold has every type synced:\n{text}");
+    assert!(samples(&text, "kubefold_member_lag_seconds").iter().all(|(_, v)| *v == 0.0), "{text}");
+    assert_eq!(samples(&text, "kubefold_build_info").first().map(|(l, _)| l.contains("version=\"")), Some(true));
+    let fds = samples(&text, "process_open_fds")[0].1;
+    assert!(fds >= 3.0 && fds <= samples(&text, "process_max_fds")[0].1, "{text}");
+    // A member that goes away shows as behind, with its lag growing.
+    drop(members);
+    wait_for(Duration::from_secs(30), "member1 reported not synced", || samples(&kf.get("/metrics").1, "kubefold_member_synced").iter().any(|(_, v)| *v == 0.0));
+    std::thread::sleep(Duration::from_secs(2));
+    let lag = samples(&kf.get("/metrics").1, "kubefold_member_lag_seconds")[0].1;
+    assert!(lag >= 1.0, "lag of a member that has been unreachable for seconds: {lag}");
+    kf.stop();
 }

@@ -142,7 +142,7 @@ impl Aggregator {
                     this.snapshot_rv = stats.rv;
                     this.snapshot_at = Instant::now();
                     let seconds = started.elapsed().as_secs_f64();
-                    metrics::histogram!("kubefold_index_snapshot_seconds").record(seconds);
+                    metrics::histogram!("kubefold_index_snapshot_duration_seconds").record(seconds);
                     metrics::gauge!("kubefold_index_snapshot_bytes").set(stats.bytes as f64);
                     info!(rv = stats.rv, objects = stats.objects, bytes = stats.bytes, seconds, "Index snapshot written.");
                 }
@@ -242,7 +242,7 @@ impl Aggregator {
         let count = commit.events.len();
         metrics::counter!("kubefold_events_ingested_total", "cluster" => cluster.clone(), "resource" => resource.clone())
             .increment(count as u64);
-        metrics::histogram!("kubefold_commit_seconds").record(started.elapsed().as_secs_f64());
+        metrics::histogram!("kubefold_commit_duration_seconds").record(started.elapsed().as_secs_f64());
         metrics::histogram!("kubefold_commit_batch_events").record(count as f64);
         metrics::gauge!("kubefold_head_resource_version").set(working.head_rv() as f64);
         self.index = working.clone();

@@ -86,11 +86,31 @@ pub struct WatcherStatus {
     pub events: u64,
     /// The member RV reached.
     pub checkpoint: Option<String>,
+    /// Since when the watcher has not been synced (connecting, or stale
+    /// after an error); `None` while it is synced.
+    #[serde(skip)]
+    pub behind_since: Option<std::time::Instant>,
+}
+
+impl WatcherStatus {
+    /// How far kubefold's copy of this type may be behind the member: the
+    /// time since the watcher was last synced (zero while it is).
+    pub fn lag(&self) -> std::time::Duration {
+        self.behind_since.map(|since| since.elapsed()).unwrap_or_default()
+    }
 }
 
 impl Default for WatcherStatus {
     fn default() -> Self {
-        WatcherStatus { state: SyncState::Connecting, last_error: None, relists: 0, reconnects: 0, events: 0, checkpoint: None }
+        WatcherStatus {
+            state: SyncState::Connecting,
+            last_error: None,
+            relists: 0,
+            reconnects: 0,
+            events: 0,
+            checkpoint: None,
+            behind_since: Some(std::time::Instant::now()),
+        }
     }
 }
 
@@ -319,7 +339,13 @@ impl Fleet {
     /// Updates the status of one watcher.
     pub fn update_status(&self, cluster: &str, resource: &str, f: impl FnOnce(&mut WatcherStatus)) {
         let mut status = self.status.write().unwrap_or_else(|e| e.into_inner());
-        f(status.entry(cluster.to_string()).or_default().entry(resource.to_string()).or_default());
+        let watcher = status.entry(cluster.to_string()).or_default().entry(resource.to_string()).or_default();
+        f(watcher);
+        match (watcher.state == SyncState::Synced, watcher.behind_since) {
+            (true, Some(_)) => watcher.behind_since = None,
+            (false, None) => watcher.behind_since = Some(std::time::Instant::now()),
+            _ => {}
+        }
     }
 
     /// Forgets a cluster's status (it was removed).

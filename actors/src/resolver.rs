@@ -694,7 +694,7 @@ impl Resolver {
     /// Records a probe of `addresses` of `cluster` that took `took`; ignored
     /// when the cluster's addresses changed meanwhile.
     pub fn apply_probe(&mut self, cluster: &str, addresses: &[String], probe: Probe, took: Duration) {
-        metrics::histogram!("kubefold_estimator_probe_seconds").record(took.as_secs_f64());
+        metrics::histogram!("kubefold_estimator_probe_duration_seconds").record(took.as_secs_f64());
         let Some(row) = self.entries.get_mut(cluster) else { return };
         if row.endpoint.addresses != addresses {
             return;
@@ -938,7 +938,7 @@ pub async fn resolve_once(config: &EstimatorConfig, members: &[String]) -> Resul
             let started = Instant::now();
             let probe = prober.probe(&endpoint.addresses).await;
             if let Some(p) = &probe {
-                metrics::histogram!("kubefold_estimator_probe_seconds").record(started.elapsed().as_secs_f64());
+                metrics::histogram!("kubefold_estimator_probe_duration_seconds").record(started.elapsed().as_secs_f64());
                 if p.failed() {
                     metrics::counter!("kubefold_estimator_probe_failures_total", "cluster" => endpoint.cluster.clone()).increment(1);
                 }

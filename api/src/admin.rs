@@ -76,7 +76,9 @@ fn cluster_status(state: &ApiState, cluster: &str) -> Value {
     let mut stale = false;
     let mut last_error: Option<String> = None;
     let (mut reconnects, mut relists, mut events) = (0u64, 0u64, 0u64);
+    let mut lag = std::time::Duration::ZERO;
     for (resource, w) in &watchers {
+        lag = lag.max(w.lag());
         synced &= w.state == SyncState::Synced;
         stale |= w.state == SyncState::Stale;
         if w.last_error.is_some() {
@@ -93,6 +95,7 @@ fn cluster_status(state: &ApiState, cluster: &str) -> Value {
             "relists": w.relists,
             "reconnects": w.reconnects,
             "events": w.events,
+            "lagSeconds": w.lag().as_secs_f64(),
         }));
     }
     let phase = if synced { "Synced" } else if stale { "Stale" } else { "Connecting" };
@@ -104,6 +107,7 @@ fn cluster_status(state: &ApiState, cluster: &str) -> Value {
         "reconnects": reconnects,
         "relists": relists,
         "events": events,
+        "lagSeconds": lag.as_secs_f64(),
         "resources": resources,
     })
 }

@@ -44,15 +44,18 @@ pub async fn readyz(req: HttpRequest, state: web::Data<ApiState>) -> HttpRespons
 /// `/metrics` in the Prometheus text format.
 pub async fn metrics(state: web::Data<ApiState>) -> HttpResponse {
     let fleet = &state.fleet;
-    let snapshot = fleet.snapshot();
-    metrics::gauge!("kubefold_objects").set(snapshot.total() as f64);
     metrics::gauge!("kubefold_compacted_resource_version").set(fleet.compacted_rv() as f64);
     metrics::gauge!("kubefold_store_pinned_reads").set(fleet.store().pinned_reads() as f64);
     if let Ok(size) = fleet.store().size_on_disk() {
         metrics::gauge!("kubefold_store_bytes").set(size as f64);
     }
+    crate::series::zero_member_series(fleet);
     match &state.metrics {
-        Some(handle) => HttpResponse::Ok().content_type("text/plain; version=0.0.4").body(handle.render()),
+        Some(handle) => {
+            let mut body = handle.render();
+            body.push_str(&crate::series::scrape_time(fleet));
+            HttpResponse::Ok().content_type("text/plain; version=0.0.4").body(body)
+        }
         None => HttpResponse::NotFound().body("metrics exporter not installed"),
     }
 }

@@ -11,6 +11,7 @@
 //! - [`edit`]: edits forwarded to the owning member, read-your-writes.
 //! - [`members`]: kube clients of the members and raw forwarding.
 //! - [`health`]: `/healthz`, `/livez`, `/readyz`, `/metrics`.
+//! - [`series`]: the catalog of metric series, their zeros and the scrape-time ones.
 //! - [`respond`]: Status errors and JSON responses.
 
 pub mod admin;
@@ -25,6 +26,7 @@ pub mod path;
 pub mod query;
 pub mod read;
 pub mod respond;
+pub mod series;
 pub mod tls;
 pub mod watch;
 
@@ -248,7 +250,7 @@ async fn dispatch(req: HttpRequest, payload: web::Payload, state: web::Data<ApiS
     let code = response.status().as_u16().to_string();
     metrics::counter!("kubefold_requests_total", "verb" => verb, "resource" => resource.clone(), "code" => code).increment(1);
     if verb != "watch" {
-        metrics::histogram!("kubefold_request_seconds", "verb" => verb, "resource" => resource).record(started.elapsed().as_secs_f64());
+        metrics::histogram!("kubefold_request_duration_seconds", "verb" => verb, "resource" => resource).record(started.elapsed().as_secs_f64());
     }
     response
 }
