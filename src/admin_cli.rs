@@ -42,6 +42,15 @@ const NONE: &str = "<none>";
 /// Flags of `kubefold admin`: where kubefold is, how to authenticate, and the command.
 #[derive(Args)]
 pub struct AdminArgs {
+    #[command(flatten)]
+    connection: Connection,
+    #[command(subcommand)]
+    command: AdminCommand,
+}
+
+/// Where kubefold is and how to authenticate (`kubefold admin` and `kubefold status`).
+#[derive(Args)]
+pub struct Connection {
     /// kubefold's API URL.
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     server: String,
@@ -57,8 +66,6 @@ pub struct AdminArgs {
     /// Do not verify kubefold's serving certificate (testing only).
     #[arg(long)]
     insecure_skip_tls_verify: bool,
-    #[command(subcommand)]
-    command: AdminCommand,
 }
 
 /// The commands of `kubefold admin`.
@@ -165,7 +172,7 @@ fn parse_label(text: &str) -> Result<(String, String), String> {
 
 /// Runs one `kubefold admin` command, printing its result on stdout.
 pub fn run(args: AdminArgs) -> anyhow::Result<()> {
-    let api = AdminApi::new(&args)?;
+    let api = AdminApi::new(&args.connection)?;
     let mut stdout = std::io::stdout().lock();
     match args.command {
         AdminCommand::Clusters { command } => match command {
@@ -286,14 +293,14 @@ fn read_token_file(path: &Path) -> anyhow::Result<String> {
 }
 
 /// The admin API of one kubefold, with the caller's credentials.
-struct AdminApi {
+pub(crate) struct AdminApi {
     http: Client,
     server: Url,
     token: Option<String>,
 }
 
 impl AdminApi {
-    fn new(args: &AdminArgs) -> anyhow::Result<AdminApi> {
+    pub(crate) fn new(args: &Connection) -> anyhow::Result<AdminApi> {
         let server = Url::parse(&args.server)
             .ok()
             .filter(|url| matches!(url.scheme(), "http" | "https") && !url.cannot_be_a_base())
@@ -359,7 +366,7 @@ impl AdminApi {
     }
 
     /// GETs `/admin/v1/{segments...}` and reads the JSON answer.
-    fn get<T: DeserializeOwned>(&self, segments: &[&str]) -> anyhow::Result<T> {
+    pub(crate) fn get<T: DeserializeOwned>(&self, segments: &[&str]) -> anyhow::Result<T> {
         read_json(self.send(self.request(Method::GET, segments, Some(REQUEST_TIMEOUT)))?)
     }
 }
@@ -404,39 +411,45 @@ fn describe_failure(response: Response) -> String {
 
 /// `GET /admin/v1/clusters`.
 #[derive(Deserialize)]
-struct ClusterList {
-    items: Vec<ClusterView>,
+pub(crate) struct ClusterList {
+    pub(crate) items: Vec<ClusterView>,
 }
 
 /// One member as `GET /admin/v1/clusters[/NAME]` shows it (the printed fields).
 #[derive(Deserialize)]
-struct ClusterView {
-    spec: ClusterName,
-    source: String,
-    status: ClusterStatus,
+pub(crate) struct ClusterView {
+    pub(crate) spec: ClusterName,
+    pub(crate) source: String,
+    pub(crate) status: ClusterStatus,
 }
 
 /// The name of a cluster spec.
 #[derive(Deserialize)]
-struct ClusterName {
-    name: String,
+pub(crate) struct ClusterName {
+    pub(crate) name: String,
 }
 
 /// A member's status, summed over its watchers.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct ClusterStatus {
-    phase: String,
-    last_error: Option<String>,
-    reconnects: u64,
-    relists: u64,
-    resources: BTreeMap<String, WatcherObjects>,
+pub(crate) struct ClusterStatus {
+    pub(crate) phase: String,
+    pub(crate) last_error: Option<String>,
+    pub(crate) reconnects: u64,
+    pub(crate) relists: u64,
+    /// Time since every type of the member was last synced.
+    #[serde(default)]
+    pub(crate) lag_seconds: f64,
+    pub(crate) resources: BTreeMap<String, WatcherObjects>,
 }
 
 /// The object count of one watcher.
 #[derive(Deserialize)]
-struct WatcherObjects {
-    objects: u64,
+pub(crate) struct WatcherObjects {
+    pub(crate) objects: u64,
+    /// connecting, synced or stale.
+    #[serde(default)]
+    pub(crate) state: String,
 }
 
 /// `DELETE /admin/v1/clusters/NAME`.
@@ -473,15 +486,15 @@ struct AggregatedResource {
 /// `GET /admin/v1/stats`.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Stats {
-    head_resource_version: u64,
-    compacted_resource_version: u64,
-    objects: u64,
-    events: u64,
-    data_dir_bytes: u64,
-    watches: u64,
-    watch_clients_by_user_agent: BTreeMap<String, u64>,
-    clusters: u64,
+pub(crate) struct Stats {
+    pub(crate) head_resource_version: u64,
+    pub(crate) compacted_resource_version: u64,
+    pub(crate) objects: u64,
+    pub(crate) events: u64,
+    pub(crate) data_dir_bytes: u64,
+    pub(crate) watches: u64,
+    pub(crate) watch_clients_by_user_agent: BTreeMap<String, u64>,
+    pub(crate) clusters: u64,
 }
 
 /// `POST /admin/v1/compact`.
@@ -494,7 +507,7 @@ struct CompactResult {
 
 /// One row of `GET /admin/v1/estimators`.
 #[derive(Deserialize)]
-struct EstimatorRow {
+pub(crate) struct EstimatorRow {
     cluster: String,
     addresses: Vec<String>,
     rule: String,
@@ -520,7 +533,7 @@ struct EstimatorProbe {
 /// Columns padded to their widest cell, three spaces apart, as kubectl
 /// prints tables; the last column is not padded. Line breaks inside a cell
 /// become spaces.
-fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
     let clean = |cell: &str| cell.split(['\n', '\r']).map(str::trim).filter(|s| !s.is_empty()).collect::<Vec<_>>().join(" ");
     let rows: Vec<Vec<String>> = rows.iter().map(|r| r.iter().map(|c| clean(c)).collect()).collect();
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
@@ -583,7 +596,7 @@ fn resources_table(list: &ResourceList) -> String {
     table(&["APIVERSION", "KIND", "RESOURCE", "NAMESPACED", "OBJECTS", "CLUSTERS"], &rows)
 }
 
-fn stats_table(stats: &Stats) -> String {
+pub(crate) fn stats_table(stats: &Stats) -> String {
     let mut out = table(
         &["HEAD-RV", "COMPACTED-RV", "OBJECTS", "EVENTS", "DATA-DIR", "WATCHES", "CLUSTERS"],
         &[vec![
@@ -605,7 +618,7 @@ fn stats_table(stats: &Stats) -> String {
     out
 }
 
-fn estimators_table(rows: &[EstimatorRow]) -> String {
+pub(crate) fn estimators_table(rows: &[EstimatorRow]) -> String {
     let rows: Vec<Vec<String>> = rows
         .iter()
         .map(|row| {
@@ -637,7 +650,7 @@ fn estimators_table(rows: &[EstimatorRow]) -> String {
 }
 
 /// `1536` -> `1.5 KiB`.
-fn human_bytes(bytes: u64) -> String {
+pub(crate) fn human_bytes(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
     if bytes < 1024 {
         return format!("{bytes} B");

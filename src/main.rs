@@ -3,12 +3,15 @@
 //! - `kubefold serve`: aggregate real member clusters.
 //! - `kubefold demo`: three simulated members and kubefold over them.
 //! - `kubefold sim`: one simulated member cluster API server.
+//! - `kubefold status`: the fleet at a glance (members, store, estimators).
+//! - `kubefold admin`: the admin API from the command line.
 
 mod admin_cli;
 mod config;
 mod demo;
 mod resolve;
 mod serve;
+mod status;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -77,6 +80,9 @@ enum Command {
     Sim(kubefold_testdata::SimArgs),
     /// Manage a running kubefold through its admin API: clusters, resources, stats, compaction, backup.
     Admin(admin_cli::AdminArgs),
+    /// The fleet at a glance: members with phase, synced types, objects and lag; the store's
+    /// resourceVersions; estimator endpoints (`--watch` redraws).
+    Status(status::StatusArgs),
     /// Resolve and probe the scheduler-estimator endpoints once and print them.
     Resolve(resolve::ResolveArgs),
     /// Write a consistent copy of a data dir (kubefold must not be running on it).
@@ -264,6 +270,10 @@ fn main() -> anyhow::Result<()> {
         Command::Demo(args) => demo::run(args),
         Command::Sim(args) => kubefold_testdata::run_cli(args).map_err(Into::into),
         Command::Resolve(args) => resolve::run(args),
+        Command::Status(args) => status::run(args).map_err(|e| {
+            eprintln!("kubefold status: {e:#}");
+            std::process::exit(1)
+        }),
         Command::Admin(args) => admin_cli::run(args).map_err(|e| {
             eprintln!("kubefold admin: {e:#}");
             std::process::exit(1)

@@ -214,3 +214,69 @@ fn a_fresh_kubefold_exports_every_series_at_zero_with_help_and_type() {
     assert!(lag >= 1.0, "lag of a member that has been unreachable for seconds: {lag}");
     kf.stop();
 }
+
+/// `kubefold status` once and `--watch`: every member with its phase,
+/// synced types, objects and lag, the store's resourceVersions, in
+/// kubectl's table style; a member that goes away shows as stale, behind.
+#[test]
+fn kubefold_status_shows_members_store_and_lag_once_and_watching() {
+    let mut members = demo_members(2, 0.0);
+    let (_tmp, dir) = data_dir();
+    let kf = Kubefold::serve(&dir, &cluster_flags(&members), &[]);
+    kf.wait_ready();
+    let status = |extra: &[&str]| -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_kubefold")).arg("status").arg("--server").arg(&kf.url).args(extra).output().unwrap();
+        assert!(out.status.success(), "kubefold status: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let row = |text: &str, first: &str| -> Vec<String> {
+        text.lines().find(|l| l.split_whitespace().next() == Some(first)).unwrap_or_else(|| panic!("no {first} row:\n{text}")).split_whitespace().map(String::from).collect()
+    };
+    let text = status(&[]);
+    assert_eq!(row(&text, "MEMBER"), ["MEMBER", "PHASE", "SYNCED", "OBJECTS", "LAG", "RELISTS", "LAST-ERROR"]);
+    let stats = kf.get_json("/admin/v1/stats");
+    for (name, _) in &members {
+        let r = row(&text, name);
+        assert_eq!(r[1], "Synced", "{text}");
+        let (synced, all) = r[2].split_once('/').unwrap();
+        assert_eq!(synced, all, "every type synced: {text}");
+        let pods = kf.get_json(&format!("/api/v1/pods?labelSelector=kubefold.io/cluster%3D{name}"))["items"].as_array().unwrap().len();
+        assert!(r[3].parse::<usize>().unwrap() >= pods && pods > 0, "objects of {name} count at least its pods ({pods}): {text}");
+        assert_eq!(r[4], "0s");
+    }
+    let store = row(&text, "HEAD-RV");
+    let values = text.lines().skip_while(|l| !l.starts_with("HEAD-RV")).nth(1).unwrap().split_whitespace().map(String::from).collect::<Vec<_>>();
+    assert_eq!(store[0], "HEAD-RV");
+    assert_eq!(values[0], stats["headResourceVersion"].to_string(), "{text}");
+
+    // Watching: frames keep coming; a member that stops shows as behind.
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_kubefold"))
+        .args(["status", "--watch", "--interval", "0.5", "--server", &kf.url])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines().map_while(Result::ok);
+    let (_, gone) = members.remove(1);
+    drop(gone);
+    let mut frames = 0;
+    let mut stale_row = None;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut in_members = false;
+    for line in lines.by_ref() {
+        frames += usize::from(line.starts_with("Every 0.5s: kubefold status"));
+        in_members = line.starts_with("MEMBER ") || (in_members && !line.is_empty());
+        if in_members && line.starts_with("member2 ") && !line.contains(" Synced ") && !line.contains(" 0s ") {
+            stale_row = Some(line);
+            break;
+        }
+        assert!(Instant::now() < deadline, "member2 never showed as behind in {frames} frames");
+    }
+    // And the next frame comes.
+    frames += usize::from(lines.any(|l| l.starts_with("Every 0.5s: kubefold status")));
+    let _ = watch.kill();
+    let _ = watch.wait();
+    assert!(frames >= 2, "status --watch redraws ({frames} frames)");
+    let stale_row = stale_row.unwrap();
+    assert!(stale_row.contains("Stale") || stale_row.contains("Connecting"), "{stale_row}");
+    kf.stop();
+}
