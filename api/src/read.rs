@@ -359,7 +359,11 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
             if !matches!(read_at, ReadAt::Latest | ReadAt::Any) {
                 return Err(Status::bad_request("specifying resource version is not allowed when using continue"));
             }
-            let (rv, key, listed) = paging::decode_listed(&state.token_secret, token).map_err(|e| Status::bad_request(e.to_string()))?;
+            let (rv, key, listed) = paging::decode_listed(&state.token_secret, token).map_err(|e| match e {
+                // 410, as for a token older than the compaction: client-go's pager lists again.
+                paging::TokenError::Outdated => Status::expired(e.to_string()),
+                _ => Status::bad_request(e.to_string()),
+            })?;
             (store.pin(|| state.snapshot_at(rv))?, Some(key), listed)
         }
         None => match read_at {

@@ -28,13 +28,15 @@ pub fn openapi_v3_index(catalog: &[ResourceType]) -> Value {
     json!({"paths": paths})
 }
 
+/// A hash of the served types, stable across builds and releases (clients
+/// cache the documents by it): the first 8 bytes of SHA-256 of their keys.
 fn openapi_hash(catalog: &[ResourceType]) -> String {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut context = ring::digest::Context::new(&ring::digest::SHA256);
     for r in catalog {
-        r.key().hash(&mut h);
+        context.update(r.key().as_bytes());
+        context.update(b"\n");
     }
-    format!("{:016X}", h.finish())
+    context.finish().as_ref()[..8].iter().map(|b| format!("{b:02X}")).collect()
 }
 
 fn operation(r: &ResourceType, verb: &str, id: &str) -> Value {

@@ -1,13 +1,11 @@
 //! Continue tokens for paginated lists ("Retrieving large results sets in
 //! chunks", Kubernetes API Concepts): opaque to clients, they carry the
 //! snapshot RV that every page is read at and the last key served, and a
-//! keyed checksum so that a modified token is refused instead of serving a
-//! wrong page. A token may also carry how many objects the pages before
+//! keyed checksum (HMAC-SHA256 under kubefold's token secret) so that a
+//! modified token is refused instead of serving a wrong page. A token may also carry how many objects the pages before
 //! the next one held, so that the next page's `remainingItemCount` needs
 //! no walk over the rest of the list.
 //! <https://kubernetes.io/docs/reference/using-api/api-concepts/#retrieving-large-results-sets-in-chunks>
-
-use std::hash::{Hash, Hasher};
 
 use base64::Engine;
 use serde::{Deserialize, Serialize};
@@ -24,6 +22,10 @@ pub enum TokenError {
     /// The checksum does not match: the token was modified.
     #[error("continue key is not valid: token was modified")]
     Tampered,
+    /// A token of an earlier kubefold, whose checksum is no longer made:
+    /// the client starts the list again, as after a compaction.
+    #[error("the provided continue parameter is too old to display a consistent list result (it was made by an earlier kubefold); start a new list without the continue parameter")]
+    Outdated,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -39,20 +41,29 @@ struct Payload {
     mac: String,
 }
 
+/// Hex digits of the checksum tokens carry; tokens of an earlier kubefold
+/// carried 32 (two SipHash passes of std's `DefaultHasher`, whose algorithm
+/// std may change between releases).
+const MAC_HEX_DIGITS: usize = 64;
+
+/// HMAC-SHA256 under `secret` of everything the token says, each field
+/// length-prefixed so that no two payloads share an input.
 fn mac(secret: &[u8], rv: u64, key: &ObjectKey, listed: Option<u64>) -> String {
-    // Two SipHash passes seeded differently give 128 bits of checksum.
-    let digest = |seed: u8| {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        seed.hash(&mut h);
-        secret.hash(&mut h);
-        rv.hash(&mut h);
-        key.hash(&mut h);
-        if let Some(n) = listed {
-            n.hash(&mut h);
+    let key_of_mac = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret);
+    let mut context = ring::hmac::Context::with_key(&key_of_mac);
+    context.update(&rv.to_be_bytes());
+    for field in [&key.namespace, &key.name, &key.cluster] {
+        context.update(&(field.len() as u64).to_be_bytes());
+        context.update(field.as_bytes());
+    }
+    match listed {
+        Some(n) => {
+            context.update(&[1]);
+            context.update(&n.to_be_bytes());
         }
-        h.finish()
-    };
-    format!("{:016x}{:016x}", digest(1), digest(2))
+        None => context.update(&[0]),
+    }
+    context.sign().as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Encodes a token: the next page starts after `last` at snapshot `rv`.
@@ -87,7 +98,11 @@ pub fn decode_listed(secret: &[u8], token: &str) -> Result<(u64, ObjectKey, Opti
         .map_err(|_| TokenError::Malformed)?;
     let p: Payload = serde_json::from_slice(&json).map_err(|_| TokenError::Malformed)?;
     let key = ObjectKey { namespace: p.ns, name: p.name, cluster: p.cluster };
-    if mac(secret, p.rv, &key, p.n) != p.mac {
+    if p.mac.len() != MAC_HEX_DIGITS {
+        return Err(if p.mac.len() == 32 && p.mac.bytes().all(|b| b.is_ascii_hexdigit()) { TokenError::Outdated } else { TokenError::Tampered });
+    }
+    let expected = mac(secret, p.rv, &key, p.n);
+    if ring::constant_time::verify_slices_are_equal(expected.as_bytes(), p.mac.as_bytes()).is_err() {
         return Err(TokenError::Tampered);
     }
     Ok((p.rv, key, p.n))
@@ -125,6 +140,37 @@ mod tests {
         let json = String::from_utf8(base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(&old).unwrap()).unwrap();
         let added = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json.replace("\"mac\"", "\"n\":7,\"mac\""));
         assert_eq!(decode_listed(b"s", &added), Err(TokenError::Tampered));
+    }
+
+    #[test]
+    fn tokens_of_an_earlier_kubefold_are_outdated_not_tampered() {
+        // A token as kubefold wrote them before HMAC-SHA256: a 32-digit checksum.
+        let old = r#"{"rv":42,"ns":"default","name":"web-0","cluster":"member1","mac":"0123456789abcdef0123456789abcdef"}"#;
+        let old = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(old);
+        assert_eq!(decode(b"s", &old), Err(TokenError::Outdated));
+        let t = encode(b"s", 42, &key());
+        let json = String::from_utf8(base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(&t).unwrap()).unwrap();
+        let mac = serde_json::from_str::<serde_json::Value>(&json).unwrap()["mac"].as_str().unwrap().to_string();
+        assert_eq!(mac.len(), 64, "HMAC-SHA256 in hex");
+        // Any other length is a modified token.
+        let short = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json.replace(&mac, &mac[..40]));
+        assert_eq!(decode(b"s", &short), Err(TokenError::Tampered));
+    }
+
+    /// The checksum is HMAC-SHA256 as RFC 4231 defines it (its test case 2
+    /// checks the primitive), over the token's fields.
+    #[test]
+    fn the_checksum_is_hmac_sha256() {
+        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, b"Jefe");
+        let tag = ring::hmac::sign(&key, b"what do ya want for nothing?");
+        let hex: String = tag.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+        // Stable across builds and releases: a fixed input gives a fixed checksum.
+        let k = ObjectKey { namespace: "default".into(), name: "web-0".into(), cluster: "member1".into() };
+        assert_eq!(mac(b"secret", 42, &k, Some(7)), mac(b"secret", 42, &k, Some(7)));
+        assert_ne!(mac(b"secret", 42, &k, Some(7)), mac(b"secret", 42, &k, None));
+        let shifted = ObjectKey { namespace: "defaultweb-0".into(), name: "".into(), cluster: "member1".into() };
+        assert_ne!(mac(b"secret", 42, &k, None), mac(b"secret", 42, &shifted, None), "fields are length-prefixed");
     }
 
     #[test]
