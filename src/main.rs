@@ -114,6 +114,12 @@ struct ServeArgs {
     /// Address to listen on (port 0 picks a free port).
     #[arg(long)]
     listen: Option<SocketAddr>,
+    /// The IP address to listen on, as kube-apiserver names it (the address of --listen otherwise).
+    #[arg(long, conflicts_with = "listen")]
+    bind_address: Option<std::net::IpAddr>,
+    /// The port to listen on, as kube-apiserver names it (HTTPS when a serving certificate is given; 0 picks a free port).
+    #[arg(long, conflicts_with = "listen")]
+    secure_port: Option<u16>,
     /// Directory of the store.
     #[arg(long)]
     data_dir: Option<PathBuf>,
@@ -213,6 +219,10 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<Config> {
     };
     if let Some(l) = args.listen {
         config.listen = l;
+    }
+    if args.bind_address.is_some() || args.secure_port.is_some() {
+        let ip = args.bind_address.unwrap_or(config.listen.ip());
+        config.listen = SocketAddr::new(ip, args.secure_port.unwrap_or(config.listen.port()));
     }
     if let Some(d) = args.data_dir {
         config.data_dir = d;

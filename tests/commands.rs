@@ -755,3 +755,26 @@ impl<T, F: FnOnce() -> T + std::panic::UnwindSafe> LetUnwind<T> for F {
         std::panic::catch_unwind(self)
     }
 }
+
+/// `--bind-address` and `--secure-port`, as kube-apiserver names them, set
+/// where `kubefold serve` listens; either may be given alone, and neither
+/// with `--listen`.
+#[test]
+fn serve_listens_where_bind_address_and_secure_port_say() {
+    let cwd = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let data = cwd.path().join("data");
+    let mut kf = Process::start(&["serve", "--data-dir", data.to_str().unwrap(), "--bind-address", "127.0.0.1", "--secure-port", &port.to_string()], cwd.path());
+    let url = kf.line("kubefold listening on ");
+    assert_eq!(url, format!("http://127.0.0.1:{port}"));
+    assert_eq!(http_get(&format!("{url}/livez")).0, 200);
+    assert!(kf.stop());
+    // Port 0 picks one, on the default address.
+    let mut any = Process::start(&["serve", "--data-dir", data.to_str().unwrap(), "--secure-port", "0"], cwd.path());
+    let url = any.line("kubefold listening on ");
+    assert!(url.starts_with("http://127.0.0.1:") && !url.ends_with(":0"), "{url}");
+    assert!(any.stop());
+    let both = Command::new(env!("CARGO_BIN_EXE_kubefold")).args(["serve", "--listen", "127.0.0.1:0", "--secure-port", "1"]).output().unwrap();
+    assert!(!both.status.success());
+    assert!(String::from_utf8_lossy(&both.stderr).contains("cannot be used with"), "{}", String::from_utf8_lossy(&both.stderr));
+}
