@@ -225,6 +225,7 @@ fn parse_printed_table(text: &str) -> Vec<std::collections::BTreeMap<String, Str
 
 #[test]
 fn kubefold_demo_serves_three_members_and_its_estimator_table_follows_a_kubectl_edit() {
+    crate::require_kubectl!();
     let cwd = tempfile::tempdir().unwrap();
     let home = tempfile::tempdir().unwrap();
     let port = free_port();
@@ -345,6 +346,7 @@ fn kubefold_demo_serves_three_members_and_its_estimator_table_follows_a_kubectl_
 
 #[test]
 fn kubefold_sim_serves_version_the_demo_workload_and_extra_pods() {
+    crate::require_kubectl!();
     let cwd = tempfile::tempdir().unwrap();
     let pods = |url: &str| -> Vec<Value> { get_json(&format!("{url}/api/v1/pods"))["items"].as_array().unwrap().clone() };
     let mut plain = Process::start(&["sim", "--name", "m", "--listen", "127.0.0.1:0", "--workload", "demo"], cwd.path());

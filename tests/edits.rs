@@ -118,11 +118,13 @@ fn assert_agree(bin: &str, kf: &str, sim: &str, cluster: &str, kind: &str, ns: &
 
 #[test]
 fn kubectl_1_33_edits_reach_the_owning_member() {
+    crate::require_kubectl!();
     edits_reach_the_owning_member("kubectl");
 }
 
 #[test]
 fn kubectl_1_27_edits_reach_the_owning_member() {
+    crate::require_kubectl!("1.27");
     edits_reach_the_owning_member(&kubectl_version("1.27"));
 }
 

@@ -1176,6 +1176,7 @@ fn long_lists_hold_every_object_once_in_page_order() {
 /// decodes it) lists every pod at once.
 #[test]
 fn large_lists_are_gzipped_for_clients_that_accept_it() {
+    crate::require_kubectl!();
     use std::io::Read;
     let fleet = Fleet::start(1, 0.0, |c| c.pods = 6_000);
     let kf = &fleet.kf;

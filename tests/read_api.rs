@@ -399,6 +399,7 @@ fn settled_rv(kf: &Kubefold) -> u64 {
 
 #[test]
 fn watch_ends_start_points_tables_and_waiting_gets() {
+    crate::require_kubectl!("1.27");
     let members = demo_members(2, 0.0);
     let (tmp, dir) = data_dir();
     // minRequestTimeoutSeconds: 3, so that a watch without timeoutSeconds
@@ -714,11 +715,13 @@ fn original_name_style_and_longest_names() {
 
 #[test]
 fn discovery_tables_and_kubectl_1_33() {
+    crate::require_kubectl!();
     discovery_tables_and_kubectl("kubectl");
 }
 
 #[test]
 fn discovery_tables_and_kubectl_1_27() {
+    crate::require_kubectl!("1.27");
     discovery_tables_and_kubectl(&kubectl_version("1.27"));
 }
 
@@ -869,6 +872,7 @@ fn version_discovery_cluster_scope_and_table_objects() {
 
 #[test]
 fn chunked_kubectl_get_while_members_churn() {
+    crate::require_kubectl!("1.27");
     let members = demo_members(3, 30.0);
     let (_tmp, dir) = data_dir();
     let kf = Kubefold::serve(&dir, &cluster_flags(&members), &[]);

@@ -136,6 +136,7 @@ fn sorted(mut v: Vec<String>) -> Vec<String> {
 
 #[test]
 fn a_selected_custom_resource_is_listed_by_kubectl_and_open_watches_go_on() {
+    crate::require_kubectl!();
     let members = crd_members(2);
     let (_tmp, dir) = data_dir();
     let kf = Kubefold::serve(&dir, &cluster_flags(&members), &[]);

@@ -16,6 +16,7 @@ fn rv(v: &Value) -> u64 {
 
 #[test]
 fn kubectl_get_pods_all_namespaces_shows_every_cluster() {
+    crate::require_kubectl!();
     let members = demo_members(3, 0.0);
     let (_tmp, dir) = data_dir();
     let kf = Kubefold::serve(&dir, &cluster_flags(&members), &[]);
@@ -58,6 +59,7 @@ fn kubectl_get_pods_all_namespaces_shows_every_cluster() {
 
 #[test]
 fn kubectl_watch_prints_a_pod_created_in_a_member() {
+    crate::require_kubectl!();
     let members = demo_members(2, 0.0);
     let (_tmp, dir) = data_dir();
     let kf = Kubefold::serve(&dir, &cluster_flags(&members), &[]);

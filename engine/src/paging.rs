@@ -46,24 +46,35 @@ struct Payload {
 /// std may change between releases).
 const MAC_HEX_DIGITS: usize = 64;
 
-/// HMAC-SHA256 under `secret` of everything the token says, each field
+/// What the checksum covers: everything the token says, each field
 /// length-prefixed so that no two payloads share an input.
-fn mac(secret: &[u8], rv: u64, key: &ObjectKey, listed: Option<u64>) -> String {
-    let key_of_mac = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret);
-    let mut context = ring::hmac::Context::with_key(&key_of_mac);
-    context.update(&rv.to_be_bytes());
+fn mac_input(rv: u64, key: &ObjectKey, listed: Option<u64>) -> Vec<u8> {
+    let mut input = Vec::with_capacity(64 + key.namespace.len() + key.name.len() + key.cluster.len());
+    input.extend_from_slice(&rv.to_be_bytes());
     for field in [&key.namespace, &key.name, &key.cluster] {
-        context.update(&(field.len() as u64).to_be_bytes());
-        context.update(field.as_bytes());
+        input.extend_from_slice(&(field.len() as u64).to_be_bytes());
+        input.extend_from_slice(field.as_bytes());
     }
     match listed {
         Some(n) => {
-            context.update(&[1]);
-            context.update(&n.to_be_bytes());
+            input.push(1);
+            input.extend_from_slice(&n.to_be_bytes());
         }
-        None => context.update(&[0]),
+        None => input.push(0),
     }
-    context.sign().as_ref().iter().map(|b| format!("{b:02x}")).collect()
+    input
+}
+
+/// HMAC-SHA256 under `secret` of [`mac_input`], in hex.
+fn mac(secret: &[u8], rv: u64, key: &ObjectKey, listed: Option<u64>) -> String {
+    let tag = ring::hmac::sign(&ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret), &mac_input(rv, key, listed));
+    tag.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes of a hex string; `None` when it is not one.
+fn from_hex(text: &str) -> Option<Vec<u8>> {
+    let digit = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    text.as_bytes().chunks(2).map(|pair| Some(digit(*pair.first()?)? << 4 | digit(*pair.get(1)?)?)).collect()
 }
 
 /// Encodes a token: the next page starts after `last` at snapshot `rv`.
@@ -101,10 +112,9 @@ pub fn decode_listed(secret: &[u8], token: &str) -> Result<(u64, ObjectKey, Opti
     if p.mac.len() != MAC_HEX_DIGITS {
         return Err(if p.mac.len() == 32 && p.mac.bytes().all(|b| b.is_ascii_hexdigit()) { TokenError::Outdated } else { TokenError::Tampered });
     }
-    let expected = mac(secret, p.rv, &key, p.n);
-    if ring::constant_time::verify_slices_are_equal(expected.as_bytes(), p.mac.as_bytes()).is_err() {
-        return Err(TokenError::Tampered);
-    }
+    // ring compares the tags in constant time.
+    let tag = from_hex(&p.mac).ok_or(TokenError::Tampered)?;
+    ring::hmac::verify(&ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret), &mac_input(p.rv, &key, p.n), &tag).map_err(|_| TokenError::Tampered)?;
     Ok((p.rv, key, p.n))
 }
 
@@ -171,6 +181,9 @@ mod tests {
         assert_ne!(mac(b"secret", 42, &k, Some(7)), mac(b"secret", 42, &k, None));
         let shifted = ObjectKey { namespace: "defaultweb-0".into(), name: "".into(), cluster: "member1".into() };
         assert_ne!(mac(b"secret", 42, &k, None), mac(b"secret", 42, &shifted, None), "fields are length-prefixed");
+        assert_eq!(from_hex("00ff7a"), Some(vec![0, 255, 122]));
+        assert_eq!(from_hex("0g"), None);
+        assert_eq!(from_hex("abc"), None);
     }
 
     #[test]

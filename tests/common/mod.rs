@@ -179,6 +179,34 @@ pub fn kubectl(args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
     kubectl_bin("kubectl", args, stdin)
 }
 
+/// What kubectl a test needs and this machine lacks: the `kubectl` on PATH
+/// (the dispatcher), or a version installed beside it (`kubectl.1.27` ..
+/// `kubectl.1.33`); `None` when everything is there.
+pub fn kubectl_missing(minors: &[&str]) -> Option<String> {
+    let dispatcher = std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).map(|dir| dir.join("kubectl")).find(|p| p.is_file()))
+        .and_then(|p| std::fs::canonicalize(p).ok());
+    let Some(dispatcher) = dispatcher else {
+        return Some("kubectl is not installed (not on PATH)".to_string());
+    };
+    let missing: Vec<String> =
+        minors.iter().map(|minor| dispatcher.with_file_name(format!("kubectl.{minor}"))).filter(|p| !p.exists()).map(|p| p.display().to_string()).collect();
+    (!missing.is_empty()).then(|| format!("kubectl versions are not installed beside {}: {}", dispatcher.display(), missing.join(", ")))
+}
+
+/// Returns from the calling test, printing a SKIPPED line that names what
+/// is missing, when kubectl (or one of the given minor versions beside it)
+/// is not installed.
+#[macro_export]
+macro_rules! require_kubectl {
+    ($($minor:literal),*) => {
+        if let Some(missing) = $crate::common::kubectl_missing(&[$($minor),*]) {
+            println!("SKIPPED: {missing}");
+            return;
+        }
+    };
+}
+
 /// The path of a specific kubectl minor version installed beside the
 /// dispatcher (`kubectl.1.27` .. `kubectl.1.33`).
 pub fn kubectl_version(minor: &str) -> String {
