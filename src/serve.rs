@@ -121,7 +121,23 @@ pub fn run(
         let store = Store::open(&config.data_dir, &options)?;
         restrict_permissions(&config.data_dir);
         let opened = opening.elapsed().as_secs_f64();
-        let recovered = store.recover()?;
+        let replaying = std::time::Instant::now();
+        let mut last_report = replaying;
+        let recovered = store.recover_with_progress(&mut |progress| {
+            // A long replay says how far it is, every 2 s.
+            if last_report.elapsed() >= Duration::from_secs(2) && progress.at_rv < progress.head_rv {
+                last_report = std::time::Instant::now();
+                let elapsed = replaying.elapsed();
+                info!(
+                    rv = progress.at_rv,
+                    head_rv = progress.head_rv,
+                    events = progress.replayed,
+                    percent = format!("{:.0}", progress.fraction() * 100.0),
+                    seconds_left = progress.time_left(elapsed).map(|d| d.as_secs()).unwrap_or(0),
+                    "Replaying the event log."
+                );
+            }
+        })?;
         info!(
             data_dir = %config.data_dir.display(),
             head_rv = recovered.index.head_rv(),

@@ -196,6 +196,41 @@ pub struct SnapshotStats {
     pub bytes: u64,
 }
 
+/// How often a replay reports its progress, in events.
+pub const REPLAY_REPORT_EVENTS: u64 = 65_536;
+
+/// How far the replay of the log at start is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplayProgress {
+    /// The first RV replayed (after the snapshot's).
+    pub from_rv: u64,
+    /// The RV reached.
+    pub at_rv: u64,
+    /// The RV the replay ends at.
+    pub head_rv: u64,
+    /// Events applied so far.
+    pub replayed: u64,
+}
+
+impl ReplayProgress {
+    /// The share of the RV range replayed, 0 to 1 (compaction leaves gaps
+    /// in the range, so this is an estimate of the share of the events).
+    pub fn fraction(&self) -> f64 {
+        let span = self.head_rv.saturating_sub(self.from_rv);
+        if span == 0 {
+            return 1.0;
+        }
+        (self.at_rv.saturating_sub(self.from_rv) as f64 / span as f64).clamp(0.0, 1.0)
+    }
+
+    /// The time left at the pace of `elapsed` so far; `None` before any
+    /// progress.
+    pub fn time_left(&self, elapsed: std::time::Duration) -> Option<std::time::Duration> {
+        let done = self.fraction();
+        (done > 0.0).then(|| elapsed.mul_f64((1.0 - done) / done))
+    }
+}
+
 /// What the store holds at start.
 #[derive(Debug)]
 pub struct Recovered {
@@ -1292,22 +1327,26 @@ impl Store {
     /// snapshot can be trusted, from a scan of the index entries otherwise;
     /// either way it equals the replay of the retained log.
     pub fn recover(&self) -> Result<Recovered> {
+        self.recover_with_progress(&mut |_| {})
+    }
+
+    /// [`Store::recover`], telling `report` how far the replay of the log
+    /// is every [`REPLAY_REPORT_EVENTS`] events.
+    pub fn recover_with_progress(&self, report: &mut dyn FnMut(ReplayProgress)) -> Result<Recovered> {
         let head = self.head_rv()?;
         let compacted = self.compacted_rv()?;
         let (index, path) = match self.read_snapshot(head, compacted) {
             Ok(mut index) => {
                 let snapshot_rv = index.head_rv();
-                let mut replayed = 0;
-                for item in self.entries(snapshot_rv.saturating_add(1), u64::MAX) {
-                    let (rv, located) = item?;
-                    let Some(record) = self.scanned(rv, located)? else { continue };
-                    index.apply(&decode_event_head(&record)?);
-                    replayed += 1;
-                }
+                let replayed = self.replay_into(&mut index, snapshot_rv.saturating_add(1), head, report)?;
                 index.set_head_rv(head);
                 (index, RecoveryPath::Snapshot { snapshot_rv, replayed })
             }
-            Err(reason) => (self.replay(head)?, RecoveryPath::Replay { reason }),
+            Err(reason) => {
+                let mut index = Index::at(head);
+                self.replay_into(&mut index, 0, head, report)?;
+                (index, RecoveryPath::Replay { reason })
+            }
         };
         let mut checkpoints = BTreeMap::new();
         for item in self.tree.scan_prefix([CHECKPOINT]) {
@@ -1323,20 +1362,34 @@ impl Store {
         Ok(Recovered { path, index, checkpoints, compacted_rv: compacted })
     }
 
-    /// The index from a replay of every event the log holds, in RV order.
-    /// Equal to the index the events built, compaction notwithstanding: an
-    /// object's last event is always kept (it is either live or above the
-    /// floor) and replays last; the events compaction removes are
-    /// superseded ones, and [`Store::compact`] removes them in RV order, so
-    /// an interrupted compaction leaves each object a suffix of its events,
-    /// which still ends with its last.
-    fn replay(&self, head: u64) -> Result<Index> {
-        let mut index = Index::at(head);
-        for item in self.entries(0, u64::MAX) {
+    /// Applies every event the log holds from `from_rv` on to `index`, in RV
+    /// order; returns how many. From 0, the index equals the one the events
+    /// built, compaction notwithstanding: an object's last event is always
+    /// kept (it is either live or above the floor) and replays last; the
+    /// events compaction removes are superseded ones, and
+    /// [`Store::compact`] removes them in RV order, so an interrupted
+    /// compaction leaves each object a suffix of its events, which still
+    /// ends with its last.
+    fn replay_into(&self, index: &mut Index, from_rv: u64, head_rv: u64, report: &mut dyn FnMut(ReplayProgress)) -> Result<u64> {
+        let mut replayed = 0u64;
+        for item in self.entries(from_rv, u64::MAX) {
             let (rv, located) = item?;
             let Some(record) = self.scanned(rv, located)? else { continue };
             index.apply(&decode_event_head(&record)?);
+            replayed += 1;
+            if replayed % REPLAY_REPORT_EVENTS == 0 {
+                report(ReplayProgress { from_rv, at_rv: rv, head_rv, replayed });
+            }
         }
+        report(ReplayProgress { from_rv, at_rv: head_rv, head_rv, replayed });
+        Ok(replayed)
+    }
+
+    /// The index from a replay of every event the log holds.
+    #[cfg(test)]
+    fn replay(&self, head: u64) -> Result<Index> {
+        let mut index = Index::at(head);
+        self.replay_into(&mut index, 0, head, &mut |_| {})?;
         Ok(index)
     }
 

@@ -1150,3 +1150,15 @@ fn record_heads_read_by_hand_are_what_bincode_reads() {
     wide.extend_from_slice(&record[used - tail + width(head.name_end)..]);
     assert_eq!(both_heads(&wide), (None, None));
 }
+
+#[test]
+fn replay_progress_is_a_share_of_the_rv_range_and_a_time_left() {
+    use std::time::Duration;
+    let p = crate::ReplayProgress { from_rv: 100, at_rv: 150, head_rv: 300, replayed: 40 };
+    assert_eq!(p.fraction(), 0.25);
+    assert_eq!(p.time_left(Duration::from_secs(2)), Some(Duration::from_secs(6)));
+    let start = crate::ReplayProgress { from_rv: 100, at_rv: 100, head_rv: 300, replayed: 0 };
+    assert_eq!(start.time_left(Duration::from_secs(1)), None);
+    let empty = crate::ReplayProgress { from_rv: 301, at_rv: 300, head_rv: 300, replayed: 0 };
+    assert_eq!(empty.fraction(), 1.0);
+}
