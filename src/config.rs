@@ -274,4 +274,68 @@ mod tests {
         let c: Config = serde_yaml::from_str("clusters: [{name: a}]").unwrap();
         assert!(c.validate().is_err());
     }
+
+    /// The fields a config struct accepts, read from serde's answer to an
+    /// unknown field (every config struct denies unknown fields, so serde
+    /// names the ones it expects); `None` when `yaml` is not refused that
+    /// way (the value under the key is not a struct).
+    fn fields_named_by_serde(yaml: &str) -> Option<Vec<String>> {
+        let error = serde_yaml::from_str::<Config>(yaml).err()?.to_string();
+        let listed = error.split("unknown field `kubefold_probe`, expected ").nth(1)?;
+        let listed = listed.split(" at line").next().unwrap_or(listed);
+        Some(listed.split('`').skip(1).step_by(2).map(String::from).collect())
+    }
+
+    /// Every option of the configuration file as a dotted path
+    /// (`auth.rules.verbs`), found by asking serde at each level.
+    fn every_option() -> Vec<String> {
+        /// `prefix`: the keys down to here, each with whether it holds a list.
+        fn walk(prefix: &[(String, bool)], out: &mut Vec<String>) {
+            // The probe as YAML nested under `prefix`; the last key's value a map or a list.
+            let nest = |last_is_list: bool| {
+                let mut yaml = "{kubefold_probe: 1}".to_string();
+                for (depth, (key, is_list)) in prefix.iter().enumerate().rev() {
+                    let list = if depth == prefix.len() - 1 { last_is_list } else { *is_list };
+                    yaml = if list { format!("{{{key}: [{yaml}]}}") } else { format!("{{{key}: {yaml}}}") };
+                }
+                yaml
+            };
+            let (fields, is_list) = match fields_named_by_serde(&nest(false)) {
+                Some(fields) => (fields, false),
+                None if prefix.is_empty() => return,
+                None => match fields_named_by_serde(&nest(true)) {
+                    Some(fields) => (fields, true),
+                    None => return,
+                },
+            };
+            let mut here = prefix.to_vec();
+            if let Some(last) = here.last_mut() {
+                last.1 = is_list;
+            }
+            for field in fields {
+                let mut path = here.clone();
+                path.push((field, false));
+                out.push(path.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>().join("."));
+                walk(&path, out);
+            }
+        }
+        let mut out = Vec::new();
+        walk(&[], &mut out);
+        out
+    }
+
+    /// The configuration reference (docs/configuration.md) names every
+    /// option the configuration file accepts, and nothing it does not.
+    #[test]
+    fn the_configuration_reference_documents_every_option() {
+        let options = every_option();
+        assert!(options.len() > 30 && options.iter().any(|o| o == "auth.rules") && options.iter().any(|o| o == "retention.maxEvents"), "the walk finds the options: {options:?}");
+        let reference = include_str!("../docs/configuration.md");
+        let documented: std::collections::BTreeSet<&str> =
+            reference.lines().filter_map(|l| l.strip_prefix("| `")).filter_map(|l| l.split('`').next()).collect();
+        let missing: Vec<&String> = options.iter().filter(|o| !documented.contains(o.as_str())).collect();
+        assert!(missing.is_empty(), "options missing from docs/configuration.md: {missing:?}");
+        let unknown: Vec<&&str> = documented.iter().filter(|d| !options.iter().any(|o| o == *d)).collect();
+        assert!(unknown.is_empty(), "docs/configuration.md documents options that do not exist: {unknown:?}");
+    }
 }
