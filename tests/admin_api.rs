@@ -303,7 +303,7 @@ fn the_contract_is_well_formed_and_its_validator_can_fail() {
     wrong["status"] = json!("Success");
     assert_eq!(status(wrong).len(), 1);
     let watcher = |v: Value| validate(doc, &json!({"$ref": "#/components/schemas/WatcherStatus"}), &v);
-    let synced = json!({"state": "synced", "objects": 3, "checkpoint": null, "lastError": null, "relists": 1, "reconnects": 1, "events": 0});
+    let synced = json!({"state": "synced", "objects": 3, "checkpoint": null, "lastError": null, "relists": 1, "reconnects": 1, "events": 0, "lagSeconds": 0.0});
     assert!(watcher(synced.clone()).is_empty());
     let mut negative = synced.clone();
     negative["objects"] = json!(-1);
