@@ -473,8 +473,9 @@ fn estimator_metrics_count_endpoints_by_rule_probe_failures_and_latency() {
     let failures = |page: &str, cluster: &str| metric(page, &format!("kubefold_estimator_probe_failures_total{{cluster=\"{cluster}\"}}"));
     let first = failures(&page, "member2").expect("member2's failures counted");
     assert!(first >= 1.0);
-    assert_eq!(failures(&page, "member1"), None, "a reachable estimator has no failures");
-    assert_eq!(failures(&page, "member3"), None, "a skipped probe is no failure");
+    // Exported at zero from the start (Prometheus instrumentation guide).
+    assert_eq!(failures(&page, "member1"), Some(0.0), "a reachable estimator has no failures");
+    assert_eq!(failures(&page, "member3"), Some(0.0), "a skipped probe is no failure");
     let probes = metric(&page, "kubefold_estimator_probe_duration_seconds_count").expect("the probe latency histogram");
     assert!(probes >= 3.0, "{probes} probes");
     let seconds = metric(&page, "kubefold_estimator_probe_duration_seconds_sum").unwrap();
