@@ -19,6 +19,7 @@ use kubefold_engine::status::Status;
 use serde_json::Value;
 
 use crate::members::{self, MemberResponse};
+use crate::placement;
 use crate::read::{resolve_name, Scope, CLUSTER_SEARCH_KEY};
 use crate::respond;
 use crate::ApiState;
@@ -251,7 +252,13 @@ pub async fn patch(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &st
             let (member_name, cluster) = match (&scope.cluster, names::parse(name)) {
                 (Some(c), _) => (name.to_string(), c.clone()),
                 (None, RequestedName::Qualified { name, cluster }) => (name.to_string(), cluster.to_string()),
-                (None, RequestedName::Bare(_)) => return Err(status),
+                (None, RequestedName::Bare(bare)) => {
+                    let object: Value = serde_yaml::from_slice(body).unwrap_or(Value::Null);
+                    match placement::choose(state, scope, &object)? {
+                        Some(cluster) => (bare.to_string(), cluster),
+                        None => return Err(placement::unplaced(scope, bare)),
+                    }
+                }
             };
             let key = ObjectKey { namespace: scope.namespace.clone().unwrap_or_default(), name: member_name, cluster };
             let entry = Arc::new(IndexEntry::new(0, "", "", [], []));
@@ -389,14 +396,10 @@ pub async fn create(state: &ApiState, req: &HttpRequest, scope: &Scope, body: &B
     let (cluster, member_name) = match (&scope.cluster, names::parse(&requested)) {
         (Some(c), _) => (c.clone(), requested.clone()),
         (None, RequestedName::Qualified { name, cluster }) => (cluster.to_string(), name.to_string()),
-        (None, RequestedName::Bare(_)) => {
-            return Err(Status::bad_request(format!(
-                "kubefold cannot choose a cluster for a new {}: name it <name>_<cluster> (e.g. {}_member1) or POST under /clusters/<cluster>{}",
-                scope.resource.singular,
-                if requested.is_empty() { "my-object" } else { &requested },
-                scope.resource.collection_path(scope.namespace.as_deref())
-            )))
-        }
+        (None, RequestedName::Bare(_)) => match placement::choose(state, scope, &object)? {
+            Some(cluster) => (cluster, requested.clone()),
+            None => return Err(placement::unplaced(scope, &requested)),
+        },
     };
     if !requested.is_empty() {
         object::to_member(&mut object, &member_name, None);
