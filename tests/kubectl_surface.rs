@@ -315,6 +315,24 @@ fn creates_are_placed_by_annotation_or_placement_rule() {
     assert!(ok, "{out}{err}");
     assert!(member_configmap(m1, "shop", "placed-g").is_some() && member_configmap(m2, "shop", "placed-g").is_none());
 
+    // Dry runs (kubectl diff, --dry-run=server) change nothing and wait for nothing.
+    let f = file("j.json", &configmap("placed-j", "default", pinned("member1"), json!({}), "1"));
+    let runs: [(&[&str], bool); 4] = [
+        (&["diff", "-f", &f], false),
+        (&["apply", "--dry-run=server", "-f", &f], true),
+        (&["create", "--dry-run=server", "-f", &f], true),
+        (&["delete", "configmap", "placed-b_member1", "-n", "default", "--dry-run=server"], true),
+    ];
+    for (args, succeeds) in runs {
+        let started = Instant::now();
+        let (ok, out, err) = kubectl_at(&bin, &kf.url, args, None);
+        assert_eq!(ok, succeeds, "{args:?}: {out}{err}");
+        assert!(out.contains("placed-"), "{args:?}: {out}{err}");
+        assert!(started.elapsed() < Duration::from_secs(5), "{args:?} took {:?}", started.elapsed());
+    }
+    assert!(member_configmap(m1, "default", "placed-j").is_none(), "a dry run created it");
+    assert!(member_configmap(m1, "default", "placed-b").is_some(), "a dry run deleted it");
+
     // Nothing says: the 400 that names the ways.
     let f = file("h.json", &configmap("placed-h", "default", json!({}), json!({"tier": "web"}), "1"));
     for args in [&["apply", "-f", &f][..], &["create", "-f", &f], &["apply", "--server-side", "-f", &f]] {
@@ -400,6 +418,15 @@ fn clusters_scope_passes_through_what_kubefold_does_not_aggregate() {
     let (code, _) = s.request("GET", "/clusters/member1/api/v1/namespaces/default/secrets?watch=1&timeoutSeconds=1", Some(ADMIN), None);
     assert_eq!(code, 200);
     assert!(started.elapsed() < Duration::from_secs(10));
+    // A member that does not answer in time: kubefold's own discovery there.
+    sim.set_faults(kubefold_testdata::sim::faults::Faults { latency_ms: 8000, ..Default::default() });
+    let started = Instant::now();
+    let (code, list) = s.request("GET", "/clusters/member1/api/v1", Some(ADMIN), None);
+    assert!(started.elapsed() < Duration::from_secs(5), "discovery waited {:?} for a slow member", started.elapsed());
+    let names: Vec<&str> = list["resources"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(code, 200, "{list}");
+    assert!(names.contains(&"pods") && !names.contains(&"secrets"), "kubefold's document: {names:?}");
+    sim.set_faults(Default::default());
     // An unknown member is a Status naming it.
     let (code, body) = s.request("GET", "/clusters/member9/api/v1/secrets", Some(ADMIN), None);
     assert_eq!((code, body["kind"].as_str()), (404, Some("Status")), "{body}");
@@ -505,7 +532,7 @@ fn every_route_kubectl_uses_answers_within_a_second() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// kubectl's streaming verbs and `top` exit at once with a clear message.
+/// kubectl's streaming verbs, `debug` and `top` exit at once with a clear message.
 #[test]
 fn kubectl_exec_attach_port_forward_and_top_fail_at_once() {
     let Some(bin) = kubectl_133() else { return };
@@ -514,7 +541,8 @@ fn kubectl_exec_attach_port_forward_and_top_fail_at_once() {
     let kf = Kubefold::serve(&dir, &cluster_flags(&members), &[]);
     kf.wait_ready();
     let member = format!("{}/clusters/member1", kf.url);
-    let cases: [(&str, Vec<&str>, &str); 6] = [
+    let cases: [(&str, Vec<&str>, &str); 7] = [
+        (kf.url.as_str(), vec!["debug", "-n", "default", "web-0_member1", "--image=busybox"], "pods/ephemeralcontainers is not served"),
         (kf.url.as_str(), vec!["exec", "-n", "default", "web-0_member1", "--", "ls"], "pods/exec is not served by kubefold yet"),
         (kf.url.as_str(), vec!["attach", "-n", "default", "web-0_member1"], "pods/attach is not served by kubefold yet"),
         (kf.url.as_str(), vec!["port-forward", "-n", "default", "pod/web-0_member1", "0:80"], "pods/portforward is not served by kubefold yet"),

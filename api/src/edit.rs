@@ -168,15 +168,30 @@ async fn wait_ingested(state: &ApiState, scope: &Scope, key: &ObjectKey, member_
     }
 }
 
+/// Whether the request asks for a dry run (`dryRun=All`): the member
+/// changes nothing, so there is nothing to wait for.
+fn is_dry_run(req: &HttpRequest) -> bool {
+    serde_urlencoded::from_str::<Vec<(String, String)>>(req.query_string()).is_ok_and(|q| q.iter().any(|(k, v)| k == "dryRun" && !v.is_empty()))
+}
+
 /// Turns a member's successful answer into kubefold's: the object as served
 /// once ingested, or the translated member object with a warning if the
 /// wait timed out.
-async fn reply_with_object(state: &ApiState, scope: &Scope, key: &ObjectKey, response: &MemberResponse, created: bool) -> HttpResponse {
+///
+/// A dry run (`dryRun=All`, as `kubectl diff` and `--dry-run=server` send)
+/// changed nothing, so nothing is waited for.
+async fn reply_with_object(state: &ApiState, dry_run: bool, scope: &Scope, key: &ObjectKey, response: &MemberResponse, created: bool) -> HttpResponse {
     let ok = if created && response.status == 201 { HttpResponse::Created() } else { HttpResponse::Ok() };
     let ingested = match object::ingest(&scope.resource, &key.cluster, &response.body) {
         Ok(i) => i,
         Err(_) => return passthrough(response),
     };
+    if dry_run {
+        let current = state.fleet.snapshot();
+        let rv = current.get(&scope.resource.key(), key).map_or(current.head_rv(), |e| e.rv);
+        let mut builder = ok;
+        return builder.content_type(respond::JSON).body(ingested.body.to_bytes(scope.name_suffix(&key.cluster).as_deref(), rv));
+    }
     let deleting = serde_json::from_slice::<Value>(&response.body).ok().is_some_and(|v| v["metadata"]["deletionTimestamp"].is_string());
     let suffix = scope.name_suffix(&key.cluster);
     match wait_ingested(state, scope, key, &ingested.member_rv, false).await {
@@ -235,7 +250,7 @@ pub async fn update(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &s
     if !response.is_success() {
         return Ok(passthrough(&response));
     }
-    Ok(reply_with_object(state, scope, &key, &response, false).await)
+    Ok(reply_with_object(state, is_dry_run(req), scope, &key, &response, false).await)
 }
 
 /// PATCH on an object or its `status`/`scale` subresource. The patch is
@@ -313,7 +328,7 @@ pub async fn patch(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &st
     if !response.is_success() {
         return Ok(passthrough(&response));
     }
-    Ok(reply_with_object(state, scope, &key, &response, entry.rv == 0).await)
+    Ok(reply_with_object(state, is_dry_run(req), scope, &key, &response, entry.rv == 0).await)
 }
 
 /// GET, PUT or PATCH of `scale`: the member's Scale with the name served as
@@ -352,8 +367,10 @@ pub async fn delete(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &s
     let snapshot = state.fleet.snapshot();
     let (key, entry) = resolve_name(&snapshot, scope, name)?;
     let mut forwarded = Vec::new();
+    let mut dry_run = is_dry_run(req);
     if !body.is_empty() {
         let mut options = parse_body(req, body)?;
+        dry_run |= options["dryRun"].as_array().is_some_and(|d| !d.is_empty());
         if let Some(rv) = options["preconditions"]["resourceVersion"].as_str() {
             match rv.parse::<u64>() {
                 Ok(n) if n == entry.rv => options["preconditions"]["resourceVersion"] = Value::String(entry.member_rv().to_string()),
@@ -369,13 +386,16 @@ pub async fn delete(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &s
         return Ok(passthrough(&response));
     }
     let value: Value = serde_json::from_slice(&response.body).unwrap_or(Value::Null);
+    if dry_run {
+        return Ok(if value["kind"] == "Status" { passthrough(&response) } else { reply_with_object(state, true, scope, &key, &response, false).await });
+    }
     if value["kind"] == "Status" {
         wait_ingested(state, scope, &key, "", true).await;
         return Ok(passthrough(&response));
     }
     let graceful = value["metadata"]["deletionTimestamp"].is_string() && value["metadata"]["finalizers"].as_array().is_some_and(|f| !f.is_empty());
     if graceful {
-        return Ok(reply_with_object(state, scope, &key, &response, false).await);
+        return Ok(reply_with_object(state, is_dry_run(req), scope, &key, &response, false).await);
     }
     // The object is gone: wait for its DELETED event, answer with the last state.
     let gone = wait_ingested(state, scope, &key, "", true).await.is_some();
@@ -426,7 +446,7 @@ pub async fn create(state: &ApiState, req: &HttpRequest, scope: &Scope, body: &B
         name: created["metadata"]["name"].as_str().unwrap_or(&member_name).to_string(),
         cluster,
     };
-    Ok(reply_with_object(state, scope, &key, &response, true).await)
+    Ok(reply_with_object(state, is_dry_run(req), scope, &key, &response, true).await)
 }
 
 /// DELETE on a collection: forwarded to every member in scope (the cluster

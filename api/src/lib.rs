@@ -391,7 +391,17 @@ async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath, 
         // A verb or subresource kubefold does not serve: the member does.
         _ if member.is_some() => passthrough::forward(req, state, member.as_deref().unwrap_or_default(), body).await,
         (method, _, sub) => Err(match sub {
-            Some(sub) if !scope.resource.subresources.iter().any(|s| s == sub) => Status::path_not_found(),
+            // `/namespaces/{ns}/{type}` of a type kubefold does not serve.
+            Some(sub) if scope.resource.plural == "namespaces" && scope.resource.group.is_empty() => {
+                Status::path_not_found().with_details(&path.group, sub, "")
+            }
+            // With details, as kube-apiserver names the type (kubectl debug reads them).
+            Some(sub) if !scope.resource.subresources.iter().any(|s| s == sub) => Status::new(
+                404,
+                "NotFound",
+                format!("{}/{sub} is not served at the fleet level; under /clusters/<cluster> it is passed through to the member", scope.resource.plural),
+            )
+            .with_details(&scope.resource.group, &scope.resource.plural, ""),
             _ => Status::method_not_allowed(format!("{method} is not supported on {}", req.path())),
         }),
     }

@@ -16,6 +16,8 @@
 //! is streamed back as it comes (a watch, a log), with its status and the
 //! headers that describe it.
 
+use std::time::Duration;
+
 use actix_web::http::header::{HeaderName, ACCEPT, CONTENT_TYPE};
 use actix_web::http::StatusCode;
 use actix_web::web::Bytes;
@@ -25,6 +27,11 @@ use kubefold_engine::status::Status;
 
 use crate::members;
 use crate::ApiState;
+
+/// How long a member's discovery or OpenAPI document is waited for before
+/// kubefold's own is served: a member that is slow or unreachable never
+/// holds discovery under `/clusters/{c}` for long.
+const MEMBER_DOCUMENT_WAIT: Duration = Duration::from_secs(2);
 
 /// Response headers passed back from the member.
 const ANSWER_HEADERS: [&str; 5] = ["content-type", "warning", "retry-after", "audit-id", "cache-control"];
@@ -50,23 +57,32 @@ pub async fn forward(req: &HttpRequest, state: &ApiState, cluster: &str, body: &
 }
 
 /// The member's own document (discovery, OpenAPI) for a GET under
-/// `/clusters/{c}`; `None` when the member does not serve it or cannot be
-/// reached, and kubefold's document is served instead.
+/// `/clusters/{c}`; `None` when the member does not serve it or does not
+/// answer within [`MEMBER_DOCUMENT_WAIT`], and kubefold's document is
+/// served instead.
 pub async fn member_document(req: &HttpRequest, state: &ApiState, cluster: &str) -> Option<HttpResponse> {
     state.fleet.member(cluster)?;
-    let response = match send(req, state, cluster, &Bytes::new()).await {
-        Ok(r) => r,
-        Err(status) => {
-            tracing::debug!(cluster, path = req.path(), message = %status.message, "Member document unavailable; serving kubefold's.");
-            return None;
-        }
+    let fetch = async {
+        let response = send(req, state, cluster, &Bytes::new()).await?;
+        let (parts, body) = response.into_parts();
+        let bytes = body.collect_bytes().await.map_err(|e| members::unreachable(cluster, &e.to_string()))?;
+        Ok::<_, Status>((parts, bytes))
     };
-    let (parts, body) = response.into_parts();
-    if !parts.status.is_success() {
-        return None;
+    match tokio::time::timeout(MEMBER_DOCUMENT_WAIT, fetch).await {
+        Ok(Ok((parts, bytes))) if parts.status.is_success() => Some(answer_builder(&parts).body(bytes)),
+        Ok(Ok((parts, _))) => {
+            tracing::debug!(cluster, path = req.path(), code = parts.status.as_u16(), "Member does not serve the document; serving kubefold's.");
+            None
+        }
+        Ok(Err(status)) => {
+            tracing::debug!(cluster, path = req.path(), message = %status.message, "Member document unavailable; serving kubefold's.");
+            None
+        }
+        Err(_) => {
+            tracing::debug!(cluster, path = req.path(), "Member document not received in time; serving kubefold's.");
+            None
+        }
     }
-    let bytes = body.collect_bytes().await.ok()?;
-    Some(answer_builder(&parts).body(bytes))
 }
 
 /// The member request of `req`.
