@@ -15,6 +15,8 @@ use serde_json::{json, Value};
 const VIEWER: &str = "viewer-token-5c1d";
 const EDITOR: &str = "editor-token-8e2f";
 const ADMIN: &str = "admin-token-3a7b";
+/// A user whose only rule (config `auth.rules`) lets it read pods of member1.
+const DAVE: &str = "dave-token-6d4c";
 
 /// The kubectl 1.33 binary beside the dispatcher, or `None` (the test is
 /// then skipped with a message naming it).
@@ -59,13 +61,15 @@ impl Secure {
         let key_file = write("tls.key", &key.serialize_pem());
         let tokens = write(
             "tokens.csv",
-            &format!("{VIEWER},vera,101,\"kubefold:viewers\"\n{EDITOR},ed,102,\"kubefold:editors\"\n{ADMIN},ada,103,\"kubefold:admins\"\n"),
+            &format!("{VIEWER},vera,101,\"kubefold:viewers\"\n{EDITOR},ed,102,\"kubefold:editors\"\n{ADMIN},ada,103,\"kubefold:admins\"\n{DAVE},dave,104\n"),
         );
+        let config = write("kubefold.yaml", "auth:\n  rules:\n    - users: [dave]\n      verbs: [get, list, watch]\n      resources: [pods]\n      clusters: [member1]\n");
         let (data, path) = data_dir();
         let mut args = vec![
             "--tls-cert-file", ca.to_str().unwrap(),
             "--tls-private-key-file", key_file.to_str().unwrap(),
             "--token-auth-file", tokens.to_str().unwrap(),
+            "--config", config.to_str().unwrap(),
         ];
         args.extend_from_slice(extra);
         let kf = Kubefold::serve(&path, &cluster_flags(members), &args);
@@ -163,6 +167,21 @@ fn access_reviews_answer_what_kubefold_allows() {
         let groups = review["status"]["userInfo"]["groups"].as_array().unwrap();
         assert!(groups.contains(&json!(group)) && groups.contains(&json!("system:authenticated")), "{review}");
     }
+    // A rule limited to a cluster: the question names the cluster as the
+    // request does (its /clusters/{c} scope, or a qualified name).
+    let (code, _) = s.request("GET", "/api/v1/pods", Some(DAVE), None);
+    assert_eq!(code, 403);
+    assert!(!can_i(s, &bin, DAVE, &["list", "pods"]), "fleet-wide");
+    let (code, _) = s.request("GET", "/api/v1/namespaces/default/pods/web-0_member1", Some(DAVE), None);
+    assert_eq!(code, 200);
+    assert!(can_i(s, &bin, DAVE, &["get", "pods/web-0_member1", "-n", "default"]), "a qualified name");
+    let (code, _) = s.request("GET", "/clusters/member1/api/v1/pods", Some(DAVE), None);
+    assert_eq!(code, 200);
+    let (ok, out, err) = s.kubectl(&bin, DAVE, "/clusters/member1", &["auth", "can-i", "list", "pods"]);
+    assert!(ok && out.trim() == "yes", "under /clusters/member1: {out}{err}");
+    let (ok, out, _) = s.kubectl(&bin, DAVE, "/clusters/member1", &["auth", "can-i", "delete", "pods"]);
+    assert!(!ok && out.trim() == "no");
+
     // can-i --list: the rules as the authorizer applies them.
     let rules = |token: &str| {
         let (ok, out, err) = s.kubectl(&bin, token, "", &["auth", "can-i", "--list", "-n", "default"]);
@@ -394,6 +413,13 @@ fn clusters_scope_passes_through_what_kubefold_does_not_aggregate() {
     let (ok, out, err) = s.kubectl(&bin, EDITOR, "/clusters/member1", &["delete", "secret", "pass-2", "-n", "default"]);
     assert!(ok, "{out}{err}");
     assert_eq!(http_get(&format!("{}/api/v1/namespaces/default/secrets/pass-2", sim.url())).0, 404);
+
+    // A subresource kubefold does not serve: the member answers it.
+    sim.clear_requests();
+    let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "web-1", "namespace": "default"}});
+    let (code, body) = s.request("POST", "/clusters/member1/api/v1/namespaces/default/pods/web-1/eviction", Some(EDITOR), Some(&eviction));
+    assert_eq!(body["kind"], "Status", "{code} {body}");
+    assert!(sim.requests().iter().any(|r| r.method == "POST" && r.path == "/api/v1/namespaces/default/pods/web-1/eviction"), "the eviction reached the member");
 
     // A type kubefold does not know (a CRD outside the selection).
     let (ok, out, err) = s.kubectl(&bin, ADMIN, "/clusters/member2", &["get", "widgets", "-A", "-o", "json"]);
