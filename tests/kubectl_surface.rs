@@ -272,7 +272,7 @@ fn creates_are_placed_by_annotation_or_placement_rule() {
     let Some(bin) = kubectl_133() else { return };
     let members = demo_members(2, 0.0);
     let (_cfg, config) = config_file(
-        "placement:\n  - namespaces: [shop]\n    cluster: member2\n  - labelSelector: tier in (db)\n    cluster: member1\n",
+        "placement:\n  - namespaces: [shop]\n    cluster: member2\n  - labelSelector: tier in (db)\n    cluster: member1\n  - labelSelector: tier=cache\n    cluster: member7\n",
     );
     let (_tmp, dir) = data_dir();
     let kf = Kubefold::serve(&dir, &cluster_flags(&members), &["--config", &config]);
@@ -359,6 +359,10 @@ fn creates_are_placed_by_annotation_or_placement_rule() {
         assert!(!ok && err.contains("cannot choose a cluster") && err.contains("kubefold.io/cluster") && err.contains("placement"), "{args:?}: {out}{err}");
     }
     assert!(member_configmap(m1, "default", "placed-h").is_none() && member_configmap(m2, "default", "placed-h").is_none());
+    // A rule naming a cluster that is not a member: a 400 naming it.
+    let f = file("k.json", &configmap("placed-k", "default", json!({}), json!({"tier": "cache"}), "1"));
+    let (ok, out, err) = kubectl_at(&bin, &kf.url, &["create", "-f", &f], None);
+    assert!(!ok && err.contains("placement rule 2") && err.contains("\"member7\""), "{out}{err}");
     // An unknown cluster: a 400 naming it.
     let f = file("i.json", &configmap("placed-i", "default", pinned("member9"), json!({}), "1"));
     for args in [&["apply", "-f", &f][..], &["apply", "--server-side", "-f", &f]] {

@@ -78,7 +78,7 @@ pub fn validate(rules: &[PlacementRule]) -> Result<(), String> {
 
 /// The member a new `object` goes to, from its `kubefold.io/cluster`
 /// annotation or the placement rules; `None` when neither says.
-/// An annotation naming a cluster that is not a member is 400.
+/// An annotation or a rule naming a cluster that is not a member is 400.
 pub fn choose(state: &ApiState, scope: &Scope, object: &Value) -> Result<Option<String>, Status> {
     let metadata = &object["metadata"];
     if let Some(named) = metadata["annotations"][CLUSTER_ANNOTATION].as_str() {
@@ -101,7 +101,17 @@ pub fn choose(state: &ApiState, scope: &Scope, object: &Value) -> Result<Option<
         .as_object()
         .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string()))).collect())
         .unwrap_or_default();
-    Ok(state.config.placement.iter().find(|r| r.matches(namespace.as_deref(), &labels)).map(|r| r.cluster.clone()))
+    let Some((index, rule)) = state.config.placement.iter().enumerate().find(|(_, r)| r.matches(namespace.as_deref(), &labels)) else {
+        return Ok(None);
+    };
+    if state.fleet.member(&rule.cluster).is_none() {
+        return Err(Status::bad_request(format!(
+            "placement rule {index} of the configuration chooses cluster \"{}\", which is not a member of this kubefold (members: {})",
+            rule.cluster,
+            state.fleet.member_names().join(", ")
+        )));
+    }
+    Ok(Some(rule.cluster.clone()))
 }
 
 /// 400 for a new object whose member nothing names.

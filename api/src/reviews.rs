@@ -439,6 +439,30 @@ mod tests {
     }
 
     #[test]
+    fn authenticated_users_ask_about_themselves_and_admins_about_others() {
+        let review = |group: &str, resource: &str| auth::attributes(&Method::POST, &format!("/apis/{group}/v1/{resource}"), "");
+        let user = |groups: &[&str]| User {
+            name: "u".into(),
+            uid: String::new(),
+            groups: groups.iter().map(|g| g.to_string()).chain([auth::AUTHENTICATED_GROUP.to_string()]).collect(),
+        };
+        let (viewer, editor, admin, nobody) = (user(&[auth::VIEWERS]), user(&[auth::EDITORS]), user(&[auth::ADMINS]), user(&[]));
+        for (group, resource) in [(AUTHORIZATION_GROUP, "selfsubjectaccessreviews"), (AUTHORIZATION_GROUP, "selfsubjectrulesreviews"), (AUTHENTICATION_GROUP, "selfsubjectreviews")] {
+            for u in [&viewer, &editor, &admin, &nobody] {
+                assert!(auth::authorize(u, &review(group, resource), &[]), "{resource} for {:?}", u.groups);
+            }
+            assert!(!auth::authorize(&User::anonymous(), &review(group, resource), &[]), "{resource} for anonymous");
+        }
+        let others = review(AUTHORIZATION_GROUP, "subjectaccessreviews");
+        assert!(auth::authorize(&admin, &others, &[]));
+        for u in [&viewer, &editor, &nobody] {
+            assert!(!auth::authorize(u, &others, &[]), "subjectaccessreviews for {:?}", u.groups);
+        }
+        let get = auth::attributes(&Method::GET, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", "");
+        assert!(!auth::authorize(&viewer, &get, &[]), "reviews are created, not read");
+    }
+
+    #[test]
     fn the_cluster_of_a_question_is_its_scope_or_its_qualified_name() {
         let review = json!({"spec": {"resourceAttributes": {"verb": "get", "resource": "pods", "namespace": "default", "name": "web-0_member2"}}});
         let cluster = |scope| match attributes_of(&review, scope, "SelfSubjectAccessReview").unwrap().target {
