@@ -272,7 +272,7 @@ fn creates_are_placed_by_annotation_or_placement_rule() {
     let Some(bin) = kubectl_133() else { return };
     let members = demo_members(2, 0.0);
     let (_cfg, config) = config_file(
-        "placement:\n  - namespaces: [shop]\n    cluster: member2\n  - labelSelector: tier in (db)\n    cluster: member1\n  - labelSelector: tier=cache\n    cluster: member7\n",
+        "placement:\n  - namespaces: [shop, team-x]\n    cluster: member2\n  - labelSelector: tier in (db)\n    cluster: member1\n  - labelSelector: tier=cache\n    cluster: member7\n",
     );
     let (_tmp, dir) = data_dir();
     let kf = Kubefold::serve(&dir, &cluster_flags(&members), &["--config", &config]);
@@ -319,6 +319,12 @@ fn creates_are_placed_by_annotation_or_placement_rule() {
     let (ok, out, err) = kubectl_at(&bin, &kf.url, &["apply", "-f", &f], None);
     assert!(ok, "{out}{err}");
     assert!(member_configmap(m2, "shop", "placed-d").is_some() && member_configmap(m1, "shop", "placed-d").is_none());
+    // A Namespace is placed by its own name.
+    let f = file("n.json", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-x"}}).to_string());
+    let (ok, out, err) = kubectl_at(&bin, &kf.url, &["create", "-f", &f], None);
+    assert!(ok, "{out}{err}");
+    assert_eq!(http_get(&format!("{}/api/v1/namespaces/team-x", m2.url())).0, 200);
+    assert_eq!(http_get(&format!("{}/api/v1/namespaces/team-x", m1.url())).0, 404);
     // The label rule: tier=db goes to member1, also server-side.
     let f = file("e.json", &configmap("placed-e", "default", json!({}), json!({"tier": "db"}), "1"));
     let (ok, out, err) = kubectl_at(&bin, &kf.url, &["create", "-f", &f], None);
