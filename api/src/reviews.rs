@@ -194,7 +194,18 @@ fn protobuf_to_json(body: &[u8], group: &str, kind: &str) -> Result<Value, Strin
         }
         _ => return Err(format!("{kind} is not a review kubefold answers")),
     };
-    Ok(json!({"kind": kind, "spec": spec}))
+    let mut value = json!({"kind": kind, "spec": spec});
+    drop_nulls(&mut value);
+    Ok(value)
+}
+
+/// Removes the fields a protobuf message left unset (JSON `null`), as
+/// Kubernetes' JSON omits them.
+fn drop_nulls(value: &mut Value) {
+    if let Value::Object(fields) = value {
+        fields.retain(|_, v| !v.is_null());
+        fields.values_mut().for_each(drop_nulls);
+    }
 }
 
 fn text<'a>(value: &'a Value, field: &str) -> &'a str {
@@ -431,6 +442,11 @@ mod tests {
         let mut body = PROTOBUF_MAGIC.to_vec();
         body.extend(unknown.encode_to_vec());
         let value = protobuf_to_json(&body, AUTHORIZATION_GROUP, "SelfSubjectAccessReview").unwrap();
+        assert_eq!(
+            value["spec"],
+            json!({"resourceAttributes": {"namespace": "x", "verb": "create", "group": "apps", "resource": "deployments"}}),
+            "unset fields are left out"
+        );
         let attributes = attributes_of(&value, None, "SelfSubjectAccessReview").unwrap();
         assert_eq!(attributes.verb, "create");
         let Target::Resource(r) = attributes.target else { panic!("{attributes:?}") };
