@@ -243,6 +243,16 @@ fn access_reviews_answer_what_kubefold_allows() {
     assert_eq!(review["status"]["userInfo"]["username"], "system:anonymous", "{review}");
     let (ok, out, err) = run(&["auth", "can-i", "--list"]);
     assert!(ok && out.lines().any(|l| l.starts_with("*.*") && l.ends_with("[*]")), "{out}{err}");
+    // Older kubectl: 1.27 asks whoami in authentication.k8s.io/v1alpha1 or v1beta1.
+    for minor in ["1.27", "1.31"] {
+        let Some(old) = kubectl_minor(minor) else { continue };
+        for args in [&["auth", "whoami"][..], &["auth", "can-i", "delete", "pods"]] {
+            let mut all = vec!["--server", open.url.as_str()];
+            all.extend_from_slice(args);
+            let (ok, out, err) = kubectl_bin(&old, &all, None);
+            assert!(ok && (out.contains("system:anonymous") || out.trim() == "yes"), "kubectl {minor} {args:?}: {out}{err}");
+        }
+    }
 }
 
 /// A kubeconfig-free kubectl against kubefold (no authenticator).

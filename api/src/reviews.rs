@@ -59,11 +59,13 @@ const PASSED_THROUGH_TYPES: [(&str, &str); 12] = [
 const NON_RESOURCE_PATHS: [&str; 8] =
     ["/version", "/api", "/apis", "/openapi/v2", "/openapi/v3", "/metrics", "/admin/v1/clusters", "/admin/v1/resources"];
 
-/// The review types, as discovery lists them (verb `create` only).
+/// The review types, as discovery lists them (verb `create` only):
+/// `authorization.k8s.io/v1` and `authentication.k8s.io/v1`, and
+/// SelfSubjectReview also in `v1beta1` and `v1alpha1`.
 pub fn review_types() -> Vec<ResourceType> {
-    let review = |group: &str, plural: &str, kind: &str| ResourceType {
+    let review = |group: &str, version: &str, plural: &str, kind: &str| ResourceType {
         group: group.to_string(),
-        version: "v1".to_string(),
+        version: version.to_string(),
         plural: plural.to_string(),
         singular: kind.to_ascii_lowercase(),
         kind: kind.to_string(),
@@ -75,18 +77,19 @@ pub fn review_types() -> Vec<ResourceType> {
         printer_columns: Vec::new(),
     };
     vec![
-        review(AUTHENTICATION_GROUP, "selfsubjectreviews", "SelfSubjectReview"),
-        review(AUTHORIZATION_GROUP, "selfsubjectaccessreviews", "SelfSubjectAccessReview"),
-        review(AUTHORIZATION_GROUP, "selfsubjectrulesreviews", "SelfSubjectRulesReview"),
-        review(AUTHORIZATION_GROUP, "subjectaccessreviews", "SubjectAccessReview"),
+        review(AUTHENTICATION_GROUP, "v1", "selfsubjectreviews", "SelfSubjectReview"),
+        // kubectl 1.27 asks `auth whoami` in these versions only.
+        review(AUTHENTICATION_GROUP, "v1beta1", "selfsubjectreviews", "SelfSubjectReview"),
+        review(AUTHENTICATION_GROUP, "v1alpha1", "selfsubjectreviews", "SelfSubjectReview"),
+        review(AUTHORIZATION_GROUP, "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview"),
+        review(AUTHORIZATION_GROUP, "v1", "selfsubjectrulesreviews", "SelfSubjectRulesReview"),
+        review(AUTHORIZATION_GROUP, "v1", "subjectaccessreviews", "SubjectAccessReview"),
     ]
 }
 
 /// Whether `path` names one of the review types.
 pub fn is_review(path: &ResourcePath) -> bool {
-    path.version == "v1"
-        && path.namespace.is_none()
-        && review_types().iter().any(|r| r.group == path.group && r.plural == path.resource)
+    path.namespace.is_none() && review_types().iter().any(|r| r.group == path.group && r.version == path.version && r.plural == path.resource)
 }
 
 /// Answers a review request (`is_review(path)` holds).
@@ -106,7 +109,7 @@ pub fn serve(req: &HttpRequest, state: &ApiState, path: &ResourcePath, body: &[u
     let review = decode(req, body, &path.group, &kind)?;
     let cluster = path.cluster.as_deref();
     let answer = match path.resource.as_str() {
-        "selfsubjectreviews" => self_subject_review(&user),
+        "selfsubjectreviews" => self_subject_review(&user, &path.version),
         "selfsubjectaccessreviews" => access_review(auth, &user, &review, cluster, &kind)?,
         "subjectaccessreviews" => {
             let subject = subject_of(&review)?;
@@ -295,13 +298,13 @@ fn access_review(auth: &Auth, user: &User, review: &Value, cluster: Option<&str>
 }
 
 /// A SelfSubjectReview: the caller as kubefold authenticated it.
-fn self_subject_review(user: &User) -> Value {
+fn self_subject_review(user: &User, version: &str) -> Value {
     let mut info = json!({"username": user.name, "groups": user.groups});
     if !user.uid.is_empty() {
         info["uid"] = json!(user.uid);
     }
     json!({
-        "apiVersion": format!("{AUTHENTICATION_GROUP}/v1"),
+        "apiVersion": format!("{AUTHENTICATION_GROUP}/{version}"),
         "kind": "SelfSubjectReview",
         "metadata": {"creationTimestamp": null},
         "status": {"userInfo": info},
