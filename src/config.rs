@@ -97,6 +97,14 @@ pub struct Config {
     /// HTTP worker threads.
     #[serde(default = "default_http_workers")]
     pub http_workers: usize,
+    /// Where a new object goes when its request names no member (no
+    /// `/clusters/{c}` in the URL, no qualified `name_cluster`, no
+    /// `kubefold.io/cluster` annotation): rules of `namespaces` (a list;
+    /// empty: any), `labelSelector` (as `kubectl -l` writes it; unset: any)
+    /// and `cluster`, the first that matches wins. Default: none (such a
+    /// create is refused with 400 naming the ways to choose).
+    #[serde(default)]
+    pub placement: Vec<kubefold_api::placement::PlacementRule>,
 }
 
 /// `127.0.0.1:8080`.
@@ -190,6 +198,7 @@ impl Config {
     pub fn validate(&self) -> anyhow::Result<()> {
         self.estimator.validate()?;
         self.resource_selection().validate().map_err(|e| anyhow::anyhow!("resources: {e}"))?;
+        kubefold_api::placement::validate(&self.placement).map_err(|e| anyhow::anyhow!("{e}"))?;
         if self.tls.is_none() && !self.listen.ip().is_loopback() && !self.allow_plain_http {
             anyhow::bail!(
                 "refusing to serve plain HTTP on {}: configure tls (--tls-cert-file, --tls-private-key-file) or set allowPlainHttp (--allow-plain-http)",
@@ -247,6 +256,10 @@ mod tests {
         assert_eq!(config.clusters[1].labels.get("env").map(String::as_str), Some("prod"));
         let member2 = selection.plan("member2", &config.clusters[1].labels);
         assert_eq!(member2.len(), builtin.len() + 1, "member2 (env: prod) adds the widgets");
+        assert!(defaults.placement.is_empty());
+        assert_eq!(config.placement.len(), 2, "the example shows a rule by namespace and one by labels");
+        assert_eq!(config.placement[0].namespaces, ["shop"]);
+        assert_eq!(config.placement[1].label_selector.as_deref(), Some("tier in (db)"));
     }
 
     #[test]
@@ -255,6 +268,14 @@ mod tests {
         let error = c.validate().unwrap_err().to_string();
         assert!(error.contains("rules[0].resourceSelectors[0].namespace"), "{error}");
         assert!(serde_yaml::from_str::<Config>("resources: [{resourceSelector: []}]").is_err());
+    }
+
+    #[test]
+    fn invalid_placement_rules_are_refused() {
+        let c: Config = serde_yaml::from_str("placement: [{labelSelector: 'a in ((', cluster: member1}]").unwrap();
+        let error = c.validate().unwrap_err().to_string();
+        assert!(error.contains("placement[0]") && error.contains("labelSelector"), "{error}");
+        assert!(serde_yaml::from_str::<Config>("placement: [{namespace: shop, cluster: member1}]").is_err());
     }
 
     #[test]

@@ -212,6 +212,7 @@ pub fn run(
             compress_lists: config.compress_lists,
             auth: config.auth.clone(),
             tls: config.tls.clone(),
+            placement: config.placement.clone(),
             ..ApiConfig::default()
         };
         let estimators = Estimators::new();

@@ -66,6 +66,14 @@ const RESOURCE_VERBS: [&str; 8] = ["get", "list", "watch", "create", "update", "
 const NON_RESOURCE_VERBS: [&str; 7] = ["get", "post", "put", "patch", "delete", "head", "options"];
 /// Verbs of `kubefold:viewers`.
 const READ_VERBS: [&str; 3] = ["get", "list", "watch"];
+/// API groups of access and identity reviews.
+const REVIEW_GROUPS: [&str; 2] = ["authorization.k8s.io", "authentication.k8s.io"];
+/// Reviews every authenticated user may create: questions about itself.
+const SELF_REVIEWS: [(&str, &str); 3] = [
+    ("authorization.k8s.io", "selfsubjectaccessreviews"),
+    ("authorization.k8s.io", "selfsubjectrulesreviews"),
+    ("authentication.k8s.io", "selfsubjectreviews"),
+];
 /// Path segments after `/namespaces/{name}/` that are subresources of the
 /// namespace rather than a namespaced resource (kube-apiserver's RequestInfo).
 const NAMESPACE_SUBRESOURCES: [&str; 2] = ["status", "finalize"];
@@ -651,6 +659,15 @@ pub fn authorize(user: &User, attributes: &RequestAttributes, rules: &[Rule]) ->
         Target::Version => attributes.verb == "get",
         Target::Discovery { .. } => attributes.verb == "get" && user.in_group(AUTHENTICATED_GROUP),
         Target::NonResource { .. } => false,
+        // Reviews are questions to kubefold, not objects of a member: any
+        // authenticated user may ask about itself (kube-apiserver's
+        // `system:basic-user`); asking about others is for admins.
+        Target::Resource(r) if REVIEW_GROUPS.contains(&r.group.as_str()) => {
+            attributes.verb == "create"
+                && user.in_group(AUTHENTICATED_GROUP)
+                && SELF_REVIEWS.iter().any(|(g, res)| *g == r.group && *res == r.resource)
+                && r.subresource.is_none()
+        }
         Target::Resource(r) => {
             let verb = attributes.verb.as_str();
             (user.in_group(EDITORS) && RESOURCE_VERBS.contains(&verb))
@@ -841,6 +858,20 @@ impl Auth {
         self.inner.open
     }
 
+    /// The decision this middleware takes for `user` doing `attributes`:
+    /// everything when authentication is off, else [`authorize`] with the
+    /// configured rules. Access reviews are answered by this same call.
+    pub fn allows(&self, user: &User, attributes: &RequestAttributes) -> bool {
+        self.inner.open || authorize(user, attributes, &self.inner.rules)
+    }
+
+    /// Whether an extra rule that applies to `user` is limited to some
+    /// clusters: what it allows then depends on the cluster a request
+    /// names, which a list of rules without a cluster cannot say.
+    pub fn has_cluster_limited_rules(&self, user: &User) -> bool {
+        self.inner.rules.iter().any(|r| r.matches_user(user) && !r.clusters.iter().any(|c| c == "*"))
+    }
+
     /// Authenticates from the connection's client certificate or the bearer token.
     fn authenticate(&self, req: &ServiceRequest) -> Result<User, Rejection> {
         let inner = &self.inner;
@@ -874,7 +905,7 @@ impl Auth {
         };
         let guard = self.inner.in_flight.acquire(client).ok_or(Rejection::TooManyRequests)?;
         let attributes = attributes(req.method(), req.path(), req.query_string());
-        if !self.inner.open && !authorize(&user, &attributes, &self.inner.rules) {
+        if !self.allows(&user, &attributes) {
             return Err(Rejection::Forbidden(Box::new((user, attributes))));
         }
         Ok((user, attributes, guard))

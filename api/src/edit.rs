@@ -19,6 +19,7 @@ use kubefold_engine::status::Status;
 use serde_json::Value;
 
 use crate::members::{self, MemberResponse};
+use crate::placement;
 use crate::read::{resolve_name, Scope, CLUSTER_SEARCH_KEY};
 use crate::respond;
 use crate::ApiState;
@@ -167,15 +168,30 @@ async fn wait_ingested(state: &ApiState, scope: &Scope, key: &ObjectKey, member_
     }
 }
 
+/// Whether the request asks for a dry run (`dryRun=All`): the member
+/// changes nothing, so there is nothing to wait for.
+fn is_dry_run(req: &HttpRequest) -> bool {
+    serde_urlencoded::from_str::<Vec<(String, String)>>(req.query_string()).is_ok_and(|q| q.iter().any(|(k, v)| k == "dryRun" && !v.is_empty()))
+}
+
 /// Turns a member's successful answer into kubefold's: the object as served
 /// once ingested, or the translated member object with a warning if the
 /// wait timed out.
-async fn reply_with_object(state: &ApiState, scope: &Scope, key: &ObjectKey, response: &MemberResponse, created: bool) -> HttpResponse {
+///
+/// A dry run (`dryRun=All`, as `kubectl diff` and `--dry-run=server` send)
+/// changed nothing, so nothing is waited for.
+async fn reply_with_object(state: &ApiState, dry_run: bool, scope: &Scope, key: &ObjectKey, response: &MemberResponse, created: bool) -> HttpResponse {
     let ok = if created && response.status == 201 { HttpResponse::Created() } else { HttpResponse::Ok() };
     let ingested = match object::ingest(&scope.resource, &key.cluster, &response.body) {
         Ok(i) => i,
         Err(_) => return passthrough(response),
     };
+    if dry_run {
+        let current = state.fleet.snapshot();
+        let rv = current.get(&scope.resource.key(), key).map_or(current.head_rv(), |e| e.rv);
+        let mut builder = ok;
+        return builder.content_type(respond::JSON).body(ingested.body.to_bytes(scope.name_suffix(&key.cluster).as_deref(), rv));
+    }
     let deleting = serde_json::from_slice::<Value>(&response.body).ok().is_some_and(|v| v["metadata"]["deletionTimestamp"].is_string());
     let suffix = scope.name_suffix(&key.cluster);
     match wait_ingested(state, scope, key, &ingested.member_rv, false).await {
@@ -234,7 +250,7 @@ pub async fn update(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &s
     if !response.is_success() {
         return Ok(passthrough(&response));
     }
-    Ok(reply_with_object(state, scope, &key, &response, false).await)
+    Ok(reply_with_object(state, is_dry_run(req), scope, &key, &response, false).await)
 }
 
 /// PATCH on an object or its `status`/`scale` subresource. The patch is
@@ -251,7 +267,13 @@ pub async fn patch(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &st
             let (member_name, cluster) = match (&scope.cluster, names::parse(name)) {
                 (Some(c), _) => (name.to_string(), c.clone()),
                 (None, RequestedName::Qualified { name, cluster }) => (name.to_string(), cluster.to_string()),
-                (None, RequestedName::Bare(_)) => return Err(status),
+                (None, RequestedName::Bare(bare)) => {
+                    let object: Value = serde_yaml::from_slice(body).unwrap_or(Value::Null);
+                    match placement::choose(state, scope, &object)? {
+                        Some(cluster) => (bare.to_string(), cluster),
+                        None => return Err(placement::unplaced(scope, bare)),
+                    }
+                }
             };
             let key = ObjectKey { namespace: scope.namespace.clone().unwrap_or_default(), name: member_name, cluster };
             let entry = Arc::new(IndexEntry::new(0, "", "", [], []));
@@ -306,7 +328,7 @@ pub async fn patch(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &st
     if !response.is_success() {
         return Ok(passthrough(&response));
     }
-    Ok(reply_with_object(state, scope, &key, &response, entry.rv == 0).await)
+    Ok(reply_with_object(state, is_dry_run(req), scope, &key, &response, entry.rv == 0).await)
 }
 
 /// GET, PUT or PATCH of `scale`: the member's Scale with the name served as
@@ -345,8 +367,10 @@ pub async fn delete(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &s
     let snapshot = state.fleet.snapshot();
     let (key, entry) = resolve_name(&snapshot, scope, name)?;
     let mut forwarded = Vec::new();
+    let mut dry_run = is_dry_run(req);
     if !body.is_empty() {
         let mut options = parse_body(req, body)?;
+        dry_run |= options["dryRun"].as_array().is_some_and(|d| !d.is_empty());
         if let Some(rv) = options["preconditions"]["resourceVersion"].as_str() {
             match rv.parse::<u64>() {
                 Ok(n) if n == entry.rv => options["preconditions"]["resourceVersion"] = Value::String(entry.member_rv().to_string()),
@@ -362,13 +386,16 @@ pub async fn delete(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &s
         return Ok(passthrough(&response));
     }
     let value: Value = serde_json::from_slice(&response.body).unwrap_or(Value::Null);
+    if dry_run {
+        return Ok(if value["kind"] == "Status" { passthrough(&response) } else { reply_with_object(state, true, scope, &key, &response, false).await });
+    }
     if value["kind"] == "Status" {
         wait_ingested(state, scope, &key, "", true).await;
         return Ok(passthrough(&response));
     }
     let graceful = value["metadata"]["deletionTimestamp"].is_string() && value["metadata"]["finalizers"].as_array().is_some_and(|f| !f.is_empty());
     if graceful {
-        return Ok(reply_with_object(state, scope, &key, &response, false).await);
+        return Ok(reply_with_object(state, is_dry_run(req), scope, &key, &response, false).await);
     }
     // The object is gone: wait for its DELETED event, answer with the last state.
     let gone = wait_ingested(state, scope, &key, "", true).await.is_some();
@@ -389,14 +416,10 @@ pub async fn create(state: &ApiState, req: &HttpRequest, scope: &Scope, body: &B
     let (cluster, member_name) = match (&scope.cluster, names::parse(&requested)) {
         (Some(c), _) => (c.clone(), requested.clone()),
         (None, RequestedName::Qualified { name, cluster }) => (cluster.to_string(), name.to_string()),
-        (None, RequestedName::Bare(_)) => {
-            return Err(Status::bad_request(format!(
-                "kubefold cannot choose a cluster for a new {}: name it <name>_<cluster> (e.g. {}_member1) or POST under /clusters/<cluster>{}",
-                scope.resource.singular,
-                if requested.is_empty() { "my-object" } else { &requested },
-                scope.resource.collection_path(scope.namespace.as_deref())
-            )))
-        }
+        (None, RequestedName::Bare(_)) => match placement::choose(state, scope, &object)? {
+            Some(cluster) => (cluster, requested.clone()),
+            None => return Err(placement::unplaced(scope, &requested)),
+        },
     };
     if !requested.is_empty() {
         object::to_member(&mut object, &member_name, None);
@@ -423,7 +446,7 @@ pub async fn create(state: &ApiState, req: &HttpRequest, scope: &Scope, body: &B
         name: created["metadata"]["name"].as_str().unwrap_or(&member_name).to_string(),
         cluster,
     };
-    Ok(reply_with_object(state, scope, &key, &response, true).await)
+    Ok(reply_with_object(state, is_dry_run(req), scope, &key, &response, true).await)
 }
 
 /// DELETE on a collection: forwarded to every member in scope (the cluster

@@ -10,9 +10,13 @@
 //! - [`watch`]: watch streams.
 //! - [`edit`]: edits forwarded to the owning member, read-your-writes.
 //! - [`members`]: kube clients of the members and raw forwarding.
+//! - [`placement`]: the member of a new object that names none.
+//! - [`passthrough`]: what kubefold does not serve under `/clusters/{c}`, proxied to the member.
 //! - [`health`]: `/healthz`, `/livez`, `/readyz`, `/metrics`.
 //! - [`series`]: the catalog of metric series, their zeros and the scrape-time ones.
 //! - [`respond`]: Status errors and JSON responses.
+//! - [`unserved`]: Status answers for what is not served yet (streaming subresources).
+//! - [`reviews`]: access and identity reviews (`kubectl auth can-i`, `whoami`).
 
 pub mod admin;
 pub mod discovery;
@@ -22,12 +26,16 @@ pub mod gzip;
 pub mod health;
 pub mod auth;
 pub mod members;
+pub mod passthrough;
 pub mod path;
+pub mod placement;
 pub mod query;
 pub mod read;
 pub mod respond;
 pub mod series;
+pub mod reviews;
 pub mod tls;
+pub mod unserved;
 pub mod watch;
 
 use std::net::SocketAddr;
@@ -85,6 +93,8 @@ pub struct ApiConfig {
     pub auth: auth::AuthConfig,
     /// TLS; plain HTTP when absent.
     pub tls: Option<tls::TlsConfig>,
+    /// Rules choosing the member of a new object that names none.
+    pub placement: Vec<placement::PlacementRule>,
 }
 
 impl Default for ApiConfig {
@@ -101,6 +111,7 @@ impl Default for ApiConfig {
             compress_lists: true,
             auth: auth::AuthConfig::default(),
             tls: None,
+            placement: Vec::new(),
         }
     }
 }
@@ -227,9 +238,14 @@ pub(crate) async fn read_body(mut payload: web::Payload) -> Result<web::Bytes, S
 async fn dispatch(req: HttpRequest, payload: web::Payload, state: web::Data<ApiState>) -> HttpResponse {
     let state = state.into_inner();
     let started = std::time::Instant::now();
-    let result = match read_body(payload).await {
-        Ok(body) => route(&req, &state, &body).await,
-        Err(status) => Err(status),
+    // A streaming subresource is answered before its body is waited for:
+    // an upgrade request's body lasts as long as its connection.
+    let result = match decode_path(req.path()).and_then(|p| unserved::streaming(&p)) {
+        Some(status) => Err(status),
+        None => match read_body(payload).await {
+            Ok(body) => route(&req, &state, &body).await,
+            Err(status) => Err(status),
+        },
     };
     let response = match result {
         Ok(r) => r,
@@ -260,12 +276,30 @@ async fn route(req: &HttpRequest, state: &Arc<ApiState>, body: &web::Bytes) -> R
     let served = state.fleet.catalog();
     let catalog: &[resources::ResourceType] = &served;
     let is_namespaced = |g: &str, v: &str, r: &str| resources::find(catalog, g, v, r).is_some_and(|t| t.namespaced);
-    let parsed = path::parse(&path, is_namespaced).ok_or_else(Status::path_not_found)?;
+    let scoped_cluster = passthrough::cluster_scope(req.path()).map(|(c, _)| c.to_string());
+    let Some(parsed) = path::parse(&path, is_namespaced) else {
+        return match &scoped_cluster {
+            Some(cluster) => passthrough::forward(req, state, cluster, body).await,
+            None => Err(Status::path_not_found()),
+        };
+    };
+    // Under /clusters/{c}, the member's own discovery and OpenAPI documents.
+    if let (Some(cluster), false, true) = (&scoped_cluster, matches!(parsed, ApiPath::Resource(_) | ApiPath::Version), req.method() == Method::GET) {
+        if let Some(document) = passthrough::member_document(req, state, cluster).await {
+            return Ok(document);
+        }
+    }
     if !matches!(parsed, ApiPath::Resource(_)) && req.method() != Method::GET {
         return Err(Status::method_not_allowed(format!("the server does not allow this method on the requested resource: {}", req.method())));
     }
     let accept = req.headers().get(actix_web::http::header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
     let aggregated = discovery::wants_aggregated(accept);
+    // Discovery lists the reviews beside the served types.
+    let with_reviews: Vec<resources::ResourceType> = catalog.iter().cloned().chain(reviews::review_types()).collect();
+    let catalog: &[resources::ResourceType] = match parsed {
+        ApiPath::CoreVersions { .. } | ApiPath::Groups { .. } | ApiPath::Group { .. } | ApiPath::GroupVersion { .. } => &with_reviews,
+        _ => catalog,
+    };
     match parsed {
         ApiPath::Version => Ok(respond::json(&discovery::version())),
         ApiPath::CoreVersions { .. } if aggregated => Ok(respond::aggregated(&discovery::aggregated(catalog, true))),
@@ -289,6 +323,7 @@ async fn route(req: &HttpRequest, state: &Arc<ApiState>, body: &web::Bytes) -> R
         ApiPath::GroupVersion { group, version, .. } => discovery::resource_list(catalog, &group, &version)
             .map(|d| respond::json(&d))
             .ok_or_else(Status::path_not_found),
+        ApiPath::Resource(path) if reviews::is_review(&path) => reviews::serve(req, state, &path, body),
         ApiPath::Resource(path) => resource(req, state, path, body).await,
     }
 }
@@ -296,11 +331,13 @@ async fn route(req: &HttpRequest, state: &Arc<ApiState>, body: &web::Bytes) -> R
 async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath, body: &web::Bytes) -> Result<HttpResponse, Status> {
     let served = state.fleet.catalog();
     let catalog: &[resources::ResourceType] = &served;
-    let resource = resources::find(catalog, &path.group, &path.version, &path.resource)
-        .ok_or_else(|| {
-            Status::path_not_found().with_details(&path.group, &path.resource, path.name.as_deref().unwrap_or(""))
-        })?
-        .clone();
+    let Some(resource) = resources::find(catalog, &path.group, &path.version, &path.resource).cloned() else {
+        return match &path.cluster {
+            // A type kubefold does not aggregate: the member serves it.
+            Some(cluster) => passthrough::forward(req, state, cluster, body).await,
+            None => Err(Status::path_not_found().with_details(&path.group, &path.resource, path.name.as_deref().unwrap_or(""))),
+        };
+    };
     if !resource.namespaced && path.namespace.is_some() {
         return Err(Status::path_not_found());
     }
@@ -317,6 +354,7 @@ async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath, 
         _ => "other",
     };
     req.extensions_mut().insert(RequestInfo { verb, resource: resource.key() });
+    let member = path.cluster.clone();
     let scope = read::Scope::new(state, resource, &path);
     match (req.method().clone(), path.name.as_deref(), path.subresource.as_deref()) {
         (Method::GET, None, None) if query.is_watch()? => {
@@ -352,8 +390,20 @@ async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath, 
         (Method::DELETE, Some(name), None) => edit::delete(state, req, &scope, name, body).await,
         (Method::DELETE, None, None) => edit::delete_collection(state, req, &scope, body).await,
         (Method::POST, None, None) => edit::create(state, req, &scope, body).await,
+        // A verb or subresource kubefold does not serve: the member does.
+        _ if member.is_some() => passthrough::forward(req, state, member.as_deref().unwrap_or_default(), body).await,
         (method, _, sub) => Err(match sub {
-            Some(sub) if !scope.resource.subresources.iter().any(|s| s == sub) => Status::path_not_found(),
+            // `/namespaces/{ns}/{type}` of a type kubefold does not serve.
+            Some(sub) if scope.resource.plural == "namespaces" && scope.resource.group.is_empty() => {
+                Status::path_not_found().with_details(&path.group, sub, "")
+            }
+            // With details, as kube-apiserver names the type (kubectl debug reads them).
+            Some(sub) if !scope.resource.subresources.iter().any(|s| s == sub) => Status::new(
+                404,
+                "NotFound",
+                format!("{}/{sub} is not served at the fleet level; under /clusters/<cluster> it is passed through to the member", scope.resource.plural),
+            )
+            .with_details(&scope.resource.group, &scope.resource.plural, ""),
             _ => Status::method_not_allowed(format!("{method} is not supported on {}", req.path())),
         }),
     }
@@ -394,6 +444,8 @@ pub fn server(state: Arc<ApiState>) -> Result<(Server, Vec<SocketAddr>), ServerE
             // etcd's default request limit is 1.5 MiB; leave room for YAML and patches.
             .app_data(web::PayloadConfig::new(MAX_BODY_BYTES))
             .wrap(authenticator.clone())
+            // Reviews are answered by the same authorizer.
+            .app_data(web::Data::new(authenticator.clone()))
             .route("/healthz", web::get().to(health::healthz))
             .route("/livez", web::get().to(health::healthz))
             .route("/readyz", web::get().to(health::readyz))

@@ -92,6 +92,25 @@ pub fn empty(cluster: &Cluster) -> Vec<Value> {
     objects
 }
 
+/// Built-in Kubernetes types a member serves that kubefold does not
+/// aggregate by default: `secrets` (reached through kubefold's
+/// pass-through under `/clusters/{c}`).
+pub fn member_only_types() -> Vec<kubefold_engine::resources::ResourceType> {
+    vec![kubefold_engine::resources::ResourceType {
+        group: String::new(),
+        version: "v1".into(),
+        plural: "secrets".into(),
+        singular: "secret".into(),
+        kind: "Secret".into(),
+        namespaced: true,
+        short_names: Vec::new(),
+        categories: Vec::new(),
+        subresources: Vec::new(),
+        verbs: Vec::new(),
+        printer_columns: Vec::new(),
+    }]
+}
+
 /// The resource types of the custom-resource workload ([`widgets`]): the
 /// `CustomResourceDefinition` type itself (`apiextensions.k8s.io/v1`) and
 /// `widgets.example.com/v1`, namespaced, with a `status` subresource.

@@ -265,6 +265,7 @@ fn first_rv(name: &str) -> u64 {
 /// the load pods generated and encoded on all cores.
 pub fn build_store(config: &SimConfig) -> Store {
     let mut types = kubefold_engine::resources::builtin();
+    types.extend(workload::member_only_types());
     if config.crds {
         types.extend(workload::widget_types());
     }
