@@ -225,7 +225,19 @@ pub(crate) async fn read_body(mut payload: web::Payload) -> Result<web::Bytes, S
 async fn dispatch(req: HttpRequest, payload: web::Payload, state: web::Data<ApiState>) -> HttpResponse {
     let state = state.into_inner();
     let started = std::time::Instant::now();
-    let result = match read_body(payload).await {
+    // A WebSocket upgrade request has no body: actix-http hands everything
+    // after its head on as an endless payload (the frames it expects), and
+    // waiting for its end never answered. kubefold serves no upgrades: the
+    // request is answered as it is (streaming subresources with a Status
+    // saying they are not served, see `resource`) and the connection
+    // closed after.
+    let body = if req.head().upgrade() || req.headers().contains_key(actix_web::http::header::UPGRADE) {
+        drop(payload);
+        Ok(web::Bytes::new())
+    } else {
+        read_body(payload).await
+    };
+    let result = match body {
         Ok(body) => route(&req, &state, &body).await,
         Err(status) => Err(status),
     };
@@ -291,6 +303,12 @@ async fn route(req: &HttpRequest, state: &Arc<ApiState>, body: &web::Bytes) -> R
     }
 }
 
+/// Subresources served over an upgraded connection (kube-apiserver's
+/// exec, attach, port forwarding and proxying), which kubefold does not
+/// serve: a request for one is answered at once with 400 BadRequest, as
+/// kube-apiserver answers one it cannot upgrade.
+const STREAMING_SUBRESOURCES: [&str; 4] = ["exec", "attach", "portforward", "proxy"];
+
 async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath, body: &web::Bytes) -> Result<HttpResponse, Status> {
     let served = state.fleet.catalog();
     let catalog: &[resources::ResourceType] = &served;
@@ -301,6 +319,11 @@ async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath, 
         .clone();
     if !resource.namespaced && path.namespace.is_some() {
         return Err(Status::path_not_found());
+    }
+    if let Some(sub) = path.subresource.as_deref().filter(|s| STREAMING_SUBRESOURCES.contains(s)) {
+        return Err(Status::bad_request(format!(
+            "the {sub} subresource streams over an upgraded connection (WebSocket or SPDY), which kubefold does not serve yet: use the member cluster's API server for {sub}"
+        )));
     }
     let query = Query::parse(req.query_string())?;
     let verb = match (req.method().clone(), path.name.is_some()) {

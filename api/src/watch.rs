@@ -233,6 +233,9 @@ pub fn watch(
     let watch = Watch { state, scope, filter, table, headers_sent: false, bookmarks, tx, queued: queued.clone(), sent_rv: 0, batch: None, batch_bytes: 0, batch_rv: 0, resource_key: String::new() };
     let registered = Registered::new(user_agent);
     let deadline = tokio::time::Instant::now() + timeout;
+    // Resolves once the response body is dropped (its client went away):
+    // the watch then ends at once, even if it has nothing to send.
+    let body_gone = watch.tx.clone();
     actix_web::rt::spawn(async move {
         let _registered = registered;
         let end = tokio::time::sleep_until(deadline);
@@ -241,6 +244,7 @@ pub fn watch(
         tokio::select! {
             _ = run => {}
             _ = &mut end => {}
+            _ = body_gone.closed() => {}
         }
     });
     let body = line_stream(rx, queued, socket);
@@ -261,6 +265,27 @@ impl ConnectionSocket {
         socket.as_fd().try_clone_to_owned().ok().map(|fd| ConnectionSocket(Arc::new(fd)))
     }
 
+    /// Whether the client is gone: it closed its side (a FIN, after a TLS
+    /// close_notify or not: POLLRDHUP), or the connection failed or was
+    /// reset (POLLHUP, POLLERR). An HTTP/1.1 client does not half-close a
+    /// connection it still reads a watch from: kube-apiserver (Go's
+    /// net/http) likewise ends a request whose connection reads EOF.
+    fn peer_closed(&self) -> bool {
+        use rustix::event::{PollFd, PollFlags, Timespec};
+        let mut fds = [PollFd::new(&*self.0, PollFlags::RDHUP)];
+        match rustix::event::poll(&mut fds, Some(&Timespec { tv_sec: 0, tv_nsec: 0 })) {
+            Ok(0) => false,
+            Ok(_) => fds[0].revents().intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR),
+            Err(_) => false,
+        }
+    }
+
+    /// Shuts the connection down both ways, so that actix-http, reading or
+    /// writing it next, finds it closed and drops it (and its descriptors).
+    fn shut_down(&self) {
+        let _ = rustix::net::shutdown(&*self.0, rustix::net::Shutdown::Both);
+    }
+
     /// Whether the socket can take more bytes now (or has failed, which
     /// actix-http then finds out by writing).
     fn writable(&self) -> bool {
@@ -273,6 +298,12 @@ impl ConnectionSocket {
         }
     }
 }
+
+/// How often a watch body looks whether its client closed the connection,
+/// whether or not it has events to send: a watch whose selector matches
+/// nothing writes nothing, and would otherwise keep its connection (two
+/// descriptors, a socket in CLOSE-WAIT) until its timeout.
+const HANGUP_CHECK: Duration = Duration::from_millis(500);
 
 /// Bytes of lines a watch hands actix-http between two looks at whether
 /// its socket can take more ...
@@ -307,47 +338,63 @@ fn line_stream(
     let mut since_check = 0;
     let mut recheck: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
     let mut flushed = false;
-    futures::stream::poll_fn(move |cx| loop {
-        if let Some(socket) = socket.as_ref().filter(|_| since_check >= SOCKET_CHECK_BYTES) {
-            // actix-http keeps polling the body until its buffer is full,
-            // and writes it out after: first let it write what it has.
-            if !flushed {
-                flushed = true;
-                cx.waker().wake_by_ref();
-                return Poll::Pending;
+    let mut hangup: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+    futures::stream::poll_fn(move |cx| {
+        if let Some(socket) = socket.as_ref() {
+            let timer = hangup.get_or_insert_with(|| Box::pin(tokio::time::sleep(HANGUP_CHECK)));
+            while timer.as_mut().poll(cx).is_ready() {
+                if socket.peer_closed() {
+                    // The watch task sees its receiver dropped with this
+                    // body and ends too (see `watch`).
+                    metrics::counter!("kubefold_watch_client_closed_total").increment(1);
+                    socket.shut_down();
+                    return Poll::Ready(None);
+                }
+                timer.as_mut().reset(tokio::time::Instant::now() + HANGUP_CHECK);
             }
-            if !socket.writable() {
-                let sleep = recheck.get_or_insert_with(|| Box::pin(tokio::time::sleep(SOCKET_RECHECK)));
-                if sleep.as_mut().poll(cx).is_pending() {
+        }
+        loop {
+            if let Some(socket) = socket.as_ref().filter(|_| since_check >= SOCKET_CHECK_BYTES) {
+                // actix-http keeps polling the body until its buffer is full,
+                // and writes it out after: first let it write what it has.
+                if !flushed {
+                    flushed = true;
+                    cx.waker().wake_by_ref();
                     return Poll::Pending;
                 }
-                recheck = None;
-                continue;
-            }
-            recheck = None;
-            since_check = 0;
-            flushed = false;
-        }
-        if let Some(first) = lines.next() {
-            let chunk = match lines.peek() {
-                Some(next) if first.len() + next.len() <= SOCKET_CHECK_BYTES => {
-                    let mut chunk = bytes::BytesMut::with_capacity(SOCKET_CHECK_BYTES.max(first.len()));
-                    chunk.extend_from_slice(&first);
-                    while let Some(line) = lines.next_if(|l| chunk.len() + l.len() <= SOCKET_CHECK_BYTES) {
-                        chunk.extend_from_slice(&line);
+                if !socket.writable() {
+                    let sleep = recheck.get_or_insert_with(|| Box::pin(tokio::time::sleep(SOCKET_RECHECK)));
+                    if sleep.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
                     }
-                    chunk.freeze()
+                    recheck = None;
+                    continue;
                 }
-                _ => first,
-            };
-            since_check += chunk.len();
-            queued.fetch_sub(chunk.len(), std::sync::atomic::Ordering::Relaxed);
-            return Poll::Ready(Some(Ok(chunk)));
-        }
-        match rx.poll_recv(cx) {
-            Poll::Ready(Some(message)) => lines = message.into_iter().peekable(),
-            Poll::Ready(None) => return Poll::Ready(None),
-            Poll::Pending => return Poll::Pending,
+                recheck = None;
+                since_check = 0;
+                flushed = false;
+            }
+            if let Some(first) = lines.next() {
+                let chunk = match lines.peek() {
+                    Some(next) if first.len() + next.len() <= SOCKET_CHECK_BYTES => {
+                        let mut chunk = bytes::BytesMut::with_capacity(SOCKET_CHECK_BYTES.max(first.len()));
+                        chunk.extend_from_slice(&first);
+                        while let Some(line) = lines.next_if(|l| chunk.len() + l.len() <= SOCKET_CHECK_BYTES) {
+                            chunk.extend_from_slice(&line);
+                        }
+                        chunk.freeze()
+                    }
+                    _ => first,
+                };
+                since_check += chunk.len();
+                queued.fetch_sub(chunk.len(), std::sync::atomic::Ordering::Relaxed);
+                return Poll::Ready(Some(Ok(chunk)));
+            }
+            match rx.poll_recv(cx) {
+                Poll::Ready(Some(message)) => lines = message.into_iter().peekable(),
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            }
         }
     })
 }

@@ -1,0 +1,270 @@
+//! Hostile clients at the connection level: clients that open and drop
+//! thousands of watches, hold many long-running requests, exhaust
+//! descriptors, never start TLS, never read their watches, or ask for an
+//! `Upgrade`. Each checks that kubefold stays up and other clients stay
+//! served.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+
+/// A CA and a serving certificate for 127.0.0.1, written to a temporary dir.
+struct Pki {
+    ca_pem: String,
+    cert_file: String,
+    key_file: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, "kubefold-test-ca");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+        let mut params = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
+        params.distinguished_name.push(DnType::CommonName, "kubefold");
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &ca).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let cert_file = dir.path().join("tls.crt");
+        let key_file = dir.path().join("tls.key");
+        std::fs::write(&cert_file, cert.pem()).unwrap();
+        std::fs::write(&key_file, key.serialize_pem()).unwrap();
+        Pki {
+            ca_pem: ca.pem(),
+            cert_file: cert_file.to_string_lossy().into_owned(),
+            key_file: key_file.to_string_lossy().into_owned(),
+            _dir: dir,
+        }
+    }
+
+    fn flags(&self) -> Vec<&str> {
+        vec!["--tls-cert-file", &self.cert_file, "--tls-private-key-file", &self.key_file]
+    }
+
+    fn client_config(&self) -> Arc<rustls::ClientConfig> {
+        use rustls::pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(rustls::pki_types::CertificateDer::from_pem_slice(self.ca_pem.as_bytes()).unwrap()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        Arc::new(
+            rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth(),
+        )
+    }
+}
+
+/// A client connection, plain or TLS.
+enum Conn {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.read(buf),
+            Conn::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.write(buf),
+            Conn::Tls(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Conn::Plain(s) => s.flush(),
+            Conn::Tls(s) => s.flush(),
+        }
+    }
+}
+
+impl Conn {
+    /// Connects to kubefold (`http://` or `https://` URL), TLS with `tls`.
+    fn open(url: &str, tls: Option<&Arc<rustls::ClientConfig>>) -> Conn {
+        let addr = url.rsplit("//").next().unwrap();
+        let tcp = TcpStream::connect(addr).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        match tls {
+            None => Conn::Plain(tcp),
+            Some(config) => {
+                let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+                let conn = rustls::ClientConnection::new(config.clone(), name).unwrap();
+                Conn::Tls(Box::new(rustls::StreamOwned::new(conn, tcp)))
+            }
+        }
+    }
+
+    /// Sends a GET of `path` (with `extra` header lines) and reads the
+    /// response head; returns the status code and what was read.
+    fn get(&mut self, path: &str, extra: &str) -> (u16, String) {
+        write!(self, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra}\r\n").unwrap();
+        self.flush().unwrap();
+        let mut read = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !read.windows(4).any(|w| w == b"\r\n\r\n") {
+            match self.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => read.extend_from_slice(&buf[..n]),
+            }
+        }
+        let text = String::from_utf8_lossy(&read).into_owned();
+        let code = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        (code, text)
+    }
+
+    /// Closes politely: a TLS close_notify, then FIN (as Go and Python
+    /// asyncio clients close), and lets go of the socket.
+    fn close(self) {
+        match self {
+            Conn::Plain(s) => {
+                let _ = s.shutdown(std::net::Shutdown::Write);
+            }
+            Conn::Tls(mut s) => {
+                s.conn.send_close_notify();
+                let _ = s.conn.complete_io(&mut s.sock);
+                let _ = s.sock.shutdown(std::net::Shutdown::Write);
+            }
+        }
+    }
+}
+
+/// Open descriptors of a process.
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
+}
+
+/// A GET by a fresh client within `limit`; its status (0: no answer).
+fn get_within(url: &str, tls: Option<&Arc<rustls::ClientConfig>>, path: &str, limit: Duration) -> u16 {
+    let url = url.to_string();
+    let tls = tls.cloned();
+    let path = path.to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut conn = Conn::open(&url, tls.as_ref());
+        let _ = tx.send(conn.get(&path, "").0);
+    });
+    rx.recv_timeout(limit).unwrap_or(0)
+}
+
+/// Opens `batches` times `per_batch` watches whose selector matches
+/// nothing, each closed politely by its client once its headers arrived;
+/// between batches, other clients must be answered within 5 s. Afterwards
+/// kubefold's descriptors must come back near where they started.
+fn dropped_watches_are_noticed(tls: bool) {
+    let pki = Pki::new();
+    let members = demo_members(1, 0.0);
+    let (_tmp, dir) = data_dir();
+    let flags = if tls { pki.flags() } else { Vec::new() };
+    let kf = Kubefold::serve(&dir, &cluster_flags(&members), &flags);
+    let url = if tls { kf.url.replace("http://", "https://") } else { kf.url.clone() };
+    let config = tls.then(|| pki.client_config());
+    let config = config.as_ref();
+    wait_for(Duration::from_secs(60), "kubefold ready", || get_within(&url, config, "/readyz", Duration::from_secs(10)) == 200);
+    // One watch, opened and closed, so that lazily opened descriptors
+    // (the store's, the runtime's) count in the baseline.
+    let mut warm = Conn::open(&url, config);
+    assert_eq!(warm.get("/api/v1/pods?watch=1&labelSelector=hostile%3Dnone", "").0, 200);
+    warm.close();
+    std::thread::sleep(Duration::from_secs(2));
+    let baseline = open_fds(kf.pid());
+    let (batches, per_batch) = (4, 500);
+    for batch in 0..batches {
+        let mut watches = Vec::new();
+        for _ in 0..per_batch {
+            let mut conn = Conn::open(&url, config);
+            let (code, head) = conn.get("/api/v1/pods?watch=1&labelSelector=hostile%3Dnone", "");
+            assert_eq!(code, 200, "batch {batch}: {head}");
+            watches.push(conn);
+        }
+        for conn in watches {
+            conn.close();
+        }
+        assert_eq!(get_within(&url, config, "/livez", Duration::from_secs(5)), 200, "batch {batch}: /livez answers");
+        assert_eq!(get_within(&url, config, "/api/v1/namespaces/default/pods/web-0_member1", Duration::from_secs(5)), 200, "batch {batch}: a get answers");
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut now = open_fds(kf.pid());
+    while now > baseline + 20 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(250));
+        now = open_fds(kf.pid());
+    }
+    assert!(now <= baseline + 20, "descriptors back near {baseline} after {} dropped watches: {now}", batches * per_batch);
+    let metrics = get_within(&url, config, "/livez", Duration::from_secs(5));
+    assert_eq!(metrics, 200);
+}
+
+/// Point 1 over plain HTTP.
+#[test]
+fn dropped_non_matching_watches_release_their_connections_over_http() {
+    dropped_watches_are_noticed(false);
+}
+
+/// Point 1 over TLS, where a close_notify and FIN were noticed only by a
+/// failed write: a watch whose selector matched nothing kept its socket in
+/// CLOSE-WAIT until its timeout.
+#[test]
+fn dropped_non_matching_watches_release_their_connections_over_tls() {
+    dropped_watches_are_noticed(true);
+}
+
+/// Point 6: a request with `Upgrade: websocket` (kubectl exec 1.30 and
+/// later) or `Upgrade: SPDY/3.1` is answered at once: the normal response
+/// where nothing streams, a Status saying streaming subresources are not
+/// served for exec; before, a WebSocket upgrade was never answered.
+#[test]
+fn upgrade_requests_are_answered_at_once() {
+    let members = demo_members(1, 0.0);
+    let (_tmp, dir) = data_dir();
+    let kf = Kubefold::serve(&dir, &cluster_flags(&members), &[]);
+    kf.wait_ready();
+    let websocket = "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: v5.channel.k8s.io\r\n";
+    let spdy = "Connection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\n";
+    for upgrade in [websocket, spdy] {
+        let answer = |path: &str| {
+            let url = kf.url.clone();
+            let (p, u) = (path.to_string(), upgrade.to_string());
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let mut conn = Conn::open(&url, None);
+                let (code, head) = conn.get(&p, &u);
+                let mut body = String::new();
+                if code != 0 {
+                    let mut buf = [0u8; 4096];
+                    if let Ok(n) = conn.read(&mut buf) {
+                        body = String::from_utf8_lossy(&buf[..n]).into_owned();
+                    }
+                }
+                let _ = tx.send((code, format!("{head}{body}")));
+            });
+            let what = format!("GET {path} with {upgrade:?}: no answer within 5 s");
+            rx.recv_timeout(Duration::from_secs(5)).unwrap_or((0, what))
+        };
+        let (code, text) = answer("/version");
+        assert_eq!(code, 200, "{text}");
+        assert!(text.contains("gitVersion"), "{text}");
+        let (code, text) = answer("/api/v1/namespaces/default/pods/web-0_member1/exec?command=ls&stdout=true");
+        assert_eq!(code, 400, "{text}");
+        assert!(text.contains("\"kind\":\"Status\"") && text.contains("not serve"), "{text}");
+        let (code, text) = answer("/api/v1/namespaces/default/pods/web-0_member1/portforward?ports=80");
+        assert_eq!(code, 400, "{text}");
+        // A get of the pod itself is served.
+        let (code, text) = answer("/api/v1/namespaces/default/pods/web-0_member1");
+        assert_eq!(code, 200, "{text}");
+    }
+}
