@@ -128,6 +128,25 @@ impl Conn {
         (code, text)
     }
 
+    /// Sends a GET and reads the whole response when it has a
+    /// Content-Length (else what came with the head).
+    fn get_all(&mut self, path: &str, extra: &str) -> (u16, String) {
+        let (code, mut text) = self.get(path, extra);
+        let length = text
+            .lines()
+            .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap_or(0)));
+        if let (Some(length), Some(head_end)) = (length, text.find("\r\n\r\n")) {
+            let mut buf = [0u8; 4096];
+            while text.len() < head_end + 4 + length {
+                match self.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => text.push_str(&String::from_utf8_lossy(&buf[..n])),
+                }
+            }
+        }
+        (code, text)
+    }
+
     /// Closes politely: a TLS close_notify, then FIN (as Go and Python
     /// asyncio clients close), and lets go of the socket.
     fn close(self) {
@@ -242,15 +261,7 @@ fn upgrade_requests_are_answered_at_once() {
             let (tx, rx) = std::sync::mpsc::channel();
             std::thread::spawn(move || {
                 let mut conn = Conn::open(&url, None);
-                let (code, head) = conn.get(&p, &u);
-                let mut body = String::new();
-                if code != 0 {
-                    let mut buf = [0u8; 4096];
-                    if let Ok(n) = conn.read(&mut buf) {
-                        body = String::from_utf8_lossy(&buf[..n]).into_owned();
-                    }
-                }
-                let _ = tx.send((code, format!("{head}{body}")));
+                let _ = tx.send(conn.get_all(&p, &u));
             });
             let what = format!("GET {path} with {upgrade:?}: no answer within 5 s");
             rx.recv_timeout(Duration::from_secs(5)).unwrap_or((0, what))
@@ -267,4 +278,68 @@ fn upgrade_requests_are_answered_at_once() {
         let (code, text) = answer("/api/v1/namespaces/default/pods/web-0_member1");
         assert_eq!(code, 200, "{text}");
     }
+}
+
+const ALICE: &str = "alice-token-4c5d6e";
+const BOB: &str = "bob-token-7f8a9b";
+
+/// A token file of two viewers, alice and bob, and a config file with
+/// `auth` extra settings; (dirs kept alive, config path).
+fn viewers_config(auth_extra: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.csv");
+    std::fs::write(&tokens, format!("{ALICE},alice,1001,\"kubefold:viewers\"\n{BOB},bob,1002,\"kubefold:viewers\"\n")).unwrap();
+    let config = dir.path().join("kubefold.yaml");
+    std::fs::write(&config, format!("auth:\n  tokenAuthFile: {}\n{auth_extra}", tokens.display())).unwrap();
+    let path = config.to_string_lossy().into_owned();
+    (dir, path)
+}
+
+fn bearer(token: &str) -> String {
+    format!("Authorization: Bearer {token}\r\n")
+}
+
+/// Point 2: one client holds at most `auth.maxLongRunningPerClient`
+/// watches open; the next gets 429 TooManyRequests with Retry-After, as
+/// kube-apiserver's max-in-flight filter answers, while its other requests
+/// and other users' watches are served, and a closed watch frees its slot.
+#[test]
+fn long_running_requests_are_limited_per_client() {
+    let members = demo_members(1, 0.0);
+    let (_tmp, dir) = data_dir();
+    let (_cfg, config) = viewers_config("  maxLongRunningPerClient: 5\n");
+    let kf = Kubefold::serve(&dir, &cluster_flags(&members), &["--config", &config]);
+    wait_for(Duration::from_secs(60), "kubefold ready", || kf.get("/readyz").0 == 200);
+    let watch = "/api/v1/pods?watch=1&labelSelector=hostile%3Dnone";
+    let mut open = Vec::new();
+    for i in 0..5 {
+        let mut conn = Conn::open(&kf.url, None);
+        let (code, head) = conn.get(watch, &bearer(ALICE));
+        assert_eq!(code, 200, "watch {i}: {head}");
+        open.push(conn);
+    }
+    let mut sixth = Conn::open(&kf.url, None);
+    let (code, text) = sixth.get_all(watch, &bearer(ALICE));
+    assert_eq!(code, 429, "{text}");
+    assert!(text.to_ascii_lowercase().contains("retry-after: 1"), "{text}");
+    assert!(text.contains("\"reason\":\"TooManyRequests\"") && text.contains("long-running"), "{text}");
+    // A log is long-running too.
+    let (code, head) = Conn::open(&kf.url, None).get("/api/v1/namespaces/default/pods/web-0_member1/log", &bearer(ALICE));
+    assert_eq!(code, 429, "{head}");
+    // Alice's other requests, and Bob's watches, are served.
+    let (code, head) = Conn::open(&kf.url, None).get("/api/v1/namespaces/default/pods/web-0_member1", &bearer(ALICE));
+    assert_eq!(code, 200, "{head}");
+    let mut bobs = Conn::open(&kf.url, None);
+    let (code, head) = bobs.get(watch, &bearer(BOB));
+    assert_eq!(code, 200, "{head}");
+    // A closed watch frees its slot (once kubefold noticed the close).
+    open.pop().unwrap().close();
+    wait_for(Duration::from_secs(10), "a slot freed by a closed watch", || {
+        let mut conn = Conn::open(&kf.url, None);
+        let ok = conn.get(watch, &bearer(ALICE)).0 == 200;
+        if ok {
+            open.push(conn);
+        }
+        ok
+    });
 }

@@ -8,6 +8,7 @@
 //! - [`discovery`]: `/version`, `/api`, `/apis` documents.
 //! - [`read`]: list and get (JSON and Table).
 //! - [`watch`]: watch streams.
+//! - [`watch_budget`]: what the watches of one client may hold unread.
 //! - [`edit`]: edits forwarded to the owning member, read-your-writes.
 //! - [`members`]: kube clients of the members and raw forwarding.
 //! - [`health`]: `/healthz`, `/livez`, `/readyz`, `/metrics`.
@@ -27,6 +28,7 @@ pub mod read;
 pub mod respond;
 pub mod tls;
 pub mod watch;
+pub mod watch_budget;
 
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
@@ -347,7 +349,8 @@ async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath, 
             }
             let agent = req.headers().get(actix_web::http::header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("unknown");
             let socket = req.conn_data::<watch::ConnectionSocket>().cloned();
-            watch::watch(state.clone(), scope, &query, send_initial, read::wants_table(req), agent, socket)
+            let client = req.extensions().get::<auth::Client>().map(|c| c.0.clone());
+            watch::watch(state.clone(), scope, &query, send_initial, read::wants_table(req), agent, client.as_deref(), socket)
         }
         (Method::GET, None, None) => {
             let read_at = query.list_read_at()?;

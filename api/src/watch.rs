@@ -16,6 +16,7 @@ use tokio::sync::{broadcast, mpsc};
 
 use crate::query::{flag, Query};
 use crate::read::{Filter, IncludeObject, Scope, TablePrinter};
+use crate::watch_budget::Queued;
 use crate::ApiState;
 
 /// Open watches by client user agent.
@@ -161,8 +162,9 @@ struct Watch {
     /// watches behind by a second hold a thousand references to each line
     /// of that second, not a thousand copies.
     tx: mpsc::Sender<Vec<Bytes>>,
-    /// Bytes sent into `tx` and not yet taken by the response body.
-    queued: Arc<std::sync::atomic::AtomicUsize>,
+    /// Bytes sent into `tx` and not yet taken by the response body, also
+    /// counted into its client's (see [`crate::watch_budget`]).
+    queued: Arc<Queued>,
     /// The RV of the last event or bookmark handed to the client.
     sent_rv: u64,
     /// Lines of live events gathered into one message (`Some` while the
@@ -189,6 +191,7 @@ pub fn watch(
     send_initial: Option<bool>,
     table: bool,
     user_agent: &str,
+    client: Option<&str>,
     socket: Option<ConnectionSocket>,
 ) -> Result<HttpResponse, Status> {
     let filter = Filter::parse(&scope.resource, query)?;
@@ -215,7 +218,8 @@ pub fn watch(
     };
     // One slot more than the budget: the closing ERROR event of a slow client.
     let (tx, rx) = mpsc::channel::<Vec<Bytes>>(CLIENT_BUFFER + 1);
-    let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let budget = usize::try_from(state.config.auth.watch_buffer_bytes_per_client).unwrap_or(usize::MAX);
+    let queued = Queued::new(client, budget);
     // Subscribe before reading the snapshot so that no event falls between them.
     let events = state.fleet.subscribe();
     // What the watch reads from the store before its live events is kept
@@ -329,7 +333,7 @@ const SOCKET_RECHECK: Duration = Duration::from_millis(20);
 /// read waits in the watch's queue, where each line is shared.
 fn line_stream(
     mut rx: mpsc::Receiver<Vec<Bytes>>,
-    queued: Arc<std::sync::atomic::AtomicUsize>,
+    queued: Arc<Queued>,
     socket: Option<ConnectionSocket>,
 ) -> impl futures::Stream<Item = Result<Bytes, actix_web::Error>> {
     use std::future::Future;
@@ -339,7 +343,27 @@ fn line_stream(
     let mut recheck: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
     let mut flushed = false;
     let mut hangup: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+    let mut closed = false;
     futures::stream::poll_fn(move |cx| {
+        if closed {
+            return Poll::Ready(None);
+        }
+        if queued.evicted() {
+            // Closed for its client's budget: what it holds is dropped now
+            // (the watch task, finding `rx` closed, ends), and the client,
+            // if it reads again, finds a 410 to resume after.
+            closed = true;
+            rx.close();
+            let mut dropped: usize = lines.by_ref().map(|l| l.len()).sum();
+            while let Ok(message) = rx.try_recv() {
+                dropped += message.iter().map(Bytes::len).sum::<usize>();
+            }
+            queued.sub(dropped);
+            let status = Status::expired(
+                "watch closed: this client's watches hold more unread events than its budget (auth.watchBufferBytesPerClient); resume from the last resourceVersion read",
+            );
+            return Poll::Ready(Some(Ok(Bytes::from(format!("{}\n", json!({"type": "ERROR", "object": status.to_json()}))))));
+        }
         if let Some(socket) = socket.as_ref() {
             let timer = hangup.get_or_insert_with(|| Box::pin(tokio::time::sleep(HANGUP_CHECK)));
             while timer.as_mut().poll(cx).is_ready() {
@@ -387,7 +411,7 @@ fn line_stream(
                     _ => first,
                 };
                 since_check += chunk.len();
-                queued.fetch_sub(chunk.len(), std::sync::atomic::Ordering::Relaxed);
+                queued.sub(chunk.len());
                 return Poll::Ready(Some(Ok(chunk)));
             }
             match rx.poll_recv(cx) {
@@ -642,11 +666,10 @@ impl Watch {
     /// 410 ERROR event (it resumes from the last RV it received, or
     /// relists) and `false` is returned, as when the client went away.
     async fn push(&mut self, lines: Vec<Bytes>, len: usize) -> bool {
-        use std::sync::atomic::Ordering;
         let mut slow_since: Option<tokio::time::Instant> = None;
         loop {
-            let queued = self.queued.load(Ordering::Relaxed);
-            let room = queued == 0 || queued + len <= CLIENT_BUFFER_BYTES;
+            let queued = self.queued.bytes();
+            let room = (queued == 0 || queued + len <= CLIENT_BUFFER_BYTES) && self.queued.client_room(len);
             if room && self.tx.capacity() > 1 {
                 break;
             }
@@ -668,7 +691,7 @@ impl Watch {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        self.queued.fetch_add(len, Ordering::Relaxed);
+        self.queued.add(len);
         metrics::counter!("kubefold_watch_messages_total").increment(1);
         metrics::counter!("kubefold_watch_lines_total").increment(lines.len() as u64);
         self.tx.send(lines).await.is_ok()
@@ -696,9 +719,9 @@ impl Watch {
         let line = format!("{}\n", json!({"type": "ERROR", "object": status.to_json()}));
         // Never waits: the channel keeps one slot beyond the budget for it.
         let len = line.len();
-        self.queued.fetch_add(len, std::sync::atomic::Ordering::Relaxed);
+        self.queued.add(len);
         if self.tx.try_send(vec![Bytes::from(line)]).is_err() {
-            self.queued.fetch_sub(len, std::sync::atomic::Ordering::Relaxed);
+            self.queued.sub(len);
         }
     }
 }
@@ -784,9 +807,9 @@ mod tests {
         let large = |c: u8| Bytes::from(vec![c; 40 << 10]);
         let messages = vec![vec![small("ADDED"), small("MODIFIED")], vec![large(b'a'), large(b'b')], vec![small("DELETED")]];
         let (tx, rx) = mpsc::channel(4);
-        let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let queued = Queued::new(None, 0);
         for m in &messages {
-            queued.fetch_add(m.iter().map(Bytes::len).sum(), std::sync::atomic::Ordering::Relaxed);
+            queued.add(m.iter().map(Bytes::len).sum());
             tx.try_send(m.clone()).unwrap();
         }
         drop(tx);
@@ -797,7 +820,7 @@ mod tests {
         for (out, line) in sent[1..].iter().zip([&messages[1][0], &messages[1][1], &messages[2][0]]) {
             assert_eq!(out.as_ptr(), line.as_ptr(), "a line alone is the shared line itself, not a copy");
         }
-        assert_eq!(queued.load(std::sync::atomic::Ordering::Relaxed), 0, "what was queued is counted out as it is taken");
+        assert_eq!(queued.bytes(), 0, "what was queued is counted out as it is taken");
     }
 
     /// A watch whose socket is full hands actix-http no more than its
@@ -820,7 +843,8 @@ mod tests {
         for c in b'a'..b'k' {
             tx.try_send(vec![Bytes::from(vec![c; 64 << 10])]).unwrap();
         }
-        let queued = Arc::new(std::sync::atomic::AtomicUsize::new(640 << 10));
+        let queued = Queued::new(None, 0);
+        queued.add(640 << 10);
         let mut body = Box::pin(line_stream(rx, queued, ConnectionSocket::of(&server)));
         rt.block_on(async {
             let first = futures::poll!(body.next());
