@@ -343,3 +343,86 @@ fn long_running_requests_are_limited_per_client() {
         ok
     });
 }
+
+/// Resident memory of a process, KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+}
+
+/// A metric's value summed over the series whose labels contain `labels`.
+fn metric(url: &str, token: &str, name: &str, labels: &str) -> f64 {
+    let mut conn = Conn::open(url, None);
+    let text = conn.get_all("/metrics", &bearer(token)).1;
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']) && l.contains(labels))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+const CAROL: &str = "carol-admin-token-0d1e2f";
+
+/// Point 5: 150 watches of one viewer that never read (8 KiB receive
+/// buffers), each streaming a 1,500-pod state as Table rows with whole
+/// objects (about 5 MB, every row the watch's own) against a fleet with
+/// churn. Each watch alone may queue 4 MiB, 600 MiB together; with
+/// `watchBufferBytesPerClient: 16 MiB` kubefold's RSS stays within the
+/// budget plus each connection's own buffers, the viewer's slowest
+/// watches are closed and counted, and another viewer's watch is served.
+#[test]
+fn one_clients_unread_watches_are_bounded_together() {
+    let sim = kubefold_testdata::start(kubefold_testdata::SimConfig {
+        name: "member1".to_string(),
+        workload: kubefold_testdata::Workload::Demo,
+        pods: 1500,
+        churn_per_sec: 20.0,
+        seed: 1,
+        ..kubefold_testdata::SimConfig::default()
+    })
+    .expect("simulator starts");
+    let (_tmp, dir) = data_dir();
+    let budget_mib = 16;
+    let (cfg_dir, config) = viewers_config(&format!("  watchBufferBytesPerClient: {}\n", budget_mib << 20));
+    let mut tokens = std::fs::read_to_string(cfg_dir.path().join("tokens.csv")).unwrap();
+    tokens.push_str(&format!("{CAROL},carol,1003,\"kubefold:admins\"\n"));
+    std::fs::write(cfg_dir.path().join("tokens.csv"), tokens).unwrap();
+    let kf = Kubefold::serve(&dir, &[("member1".to_string(), sim.url())], &["--config", &config, "--client-stall-timeout-seconds", "600"]);
+    wait_for(Duration::from_secs(120), "kubefold ready", || Conn::open(&kf.url, None).get("/readyz", "").0 == 200);
+    let addr: std::net::SocketAddr = kf.url.trim_start_matches("http://").parse().unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let before = rss_kib(kf.pid());
+    let table = "Accept: application/json;as=Table;v=v1;g=meta.k8s.io\r\n";
+    let stuck: Vec<TcpStream> = (0..150)
+        .map(|_| {
+            let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+            socket.set_recv_buffer_size(4 << 10).unwrap();
+            socket.connect(&addr.into()).unwrap();
+            let mut stream: TcpStream = socket.into();
+            write!(stream, "GET /api/v1/pods?watch=1&includeObject=Object HTTP/1.1\r\nHost: kubefold\r\n{}{table}\r\n", bearer(ALICE)).unwrap();
+            stream
+        })
+        .collect();
+    let mut peak = 0;
+    let started = Instant::now();
+    let mut bob = Conn::open(&kf.url, None);
+    let (code, head) = bob.get("/api/v1/pods?watch=1&resourceVersion=0&allowWatchBookmarks=true", &bearer(BOB));
+    assert_eq!(code, 200, "{head}");
+    let mut bob_read = 0usize;
+    let mut buf = vec![0u8; 1 << 16];
+    while started.elapsed() < Duration::from_secs(40) {
+        peak = peak.max(rss_kib(kf.pid()));
+        if let Ok(n) = bob.read(&mut buf) {
+            bob_read += n;
+        }
+    }
+    let closed = metric(&kf.url, CAROL, "kubefold_watch_slow_closed_total", "client_budget");
+    let grown_mib = peak.saturating_sub(before) / 1024;
+    eprintln!("kubefold RSS {} MiB before, {} MiB at most with 150 stuck watches; {closed} closed over budget; bob read {bob_read} bytes", before / 1024, peak / 1024);
+    // The budget, plus per connection what actix and the watch hold beside
+    // their queue (up to 256 KiB), plus allocator slack.
+    let bound = budget_mib + 150 / 4 + 64;
+    assert!(grown_mib <= bound, "kubefold's RSS grew by {grown_mib} MiB with one viewer's 150 stuck watches (bound {bound} MiB)");
+    assert!(closed >= 1.0, "the viewer's slowest watches are closed over budget");
+    assert!(bob_read > 100_000, "another viewer's watch is served: it read {bob_read} bytes");
+    drop(stuck);
+}
