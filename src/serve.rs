@@ -194,6 +194,7 @@ pub fn run(
             compress_lists: config.compress_lists,
             auth: config.auth.clone(),
             tls: config.tls.clone(),
+            file_descriptor_reserve: config.file_descriptor_reserve,
             ..ApiConfig::default()
         };
         let estimators = Estimators::new();

@@ -5,6 +5,7 @@
 //! - [`path`]: parsing of Kubernetes API paths.
 //! - [`query`]: list, get and watch parameters.
 //! - [`admin`]: `/admin/v1` (clusters, resources, stats, compaction, backup).
+//! - [`connections`]: open connections against the descriptors the process may open.
 //! - [`discovery`]: `/version`, `/api`, `/apis` documents.
 //! - [`read`]: list and get (JSON and Table).
 //! - [`watch`]: watch streams.
@@ -15,6 +16,7 @@
 //! - [`respond`]: Status errors and JSON responses.
 
 pub mod admin;
+pub mod connections;
 pub mod discovery;
 pub mod edit;
 pub mod estimators;
@@ -85,6 +87,10 @@ pub struct ApiConfig {
     pub auth: auth::AuthConfig,
     /// TLS; plain HTTP when absent.
     pub tls: Option<tls::TlsConfig>,
+    /// Descriptors kept for the process's own use beyond what connections
+    /// may take (see [`connections`]); `None`: a tenth of the open-files
+    /// limit, at least 64.
+    pub file_descriptor_reserve: Option<usize>,
 }
 
 impl Default for ApiConfig {
@@ -101,6 +107,7 @@ impl Default for ApiConfig {
             compress_lists: true,
             auth: auth::AuthConfig::default(),
             tls: None,
+            file_descriptor_reserve: None,
         }
     }
 }
@@ -411,6 +418,10 @@ pub fn server(state: Arc<ApiState>) -> Result<(Server, Vec<SocketAddr>), ServerE
     }
     let estimator_table = web::Data::from(state.estimators.clone());
     let stall_timeout = config.client_stall_timeout;
+    let limits = connections::ConnectionLimits::of_process(config.file_descriptor_reserve);
+    let workers = config.workers.max(1);
+    tracing::info!(connections = limits.total, served_in_full = limits.full, "Connections limited by the open-files limit.");
+    let open_connections = connections::Connections::new(limits);
     let data = web::Data::from(state);
     let http = HttpServer::new(move || {
         App::new()
@@ -418,6 +429,7 @@ pub fn server(state: Arc<ApiState>) -> Result<(Server, Vec<SocketAddr>), ServerE
             // etcd's default request limit is 1.5 MiB; leave room for YAML and patches.
             .app_data(web::PayloadConfig::new(MAX_BODY_BYTES))
             .wrap(authenticator.clone())
+            .wrap(actix_web::middleware::from_fn(connections::overflow_lane))
             .route("/healthz", web::get().to(health::healthz))
             .route("/livez", web::get().to(health::healthz))
             .route("/readyz", web::get().to(health::readyz))
@@ -427,7 +439,10 @@ pub fn server(state: Arc<ApiState>) -> Result<(Server, Vec<SocketAddr>), ServerE
             .configure(admin::configure)
             .default_service(web::to(dispatch))
     })
-    .workers(config.workers.max(1))
+    .workers(workers)
+    // Accept stops once the connections that fit the descriptors are open
+    // (per worker; see `connections`).
+    .max_connections(limits.total.div_ceil(workers))
     // Small writes (a watch event, the end of a streamed list) go out at
     // once rather than waiting for the client's delayed ACK (up to 40 ms on
     // Linux), as Go's net/http, and so kube-apiserver, does for every TCP
@@ -456,12 +471,29 @@ pub fn server(state: Arc<ApiState>) -> Result<(Server, Vec<SocketAddr>), ServerE
     .on_connect(move |connection, data| {
         auth::on_connect(connection, data);
         limit_stalls(connection, stall_timeout);
-        if let Some(tcp) = tcp_of(connection) {
-            if let Some(socket) = watch::ConnectionSocket::of(tcp) {
-                data.insert(socket);
+        let open = open_connections.open();
+        // A connection of the overflow lane serves no watch: it goes
+        // without the second descriptor.
+        if !open.overflow {
+            if let Some(tcp) = tcp_of(connection) {
+                if let Some(socket) = watch::ConnectionSocket::of(tcp) {
+                    data.insert(socket);
+                }
             }
         }
+        data.insert(open);
     });
+    let http = match &config.tls {
+        // A client that connects and never sends its ClientHello holds a
+        // pending handshake until the timeout; at most
+        // `maxPendingHandshakes` are pending at once (per worker, its
+        // share), beyond which accept waits, while established
+        // connections are served as ever.
+        Some(t) => http
+            .tls_handshake_timeout(Duration::from_secs(t.handshake_timeout_seconds.max(1)))
+            .max_connection_rate(t.max_pending_handshakes.div_ceil(workers).max(1)),
+        None => http,
+    };
     let http = match tls {
         Some(tls) => http.bind_rustls_0_23(config.listen, tls),
         None => http.bind(config.listen),
