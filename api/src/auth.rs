@@ -114,7 +114,9 @@ pub struct AuthConfig {
     #[serde(default = "default_max_long_running_per_client")]
     pub max_long_running_per_client: usize,
     /// Bytes of events all the watches of one client (as for
-    /// `maxRequestsInFlightPerClient`) may hold unread together. A watch
+    /// `maxRequestsInFlightPerClient`) may hold unread together, counting
+    /// what each holds of its own: a JSON event line shared by several
+    /// watches counts once, for the watch that encoded it. A watch
     /// that would take its client past it waits, as for its own buffer;
     /// when the client stays over it, its watch with the most unread bytes
     /// is closed with a 410 Expired ERROR event (it resumes from the last

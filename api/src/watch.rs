@@ -105,12 +105,13 @@ thread_local! {
 }
 
 /// The JSON watch line of `event` as `event_type`, with `suffix` spliced
-/// into its name.
-fn encoded_line(event_type: EventType, event: &StoredEvent, suffix: Option<String>) -> Bytes {
+/// into its name, and whether it was encoded now (else it is shared with
+/// the watches that sent it before).
+fn encoded_line(event_type: EventType, event: &StoredEvent, suffix: Option<String>) -> (Bytes, bool) {
     LINES.with(|cache| {
         let mut cache = cache.borrow_mut();
         if let Some((.., line)) = cache.lines.get(&event.rv).and_then(|lines| lines.iter().find(|(t, s, _)| *t == event_type && *s == suffix)) {
-            return line.clone();
+            return (line.clone(), false);
         }
         let mut line = Vec::with_capacity(event.body.json.len() + 64);
         line.extend_from_slice(b"{\"type\":\"");
@@ -132,7 +133,7 @@ fn encoded_line(event_type: EventType, event: &StoredEvent, suffix: Option<Strin
                 cache.bytes -= old.len();
             }
         }
-        line
+        (line, true)
     })
 }
 
@@ -150,6 +151,11 @@ enum Start {
     Now,
 }
 
+/// Lines handed to a watch's response body at once, and how many of their
+/// bytes are the watch's own (counted into its client's budget, see
+/// [`crate::watch_budget`]) rather than shared with other watches.
+type Message = (Vec<Bytes>, usize);
+
 struct Watch {
     state: Arc<ApiState>,
     scope: Scope,
@@ -161,7 +167,7 @@ struct Watch {
     /// time. A line is the shared `Bytes` of [`encoded_line`]: a thousand
     /// watches behind by a second hold a thousand references to each line
     /// of that second, not a thousand copies.
-    tx: mpsc::Sender<Vec<Bytes>>,
+    tx: mpsc::Sender<Message>,
     /// Bytes sent into `tx` and not yet taken by the response body, also
     /// counted into its client's (see [`crate::watch_budget`]).
     queued: Arc<Queued>,
@@ -172,6 +178,8 @@ struct Watch {
     /// the last.
     batch: Option<Vec<Bytes>>,
     batch_bytes: usize,
+    /// Of them, the watch's own (see [`crate::watch_budget`]).
+    batch_own: usize,
     batch_rv: u64,
     /// The watched type's key (`v1/pods`), for matching events.
     resource_key: String,
@@ -217,7 +225,7 @@ pub fn watch(
         None
     };
     // One slot more than the budget: the closing ERROR event of a slow client.
-    let (tx, rx) = mpsc::channel::<Vec<Bytes>>(CLIENT_BUFFER + 1);
+    let (tx, rx) = mpsc::channel::<Message>(CLIENT_BUFFER + 1);
     let budget = usize::try_from(state.config.auth.watch_buffer_bytes_per_client).unwrap_or(usize::MAX);
     let queued = Queued::new(client, budget);
     // Subscribe before reading the snapshot so that no event falls between them.
@@ -234,7 +242,7 @@ pub fn watch(
         Start::Now => None,
     };
     let compacted = state.fleet.compacted_rv();
-    let watch = Watch { state, scope, filter, table, headers_sent: false, bookmarks, tx, queued: queued.clone(), sent_rv: 0, batch: None, batch_bytes: 0, batch_rv: 0, resource_key: String::new() };
+    let watch = Watch { state, scope, filter, table, headers_sent: false, bookmarks, tx, queued: queued.clone(), sent_rv: 0, batch: None, batch_bytes: 0, batch_own: 0, batch_rv: 0, resource_key: String::new() };
     let registered = Registered::new(user_agent);
     let deadline = tokio::time::Instant::now() + timeout;
     // Resolves once the response body is dropped (its client went away):
@@ -332,13 +340,16 @@ const SOCKET_RECHECK: Duration = Duration::from_millis(20);
 /// hands on lines only once `socket` can take more: what a client has not
 /// read waits in the watch's queue, where each line is shared.
 fn line_stream(
-    mut rx: mpsc::Receiver<Vec<Bytes>>,
+    mut rx: mpsc::Receiver<Message>,
     queued: Arc<Queued>,
     socket: Option<ConnectionSocket>,
 ) -> impl futures::Stream<Item = Result<Bytes, actix_web::Error>> {
     use std::future::Future;
     use std::task::Poll;
     let mut lines = Vec::<Bytes>::new().into_iter().peekable();
+    // Bytes of the message being sent that are the watch's own, not yet
+    // counted out (counted out first, as its chunks go).
+    let mut own = 0;
     let mut since_check = 0;
     let mut recheck: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
     let mut flushed = false;
@@ -354,11 +365,10 @@ fn line_stream(
             // if it reads again, finds a 410 to resume after.
             closed = true;
             rx.close();
-            let mut dropped: usize = lines.by_ref().map(|l| l.len()).sum();
-            while let Ok(message) = rx.try_recv() {
-                dropped += message.iter().map(Bytes::len).sum::<usize>();
+            queued.sub(lines.by_ref().map(|l| l.len()).sum(), own);
+            while let Ok((message, message_own)) = rx.try_recv() {
+                queued.sub(message.iter().map(Bytes::len).sum(), message_own);
             }
-            queued.sub(dropped);
             let status = Status::expired(
                 "watch closed: this client's watches hold more unread events than its budget (auth.watchBufferBytesPerClient); resume from the last resourceVersion read",
             );
@@ -411,11 +421,16 @@ fn line_stream(
                     _ => first,
                 };
                 since_check += chunk.len();
-                queued.sub(chunk.len());
+                let chunk_own = own.min(chunk.len());
+                own -= chunk_own;
+                queued.sub(chunk.len(), chunk_own);
                 return Poll::Ready(Some(Ok(chunk)));
             }
             match rx.poll_recv(cx) {
-                Poll::Ready(Some(message)) => lines = message.into_iter().peekable(),
+                Poll::Ready(Some((message, message_own))) => {
+                    lines = message.into_iter().peekable();
+                    own = message_own;
+                }
                 Poll::Ready(None) => return Poll::Ready(None),
                 Poll::Pending => return Poll::Pending,
             }
@@ -519,6 +534,7 @@ impl Watch {
                         // wake-up and one write, not one per event.
                         self.batch = Some(Vec::new());
                         self.batch_bytes = 0;
+                        self.batch_own = 0;
                         let mut next = Ok(event);
                         let mut taken = 0;
                         let lagged = loop {
@@ -589,7 +605,7 @@ impl Watch {
         if batch.is_empty() {
             return true;
         }
-        let sent = self.push(batch, self.batch_bytes).await;
+        let sent = self.push(batch, self.batch_bytes, self.batch_own).await;
         if sent {
             self.sent_rv = self.sent_rv.max(self.batch_rv);
         }
@@ -635,7 +651,8 @@ impl Watch {
 
     async fn send_event(&mut self, event_type: EventType, event: &StoredEvent) -> bool {
         let suffix = self.scope.name_suffix(&event.key.cluster);
-        let line = match &mut self.table {
+        // A line encoded now is the watch's own; one it shares is not.
+        let (line, encoded) = match &mut self.table {
             None => encoded_line(event_type, event, suffix),
             Some(printer) => {
                 printer.at_now();
@@ -644,32 +661,36 @@ impl Watch {
                 line.extend_from_slice(&printer.single(&event.body, suffix.as_deref(), event.rv, &event.key.cluster, self.headers_sent));
                 self.headers_sent = true;
                 line.extend_from_slice(b"}\n");
-                Bytes::from(line)
+                (Bytes::from(line), true)
             }
         };
+        let own = if encoded { line.len() } else { 0 };
         if let Some(batch) = &mut self.batch {
             self.batch_bytes += line.len();
+            self.batch_own += own;
             batch.push(line);
             self.batch_rv = event.rv;
             return true;
         }
         let len = line.len();
-        let sent = self.push(vec![line], len).await;
+        let sent = self.push(vec![line], len, own).await;
         if sent {
             self.sent_rv = event.rv;
         }
         sent
     }
 
-    /// Hands lines (`len` bytes) to the client within its buffer budget; a client
+    /// Hands lines (`len` bytes, `own` of them the watch's own, see
+    /// [`crate::watch_budget`]) to the client within its buffer budget and
+    /// its client's; a client
     /// whose buffer stays full for [`SLOW_CLIENT_GRACE`] is closed with a
     /// 410 ERROR event (it resumes from the last RV it received, or
     /// relists) and `false` is returned, as when the client went away.
-    async fn push(&mut self, lines: Vec<Bytes>, len: usize) -> bool {
+    async fn push(&mut self, lines: Vec<Bytes>, len: usize, own: usize) -> bool {
         let mut slow_since: Option<tokio::time::Instant> = None;
         loop {
             let queued = self.queued.bytes();
-            let room = (queued == 0 || queued + len <= CLIENT_BUFFER_BYTES) && self.queued.client_room(len);
+            let room = (queued == 0 || queued + len <= CLIENT_BUFFER_BYTES) && (own == 0 || self.queued.client_room(own));
             if room && self.tx.capacity() > 1 {
                 break;
             }
@@ -691,10 +712,10 @@ impl Watch {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        self.queued.add(len);
+        self.queued.add(len, own);
         metrics::counter!("kubefold_watch_messages_total").increment(1);
         metrics::counter!("kubefold_watch_lines_total").increment(lines.len() as u64);
-        self.tx.send(lines).await.is_ok()
+        self.tx.send((lines, own)).await.is_ok()
     }
 
     async fn send_bookmark(&mut self, rv: u64, initial_events_end: bool) -> bool {
@@ -708,7 +729,7 @@ impl Watch {
         }
         let line = format!("{}\n", json!({"type": "BOOKMARK", "object": object}));
         let len = line.len();
-        let sent = self.push(vec![Bytes::from(line)], len).await;
+        let sent = self.push(vec![Bytes::from(line)], len, len).await;
         if sent {
             self.sent_rv = self.sent_rv.max(rv);
         }
@@ -719,9 +740,9 @@ impl Watch {
         let line = format!("{}\n", json!({"type": "ERROR", "object": status.to_json()}));
         // Never waits: the channel keeps one slot beyond the budget for it.
         let len = line.len();
-        self.queued.add(len);
-        if self.tx.try_send(vec![Bytes::from(line)]).is_err() {
-            self.queued.sub(len);
+        self.queued.add(len, len);
+        if self.tx.try_send((vec![Bytes::from(line)], len)).is_err() {
+            self.queued.sub(len, len);
         }
     }
 }
@@ -809,8 +830,9 @@ mod tests {
         let (tx, rx) = mpsc::channel(4);
         let queued = Queued::new(None, 0);
         for m in &messages {
-            queued.add(m.iter().map(Bytes::len).sum());
-            tx.try_send(m.clone()).unwrap();
+            let len = m.iter().map(Bytes::len).sum();
+            queued.add(len, len);
+            tx.try_send((m.clone(), len)).unwrap();
         }
         drop(tx);
         let sent: Vec<Bytes> = futures::executor::block_on(line_stream(rx, queued.clone(), None).map(Result::unwrap).collect());
@@ -841,10 +863,10 @@ mod tests {
         while server.write(&filler).is_ok() {}
         let (tx, rx) = mpsc::channel(64);
         for c in b'a'..b'k' {
-            tx.try_send(vec![Bytes::from(vec![c; 64 << 10])]).unwrap();
+            tx.try_send((vec![Bytes::from(vec![c; 64 << 10])], 64 << 10)).unwrap();
         }
         let queued = Queued::new(None, 0);
-        queued.add(640 << 10);
+        queued.add(640 << 10, 640 << 10);
         let mut body = Box::pin(line_stream(rx, queued, ConnectionSocket::of(&server)));
         rt.block_on(async {
             let first = futures::poll!(body.next());

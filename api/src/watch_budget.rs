@@ -1,7 +1,12 @@
 //! What the watches of one client may hold unread, together
 //! (`auth.watchBufferBytesPerClient`): every watch counts the bytes of the
 //! lines it queued and its client has not taken yet, into its own count
-//! and its client's. A watch that would take its client past the budget
+//! and, for lines that are its own, its client's. A JSON line is encoded
+//! once per worker thread and shared by every watch that sends it while it
+//! is cached (`watch::encoded_line`): it is the own line of the watch that
+//! encoded it, and costs the others nothing, so a thousand watches behind
+//! on the same live events count one copy. Table rows, bookmarks and
+//! errors are always the watch's own. A watch that would take its client past the budget
 //! has the client's slowest watch (the one with the most unread) closed,
 //! as kube-apiserver closes a watcher that does not keep up; so one user's
 //! watches that never read hold no more than the budget however many they
@@ -28,6 +33,8 @@ struct ClientWatches {
 #[derive(Debug)]
 pub struct Queued {
     bytes: AtomicUsize,
+    /// Of them, those counted into the client's.
+    own: AtomicUsize,
     /// Set when the watch is closed for its client's budget: its body
     /// drops what it holds, sends the 410 ERROR event and ends.
     evicted: AtomicBool,
@@ -45,7 +52,7 @@ impl Queued {
             let watches = clients.get_or_insert_with(HashMap::new).entry(name.to_string()).or_default().clone();
             (name.to_string(), watches)
         });
-        let queued = Arc::new(Queued { bytes: AtomicUsize::new(0), evicted: AtomicBool::new(false), client, budget });
+        let queued = Arc::new(Queued { bytes: AtomicUsize::new(0), own: AtomicUsize::new(0), evicted: AtomicBool::new(false), client, budget });
         if let Some((_, watches)) = &queued.client {
             let mut list = watches.watches.lock().unwrap_or_else(|e| e.into_inner());
             list.retain(|w| w.strong_count() > 0);
@@ -59,19 +66,26 @@ impl Queued {
         self.bytes.load(Ordering::Relaxed)
     }
 
-    /// Counts `n` bytes queued.
-    pub fn add(&self, n: usize) {
+    /// Counts `n` bytes queued, `own` of them the watch's own (into the
+    /// client's too).
+    pub fn add(&self, n: usize, own: usize) {
         self.bytes.fetch_add(n, Ordering::Relaxed);
-        if let Some((_, c)) = &self.client {
-            c.unread.fetch_add(n, Ordering::Relaxed);
+        if own > 0 {
+            self.own.fetch_add(own, Ordering::Relaxed);
+            if let Some((_, c)) = &self.client {
+                c.unread.fetch_add(own, Ordering::Relaxed);
+            }
         }
     }
 
-    /// Counts `n` bytes taken (or dropped).
-    pub fn sub(&self, n: usize) {
+    /// Counts `n` bytes taken (or dropped), `own` of them the watch's own.
+    pub fn sub(&self, n: usize, own: usize) {
         self.bytes.fetch_sub(n, Ordering::Relaxed);
-        if let Some((_, c)) = &self.client {
-            c.unread.fetch_sub(n, Ordering::Relaxed);
+        if own > 0 {
+            self.own.fetch_sub(own, Ordering::Relaxed);
+            if let Some((_, c)) = &self.client {
+                c.unread.fetch_sub(own, Ordering::Relaxed);
+            }
         }
     }
 
@@ -80,10 +94,10 @@ impl Queued {
         self.evicted.load(Ordering::Relaxed)
     }
 
-    /// Whether `len` more bytes fit the client's budget. When they do not,
-    /// the client's watch with the most unread bytes (this one, maybe) is
-    /// closed, unless one is being closed already: the caller waits for
-    /// the room that frees.
+    /// Whether `len` more bytes of the watch's own fit the client's budget.
+    /// When they do not, the client's watch with the most of its own unread
+    /// (this one, maybe) is closed, unless one is being closed already: the
+    /// caller waits for the room that frees.
     pub fn client_room(&self, len: usize) -> bool {
         let Some((name, client)) = &self.client else { return true };
         if client.unread.load(Ordering::Relaxed) + len <= self.budget {
@@ -99,10 +113,11 @@ impl Queued {
             return false;
         }
         // A watch that holds nothing could not free anything.
-        if let Some(slowest) = open.iter().filter(|w| w.bytes() > 0).max_by_key(|w| w.bytes()) {
+        let own = |w: &Arc<Queued>| w.own.load(Ordering::Relaxed);
+        if let Some(slowest) = open.iter().filter(|w| own(w) > 0).max_by_key(|w| own(w)) {
             slowest.evicted.store(true, Ordering::Relaxed);
             metrics::counter!("kubefold_watch_slow_closed_total", "reason" => "client_budget").increment(1);
-            tracing::info!(client = %name, unread_bytes = slowest.bytes(), client_unread_bytes = client.unread.load(Ordering::Relaxed), budget = self.budget, "Slowest watch of a client over its watch buffer budget closed.");
+            tracing::info!(client = %name, unread_bytes = own(slowest), client_unread_bytes = client.unread.load(Ordering::Relaxed), budget = self.budget, "Slowest watch of a client over its watch buffer budget closed.");
             return false;
         }
         // Nothing of this client's is queued: a single message larger than
@@ -115,7 +130,7 @@ impl Drop for Queued {
     fn drop(&mut self) {
         let Some((name, client)) = &self.client else { return };
         // Lines still queued are dropped with the watch.
-        client.unread.fetch_sub(self.bytes.load(Ordering::Relaxed), Ordering::Relaxed);
+        client.unread.fetch_sub(self.own.load(Ordering::Relaxed), Ordering::Relaxed);
         let mut clients = CLIENTS.lock().unwrap_or_else(|e| e.into_inner());
         let mut list = client.watches.lock().unwrap_or_else(|e| e.into_inner());
         list.retain(|w| w.strong_count() > 0);
@@ -147,9 +162,12 @@ mod tests {
         let a1 = Queued::new(Some("user:budget-a"), 1000);
         let a2 = Queued::new(Some("user:budget-a"), 1000);
         let b = Queued::new(Some("user:budget-b"), 1000);
-        a1.add(300);
-        a2.add(600);
-        b.add(900);
+        a1.add(300, 300);
+        a2.add(600, 600);
+        b.add(900, 900);
+        // Shared lines count for the watch alone.
+        a1.add(5000, 0);
+        assert_eq!(a1.bytes(), 5300);
         assert_eq!(client_unread("user:budget-a"), 900);
         assert!(a1.client_room(100), "exactly the budget fits");
         assert!(!a1.client_room(101), "over the budget");
@@ -159,8 +177,9 @@ mod tests {
         drop(a2);
         assert_eq!(client_unread("user:budget-a"), 300, "what a closed watch held is released");
         assert!(a1.client_room(101));
-        a1.sub(300);
-        assert_eq!(client_unread("user:budget-a"), 0);
+        a1.sub(300, 300);
+        a1.sub(5000, 0);
+        assert_eq!((client_unread("user:budget-a"), a1.bytes()), (0, 0));
         assert!(a1.client_room(5000), "a message larger than the budget goes alone");
         drop(a1);
         assert_eq!(client_unread("user:budget-a"), 0);
@@ -168,7 +187,7 @@ mod tests {
         assert_eq!(client_unread("user:budget-b"), 900);
         // Without a budget nothing is shared.
         let free = Queued::new(Some("user:budget-c"), 0);
-        free.add(1 << 30);
+        free.add(1 << 30, 1 << 30);
         assert!(free.client_room(1 << 30));
         assert_eq!(client_unread("user:budget-c"), 0);
     }
