@@ -4,6 +4,7 @@
 //! `Upgrade`. Each checks that kubefold stays up and other clients stay
 //! served.
 
+mod chaos;
 mod common;
 
 use std::io::{Read, Write};
@@ -11,6 +12,7 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use chaos::{open_fds, HostileClients};
 use common::*;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 
@@ -163,10 +165,6 @@ impl Conn {
     }
 }
 
-/// Open descriptors of a process.
-fn open_fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
-}
 
 /// A GET by a fresh client within `limit`; its status (0: no answer).
 fn get_within(url: &str, tls: Option<&Arc<rustls::ClientConfig>>, path: &str, limit: Duration) -> u16 {
@@ -532,4 +530,21 @@ fn idle_connections_without_tls_do_not_hold_up_tls_clients() {
         }
     }
     assert_eq!(closed, 1500, "idle connections closed within 20 s");
+}
+
+/// The chaos soak's hostile round (`chaos::HostileClients`), once, beside
+/// a churning member: every dropped watch answered, descriptors back.
+#[test]
+fn the_soaks_hostile_clients_are_served_and_leave_nothing_behind() {
+    let members = demo_members(1, 10.0);
+    let (_tmp, dir) = data_dir();
+    let kf = Kubefold::serve(&dir, &cluster_flags(&members), &[]);
+    kf.wait_ready();
+    let before = open_fds(kf.pid());
+    let hostile = HostileClients::start(&kf.url);
+    std::thread::sleep(Duration::from_secs(2));
+    let stats = hostile.stop();
+    assert!(stats.rounds >= 1 && stats.watches >= 200 && stats.idle >= 100, "{stats:?}");
+    assert_eq!(stats.unanswered, 0, "{stats:?}");
+    wait_for(Duration::from_secs(20), "descriptors back", || open_fds(kf.pid()) <= before + 20);
 }
