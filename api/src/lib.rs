@@ -234,13 +234,19 @@ pub(crate) async fn read_body(mut payload: web::Payload) -> Result<web::Bytes, S
 async fn dispatch(req: HttpRequest, payload: web::Payload, state: web::Data<ApiState>) -> HttpResponse {
     let state = state.into_inner();
     let started = std::time::Instant::now();
-    // A WebSocket upgrade request has no body: actix-http hands everything
-    // after its head on as an endless payload (the frames it expects), and
-    // waiting for its end never answered. kubefold serves no upgrades: the
-    // request is answered as it is (streaming subresources with a Status
-    // saying they are not served, see `resource`) and the connection
-    // closed after.
-    let body = if req.head().upgrade() || req.headers().contains_key(actix_web::http::header::UPGRADE) {
+    // A WebSocket upgrade (or CONNECT) request has no body: actix-http
+    // hands everything after its head on as an endless payload (the frames
+    // it expects), and waiting for its end never answered. kubefold serves
+    // no upgrades: the request is answered as it is (streaming subresources
+    // with a Status saying they are not served, see `resource`) and the
+    // connection closed after. Other upgrades (SPDY, h2c) keep their body
+    // as any request.
+    let websocket = req
+        .headers()
+        .get(actix_web::http::header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("websocket"));
+    let body = if websocket || req.method() == Method::CONNECT {
         drop(payload);
         Ok(web::Bytes::new())
     } else {
