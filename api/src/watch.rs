@@ -891,6 +891,33 @@ mod tests {
         assert!(matches!(&next, Some(Ok(c)) if c[0] == b'b'), "the next 64 KiB once the socket takes more");
     }
 
+    /// A watch body with nothing to send ends within about a second of
+    /// its client closing the connection (FIN), and shuts the socket down
+    /// so that actix-http drops the connection; until then it waits.
+    #[test]
+    fn a_watch_body_with_nothing_to_send_ends_when_its_client_closes() {
+        use futures::StreamExt;
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        let socket = ConnectionSocket::of(&server).unwrap();
+        assert!(!socket.peer_closed());
+        let (_tx, rx) = mpsc::channel::<Message>(4);
+        let mut body = Box::pin(line_stream(rx, Queued::new(None, 0), Some(socket.clone())));
+        rt.block_on(async {
+            let waited = tokio::time::timeout(Duration::from_millis(1200), body.next()).await;
+            assert!(waited.is_err(), "the body waits while its client is there");
+        });
+        client.shutdown(std::net::Shutdown::Write).unwrap();
+        let started = std::time::Instant::now();
+        let end = rt.block_on(async { tokio::time::timeout(Duration::from_secs(3), body.next()).await });
+        assert!(matches!(end, Ok(None)), "the body ends once its client closed");
+        assert!(started.elapsed() < Duration::from_millis(1500), "within about a second: {:?}", started.elapsed());
+        let mut buf = [0u8; 1];
+        assert_eq!(std::io::Read::read(&mut &server, &mut buf).unwrap(), 0, "the socket is shut down");
+    }
+
     #[test]
     fn bookmarks_every_interval_and_once_shortly_before_the_end() {
         let start = Instant::now();
