@@ -105,6 +105,16 @@ pub struct Config {
     /// create is refused with 400 naming the ways to choose).
     #[serde(default)]
     pub placement: Vec<kubefold_api::placement::PlacementRule>,
+    /// Open files (descriptors) kubefold keeps for its own use (the store,
+    /// member connections, backups) beyond what client connections may
+    /// take, out of its open-files limit (RLIMIT_NOFILE, whose soft limit
+    /// it raises to the hard one at start). Connections take what is left
+    /// at two descriptors each; the last sixteenth of them answer health
+    /// checks and 503 with Retry-After to anything else, one request per
+    /// connection; beyond, accept waits until connections close. Unset: a
+    /// tenth of the limit, at least 64.
+    #[serde(default = "default_file_descriptor_reserve")]
+    pub file_descriptor_reserve: Option<usize>,
 }
 
 /// `127.0.0.1:8080`.
@@ -169,6 +179,11 @@ pub fn default_watcher_threads() -> usize {
 /// 2 threads.
 pub fn default_http_workers() -> usize {
     2
+}
+
+/// Unset: a tenth of the open-files limit, at least 64.
+pub fn default_file_descriptor_reserve() -> Option<usize> {
+    None
 }
 
 impl Default for Config {

@@ -213,6 +213,7 @@ pub fn run(
             auth: config.auth.clone(),
             tls: config.tls.clone(),
             placement: config.placement.clone(),
+            file_descriptor_reserve: config.file_descriptor_reserve,
             ..ApiConfig::default()
         };
         let estimators = Estimators::new();

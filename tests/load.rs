@@ -822,11 +822,14 @@ fn watches_replaying_a_long_backlog_hold_only_their_buffers() {
 /// The soak: `CHAOS_MINUTES` (default 10) of rotating member faults over
 /// three churning members with 2,000 load pods each, under 20 checking
 /// watch clients, 500 light watches and list/get load, with a 50,000-pod
-/// burst half way and a slow client throughout. After each fault: reads
+/// burst half way, a slow client throughout, and hostile clients
+/// throughout (200 dropped watches whose selector matches nothing and 100
+/// idle connections every few seconds, [`HostileClients`]). After each fault: reads
 /// were served during it, and kubefold converges once it is cleared. At
 /// the end: exact convergence, every watch client consistent, no list or
-/// get failed or hung, and each kind's p99 latency within Kubernetes' SLO
-/// ([`ReadKind`]). Prints a summary.
+/// get failed or hung, each kind's p99 latency within Kubernetes' SLO
+/// ([`ReadKind`]), every hostile watch answered and kubefold's descriptors
+/// back where they were once the hostile clients stop. Prints a summary.
 #[test]
 #[ignore = "long: run with ops/chaos/run"]
 fn chaos_soak() {
@@ -864,6 +867,10 @@ fn chaos_soak() {
     let max_rss_mib: u64 = std::env::var("CHAOS_MAX_RSS_MIB").ok().and_then(|m| m.parse().ok()).unwrap_or(4096);
     let killed = Arc::new(AtomicBool::new(false));
     let sampler = guarded_rss_sampler(pid, rss_stop.clone(), max_rss_mib * 1024, killed.clone());
+    // Hostile clients throughout: dropped watches that match nothing, idle
+    // connections. Descriptors must come back to this once they stop.
+    let fds_before = open_fds(pid);
+    let hostile = HostileClients::start(&kf.url);
 
     let rotation: Vec<(&str, Faults, Duration)> = vec![
         ("latency 300 ms + jitter 700 ms", Faults { latency_ms: 300, latency_jitter_ms: 700, watch_close_after_ms: Some(5000), ..Faults::default() }, Duration::from_secs(20)),
@@ -960,6 +967,18 @@ fn chaos_soak() {
         sim.set_churn(0.0);
     }
     let mut end_failures = Vec::new();
+    let hostile = hostile.stop();
+    if hostile.unanswered > 0 {
+        end_failures.push(format!("{} of {} hostile watches not answered within 5 s", hostile.unanswered, hostile.watches));
+    }
+    let fds_back = (0..80).any(|_| {
+        std::thread::sleep(Duration::from_millis(250));
+        open_fds(pid) <= fds_before + 50
+    });
+    let fds_after = open_fds(pid);
+    if !fds_back {
+        end_failures.push(format!("descriptors {fds_after} after the hostile clients stopped, {fds_before} before"));
+    }
     if killed.load(Ordering::Relaxed) || !std::path::Path::new(&format!("/proc/{pid}")).exists() {
         rss_stop.store(true, Ordering::Relaxed);
         stop.store(true, Ordering::Relaxed);
@@ -1023,6 +1042,10 @@ fn chaos_soak() {
     println!("  list/get latency: {}", reads.summary());
     let over_slo = reads.over_slo();
     println!("  slow client (reads nothing): kubefold_watch_slow_closed_total = {slow_closed}");
+    println!(
+        "  hostile clients: {} rounds, {} dropped watches matching nothing ({} unanswered), {} idle connections; descriptors {fds_before} before, {fds_after} after",
+        hostile.rounds, hostile.watches, hostile.unanswered, hostile.idle
+    );
     println!("  end state: {}", if end_failures.is_empty() { "converged exactly, every client consistent".to_string() } else { end_failures.join("; ") });
     let failed: Vec<String> = outcomes.lock().unwrap().iter().filter(|(_, o)| !o.failures.is_empty()).map(|(n, _)| n.clone()).collect();
     if !failed.is_empty() || !end_failures.is_empty() {

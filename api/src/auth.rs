@@ -112,6 +112,29 @@ pub struct AuthConfig {
     /// 0: no limit.
     #[serde(default = "default_max_requests_in_flight_per_client")]
     pub max_requests_in_flight_per_client: usize,
+    /// Most long-running requests ([`is_long_running`]: watches, logs,
+    /// exec and other streams) one client (as for
+    /// `maxRequestsInFlightPerClient`) may hold open at once, each counted
+    /// until its response ends; more get 429 TooManyRequests with
+    /// `Retry-After: 1`, as kube-apiserver's max-in-flight filter answers.
+    /// Each open watch holds a connection (a descriptor or two) and its
+    /// buffer, so one client cannot take them all. 0: no limit.
+    #[serde(default = "default_max_long_running_per_client")]
+    pub max_long_running_per_client: usize,
+    /// Bytes of events all the watches of one client (as for
+    /// `maxRequestsInFlightPerClient`) may hold unread together, counting
+    /// what each holds of its own: a JSON event line shared by several
+    /// watches counts once, for the watch that encoded it. A watch
+    /// that would take its client past it waits, as for its own buffer;
+    /// when the client stays over it, its watch with the most unread bytes
+    /// is closed with a 410 Expired ERROR event (it resumes from the last
+    /// resourceVersion it read) and counted in
+    /// `kubefold_watch_slow_closed_total{reason="client_budget"}`, as
+    /// kube-apiserver closes a watcher that does not keep up. So one user's
+    /// watches that never read cannot grow kubefold's memory beyond it.
+    /// 0: no bound beyond each watch's own (4 MiB).
+    #[serde(default = "default_watch_buffer_bytes_per_client")]
+    pub watch_buffer_bytes_per_client: u64,
 }
 
 /// The same defaults as an empty `auth:` section.
@@ -123,6 +146,8 @@ impl Default for AuthConfig {
             anonymous: default_anonymous(),
             rules: Vec::new(),
             max_requests_in_flight_per_client: default_max_requests_in_flight_per_client(),
+            max_long_running_per_client: default_max_long_running_per_client(),
+            watch_buffer_bytes_per_client: default_watch_buffer_bytes_per_client(),
         }
     }
 }
@@ -135,6 +160,17 @@ pub fn default_anonymous() -> Option<bool> {
 /// 100 requests.
 pub fn default_max_requests_in_flight_per_client() -> usize {
     100
+}
+
+/// 2,000 requests: far more watches than a controller or a dashboard
+/// opens, and a tenth of a usual 20,000 open-files limit.
+pub fn default_max_long_running_per_client() -> usize {
+    2000
+}
+
+/// 256 MiB.
+pub fn default_watch_buffer_bytes_per_client() -> u64 {
+    256 << 20
 }
 
 /// An extra authorization rule: it allows a request when the user matches
@@ -738,6 +774,14 @@ pub fn too_many_requests() -> Status {
     status
 }
 
+/// 429 TooManyRequests with `Retry-After: 1`, for a client that holds
+/// `maxLongRunningPerClient` watches or streams open already.
+pub fn too_many_long_running() -> Status {
+    let mut status = Status::new(429, "TooManyRequests", "Too many long-running requests (watches, logs, streams) open from this client, please try again later.");
+    status.details = Some(kubefold_engine::status::StatusDetails { retry_after_seconds: Some(1), ..Default::default() });
+    status
+}
+
 /// Requests in flight per client.
 #[derive(Debug)]
 struct InFlight {
@@ -793,6 +837,8 @@ struct Inner {
     open: bool,
     rules: Vec<Rule>,
     in_flight: Arc<InFlight>,
+    /// Long-running requests open per client.
+    long_running: Arc<InFlight>,
 }
 
 /// The authentication, authorization and request-limit middleware. Cheap to
@@ -803,10 +849,28 @@ pub struct Auth {
     inner: Arc<Inner>,
 }
 
+/// What [`Auth::admit`] found about an admitted request.
+struct Admitted {
+    user: User,
+    attributes: RequestAttributes,
+    /// Its slot of the client's requests in flight.
+    slot: InFlightGuard,
+    /// Its slot of the client's long-running requests, if it is one.
+    long_running: Option<InFlightGuard>,
+    client: Client,
+}
+
+/// The client a request is counted against in the per-client limits: the
+/// user (`user:NAME`), or the client IP for anonymous requests
+/// (`ip:ADDR`). In the request extensions of every admitted request.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Client(pub String);
+
 /// Why a request was turned away.
 enum Rejection {
     Unauthorized,
     TooManyRequests,
+    TooManyLongRunning,
     Forbidden(Box<(User, RequestAttributes)>),
 }
 
@@ -847,6 +911,10 @@ impl Auth {
                 rules: config.rules.clone(),
                 in_flight: Arc::new(InFlight {
                     max: config.max_requests_in_flight_per_client,
+                    counts: Mutex::new(HashMap::new()),
+                }),
+                long_running: Arc::new(InFlight {
+                    max: config.max_long_running_per_client,
                     counts: Mutex::new(HashMap::new()),
                 }),
             }),
@@ -896,19 +964,23 @@ impl Auth {
     }
 
     /// Authenticates, counts and authorizes `req`.
-    fn admit(&self, req: &ServiceRequest) -> Result<(User, RequestAttributes, InFlightGuard), Rejection> {
+    fn admit(&self, req: &ServiceRequest) -> Result<Admitted, Rejection> {
         let user = self.authenticate(req)?;
         let client = if user.is_anonymous() {
             format!("ip:{}", req.peer_addr().map_or_else(|| "unknown".to_string(), |a| IpAddr::to_string(&a.ip())))
         } else {
             format!("user:{}", user.name)
         };
-        let guard = self.inner.in_flight.acquire(client).ok_or(Rejection::TooManyRequests)?;
+        let slot = self.inner.in_flight.acquire(client.clone()).ok_or(Rejection::TooManyRequests)?;
         let attributes = attributes(req.method(), req.path(), req.query_string());
         if !self.allows(&user, &attributes) {
             return Err(Rejection::Forbidden(Box::new((user, attributes))));
         }
-        Ok((user, attributes, guard))
+        let long_running = match is_long_running(&attributes, req.query_string()) {
+            true => Some(self.inner.long_running.acquire(client.clone()).ok_or(Rejection::TooManyLongRunning)?),
+            false => None,
+        };
+        Ok(Admitted { user, attributes, slot, long_running, client: Client(client) })
     }
 }
 
@@ -942,6 +1014,7 @@ fn is_open_path(path: &str) -> bool {
 pub struct Counted<B> {
     body: B,
     _slot: Option<InFlightGuard>,
+    _long_running: Option<InFlightGuard>,
 }
 
 impl<B: MessageBody + Unpin> MessageBody for Counted<B> {
@@ -956,8 +1029,8 @@ impl<B: MessageBody + Unpin> MessageBody for Counted<B> {
     }
 
     fn try_into_bytes(self) -> Result<actix_web::web::Bytes, Self> {
-        let Counted { body, _slot } = self;
-        body.try_into_bytes().map_err(|body| Counted { body, _slot })
+        let Counted { body, _slot, _long_running } = self;
+        body.try_into_bytes().map_err(|body| Counted { body, _slot, _long_running })
     }
 }
 
@@ -1000,20 +1073,21 @@ where
     fn call(&self, req: ServiceRequest) -> Self::Future {
         if is_open_path(req.path()) {
             let response = self.service.call(req);
-            return Box::pin(async move { Ok(response.await?.map_body(|_, body| Counted { body, _slot: None }).map_into_left_body()) });
+            return Box::pin(async move { Ok(response.await?.map_body(|_, body| Counted { body, _slot: None, _long_running: None }).map_into_left_body()) });
         }
         match self.auth.admit(&req) {
-            Ok((user, attributes, slot)) => {
-                let long_running = is_long_running(&attributes, req.query_string());
+            Ok(Admitted { user, attributes, slot, long_running, client }) => {
                 req.extensions_mut().insert(user);
                 req.extensions_mut().insert(attributes);
+                req.extensions_mut().insert(client);
                 let response = self.service.call(req);
                 Box::pin(async move {
                     let response = response.await;
-                    // A long-running request's slot is released when its
-                    // response starts, any other's with its body.
-                    let slot = (!long_running).then_some(slot);
-                    Ok(response?.map_body(|_, body| Counted { body, _slot: slot }).map_into_left_body())
+                    // A long-running request's in-flight slot is released
+                    // when its response starts, any other's with its body;
+                    // its long-running slot with its body.
+                    let slot = long_running.is_none().then_some(slot);
+                    Ok(response?.map_body(|_, body| Counted { body, _slot: slot, _long_running: long_running }).map_into_left_body())
                 })
             }
             Err(rejection) => {
@@ -1025,6 +1099,10 @@ where
                     Rejection::TooManyRequests => {
                         debug!(path = req.path(), peer = ?req.peer_addr(), "Too many requests in flight from one client.");
                         too_many_requests()
+                    }
+                    Rejection::TooManyLongRunning => {
+                        debug!(path = req.path(), peer = ?req.peer_addr(), "Too many long-running requests open from one client.");
+                        too_many_long_running()
                     }
                     Rejection::Forbidden(denied) => {
                         let (user, attributes) = *denied;
@@ -1300,6 +1378,10 @@ mod tests {
         let c: AuthConfig = serde_yaml::from_str("{}").unwrap();
         assert_eq!(c, AuthConfig::default());
         assert_eq!(c.max_requests_in_flight_per_client, 100);
+        assert_eq!(c.max_long_running_per_client, 2000);
+        assert_eq!(c.watch_buffer_bytes_per_client, 256 << 20);
+        let c2: AuthConfig = serde_yaml::from_str("{maxLongRunningPerClient: 3, watchBufferBytesPerClient: 1048576}").unwrap();
+        assert_eq!((c2.max_long_running_per_client, c2.watch_buffer_bytes_per_client), (3, 1 << 20));
         assert!(Auth::from_config(&c).unwrap().is_open());
         assert!(serde_yaml::from_str::<AuthConfig>("tokenFile: x").is_err());
         let c = AuthConfig { anonymous: Some(false), ..c };

@@ -5,9 +5,11 @@
 //! - [`path`]: parsing of Kubernetes API paths.
 //! - [`query`]: list, get and watch parameters.
 //! - [`admin`]: `/admin/v1` (clusters, resources, stats, compaction, backup).
+//! - [`connections`]: open connections against the descriptors the process may open.
 //! - [`discovery`]: `/version`, `/api`, `/apis` documents.
 //! - [`read`]: list and get (JSON and Table).
 //! - [`watch`]: watch streams.
+//! - [`watch_budget`]: what the watches of one client may hold unread.
 //! - [`edit`]: edits forwarded to the owning member, read-your-writes.
 //! - [`members`]: kube clients of the members and raw forwarding.
 //! - [`placement`]: the member of a new object that names none.
@@ -19,6 +21,7 @@
 //! - [`reviews`]: access and identity reviews (`kubectl auth can-i`, `whoami`).
 
 pub mod admin;
+pub mod connections;
 pub mod discovery;
 pub mod edit;
 pub mod estimators;
@@ -37,6 +40,7 @@ pub mod reviews;
 pub mod tls;
 pub mod unserved;
 pub mod watch;
+pub mod watch_budget;
 
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
@@ -95,6 +99,10 @@ pub struct ApiConfig {
     pub tls: Option<tls::TlsConfig>,
     /// Rules choosing the member of a new object that names none.
     pub placement: Vec<placement::PlacementRule>,
+    /// Descriptors kept for the process's own use beyond what connections
+    /// may take (see [`connections`]); `None`: a tenth of the open-files
+    /// limit, at least 64.
+    pub file_descriptor_reserve: Option<usize>,
 }
 
 impl Default for ApiConfig {
@@ -112,6 +120,7 @@ impl Default for ApiConfig {
             auth: auth::AuthConfig::default(),
             tls: None,
             placement: Vec::new(),
+            file_descriptor_reserve: None,
         }
     }
 }
@@ -240,12 +249,31 @@ async fn dispatch(req: HttpRequest, payload: web::Payload, state: web::Data<ApiS
     let started = std::time::Instant::now();
     // A streaming subresource is answered before its body is waited for:
     // an upgrade request's body lasts as long as its connection.
+    // A WebSocket upgrade (or CONNECT) request has no body: actix-http
+    // hands everything after its head on as an endless payload (the frames
+    // it expects), and waiting for its end never answered. kubefold serves
+    // no upgrades: the request is answered as it is and the connection
+    // closed after. Other upgrades (SPDY, h2c) keep their body as any
+    // request.
+    let websocket = req
+        .headers()
+        .get(actix_web::http::header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("websocket"));
     let result = match decode_path(req.path()).and_then(|p| unserved::streaming(&p)) {
         Some(status) => Err(status),
-        None => match read_body(payload).await {
-            Ok(body) => route(&req, &state, &body).await,
-            Err(status) => Err(status),
-        },
+        None => {
+            let body = if websocket || req.method() == Method::CONNECT {
+                drop(payload);
+                Ok(web::Bytes::new())
+            } else {
+                read_body(payload).await
+            };
+            match body {
+                Ok(body) => route(&req, &state, &body).await,
+                Err(status) => Err(status),
+            }
+        }
     };
     let response = match result {
         Ok(r) => r,
@@ -328,6 +356,12 @@ async fn route(req: &HttpRequest, state: &Arc<ApiState>, body: &web::Bytes) -> R
     }
 }
 
+/// Subresources served over an upgraded connection (kube-apiserver's
+/// exec, attach, port forwarding and proxying), which kubefold does not
+/// serve: a request for one is answered at once with 400 BadRequest, as
+/// kube-apiserver answers one it cannot upgrade.
+const STREAMING_SUBRESOURCES: [&str; 4] = ["exec", "attach", "portforward", "proxy"];
+
 async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath, body: &web::Bytes) -> Result<HttpResponse, Status> {
     let served = state.fleet.catalog();
     let catalog: &[resources::ResourceType] = &served;
@@ -340,6 +374,11 @@ async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath, 
     };
     if !resource.namespaced && path.namespace.is_some() {
         return Err(Status::path_not_found());
+    }
+    if let Some(sub) = path.subresource.as_deref().filter(|s| STREAMING_SUBRESOURCES.contains(s)) {
+        return Err(Status::bad_request(format!(
+            "the {sub} subresource streams over an upgraded connection (WebSocket or SPDY), which kubefold does not serve yet: use the member cluster's API server for {sub}"
+        )));
     }
     let query = Query::parse(req.query_string())?;
     let verb = match (req.method().clone(), path.name.is_some()) {
@@ -364,7 +403,8 @@ async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath, 
             }
             let agent = req.headers().get(actix_web::http::header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("unknown");
             let socket = req.conn_data::<watch::ConnectionSocket>().cloned();
-            watch::watch(state.clone(), scope, &query, send_initial, read::wants_table(req), agent, socket)
+            let client = req.extensions().get::<auth::Client>().map(|c| c.0.clone());
+            watch::watch(state.clone(), scope, &query, send_initial, read::wants_table(req), agent, client.as_deref(), socket)
         }
         (Method::GET, None, None) => {
             let read_at = query.list_read_at()?;
@@ -437,6 +477,10 @@ pub fn server(state: Arc<ApiState>) -> Result<(Server, Vec<SocketAddr>), ServerE
     }
     let estimator_table = web::Data::from(state.estimators.clone());
     let stall_timeout = config.client_stall_timeout;
+    let limits = connections::ConnectionLimits::of_process(config.file_descriptor_reserve);
+    let workers = config.workers.max(1);
+    tracing::info!(connections = limits.total, served_in_full = limits.full, "Connections limited by the open-files limit.");
+    let open_connections = connections::Connections::new(limits);
     let data = web::Data::from(state);
     let http = HttpServer::new(move || {
         App::new()
@@ -446,6 +490,7 @@ pub fn server(state: Arc<ApiState>) -> Result<(Server, Vec<SocketAddr>), ServerE
             .wrap(authenticator.clone())
             // Reviews are answered by the same authorizer.
             .app_data(web::Data::new(authenticator.clone()))
+            .wrap(actix_web::middleware::from_fn(connections::overflow_lane))
             .route("/healthz", web::get().to(health::healthz))
             .route("/livez", web::get().to(health::healthz))
             .route("/readyz", web::get().to(health::readyz))
@@ -455,7 +500,10 @@ pub fn server(state: Arc<ApiState>) -> Result<(Server, Vec<SocketAddr>), ServerE
             .configure(admin::configure)
             .default_service(web::to(dispatch))
     })
-    .workers(config.workers.max(1))
+    .workers(workers)
+    // Accept stops once the connections that fit the descriptors are open
+    // (per worker; see `connections`).
+    .max_connections(limits.total.div_ceil(workers))
     // Small writes (a watch event, the end of a streamed list) go out at
     // once rather than waiting for the client's delayed ACK (up to 40 ms on
     // Linux), as Go's net/http, and so kube-apiserver, does for every TCP
@@ -484,12 +532,29 @@ pub fn server(state: Arc<ApiState>) -> Result<(Server, Vec<SocketAddr>), ServerE
     .on_connect(move |connection, data| {
         auth::on_connect(connection, data);
         limit_stalls(connection, stall_timeout);
-        if let Some(tcp) = tcp_of(connection) {
-            if let Some(socket) = watch::ConnectionSocket::of(tcp) {
-                data.insert(socket);
+        let open = open_connections.open();
+        // A connection of the overflow lane serves no watch: it goes
+        // without the second descriptor.
+        if !open.overflow {
+            if let Some(tcp) = tcp_of(connection) {
+                if let Some(socket) = watch::ConnectionSocket::of(tcp) {
+                    data.insert(socket);
+                }
             }
         }
+        data.insert(open);
     });
+    let http = match &config.tls {
+        // A client that connects and never sends its ClientHello holds a
+        // pending handshake until the timeout; at most
+        // `maxPendingHandshakes` are pending at once (per worker, its
+        // share), beyond which accept waits, while established
+        // connections are served as ever.
+        Some(t) => http
+            .tls_handshake_timeout(Duration::from_secs(t.handshake_timeout_seconds.max(1)))
+            .max_connection_rate(t.max_pending_handshakes.div_ceil(workers).max(1)),
+        None => http,
+    };
     let http = match tls {
         Some(tls) => http.bind_rustls_0_23(config.listen, tls),
         None => http.bind(config.listen),

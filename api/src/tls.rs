@@ -38,11 +38,32 @@ pub struct TlsConfig {
     /// times (checked on a handshake); 0 checks on every handshake.
     #[serde(default = "default_reload_check_seconds")]
     pub reload_check_seconds: u64,
+    /// Seconds a new connection has to complete its TLS handshake; one that
+    /// has not (a client that connects and sends nothing) is closed.
+    #[serde(default = "default_handshake_timeout_seconds")]
+    pub handshake_timeout_seconds: u64,
+    /// TLS handshakes pending at once, at most (shared evenly by the HTTP
+    /// workers). Past it, new connections wait in the listen queue until a
+    /// pending handshake completes or times out; established connections
+    /// are served meanwhile. Each pending handshake holds a descriptor and
+    /// a few KiB.
+    #[serde(default = "default_max_pending_handshakes")]
+    pub max_pending_handshakes: usize,
 }
 
 /// 5 seconds.
 pub fn default_reload_check_seconds() -> u64 {
     5
+}
+
+/// 10 seconds (Go's `http.Transport` gives a client's handshake as long).
+pub fn default_handshake_timeout_seconds() -> u64 {
+    10
+}
+
+/// 4,096 handshakes.
+pub fn default_max_pending_handshakes() -> usize {
+    4096
 }
 
 impl TlsConfig {
@@ -53,6 +74,8 @@ impl TlsConfig {
             key_file: key_file.into(),
             client_ca_file: None,
             reload_check_seconds: default_reload_check_seconds(),
+            handshake_timeout_seconds: default_handshake_timeout_seconds(),
+            max_pending_handshakes: default_max_pending_handshakes(),
         }
     }
 }
@@ -380,6 +403,9 @@ mod tests {
     fn config_parses_with_defaults() {
         let c: TlsConfig = serde_yaml::from_str("{certFile: /a.crt, keyFile: /a.key}").unwrap();
         assert_eq!(c, TlsConfig::new("/a.crt", "/a.key"));
+        assert_eq!((c.handshake_timeout_seconds, c.max_pending_handshakes), (10, 4096));
+        let c: TlsConfig = serde_yaml::from_str("{certFile: /a.crt, keyFile: /a.key, handshakeTimeoutSeconds: 3, maxPendingHandshakes: 64}").unwrap();
+        assert_eq!((c.handshake_timeout_seconds, c.max_pending_handshakes), (3, 64));
         assert!(serde_yaml::from_str::<TlsConfig>("{certFile: /a.crt}").is_err());
         assert!(serde_yaml::from_str::<TlsConfig>("{certFile: /a, keyFile: /b, caFile: /c}").is_err());
     }

@@ -16,6 +16,7 @@ use tokio::sync::{broadcast, mpsc};
 
 use crate::query::{flag, Query};
 use crate::read::{Filter, IncludeObject, Scope, TablePrinter};
+use crate::watch_budget::Queued;
 use crate::ApiState;
 
 /// Open watches by client user agent.
@@ -104,12 +105,13 @@ thread_local! {
 }
 
 /// The JSON watch line of `event` as `event_type`, with `suffix` spliced
-/// into its name.
-fn encoded_line(event_type: EventType, event: &StoredEvent, suffix: Option<String>) -> Bytes {
+/// into its name, and whether it was encoded now (else it is shared with
+/// the watches that sent it before).
+fn encoded_line(event_type: EventType, event: &StoredEvent, suffix: Option<String>) -> (Bytes, bool) {
     LINES.with(|cache| {
         let mut cache = cache.borrow_mut();
         if let Some((.., line)) = cache.lines.get(&event.rv).and_then(|lines| lines.iter().find(|(t, s, _)| *t == event_type && *s == suffix)) {
-            return line.clone();
+            return (line.clone(), false);
         }
         let mut line = Vec::with_capacity(event.body.json.len() + 64);
         line.extend_from_slice(b"{\"type\":\"");
@@ -131,7 +133,7 @@ fn encoded_line(event_type: EventType, event: &StoredEvent, suffix: Option<Strin
                 cache.bytes -= old.len();
             }
         }
-        line
+        (line, true)
     })
 }
 
@@ -149,6 +151,11 @@ enum Start {
     Now,
 }
 
+/// Lines handed to a watch's response body at once, and how many of their
+/// bytes are the watch's own (counted into its client's budget, see
+/// [`crate::watch_budget`]) rather than shared with other watches.
+type Message = (Vec<Bytes>, usize);
+
 struct Watch {
     state: Arc<ApiState>,
     scope: Scope,
@@ -160,9 +167,10 @@ struct Watch {
     /// time. A line is the shared `Bytes` of [`encoded_line`]: a thousand
     /// watches behind by a second hold a thousand references to each line
     /// of that second, not a thousand copies.
-    tx: mpsc::Sender<Vec<Bytes>>,
-    /// Bytes sent into `tx` and not yet taken by the response body.
-    queued: Arc<std::sync::atomic::AtomicUsize>,
+    tx: mpsc::Sender<Message>,
+    /// Bytes sent into `tx` and not yet taken by the response body, also
+    /// counted into its client's (see [`crate::watch_budget`]).
+    queued: Arc<Queued>,
     /// The RV of the last event or bookmark handed to the client.
     sent_rv: u64,
     /// Lines of live events gathered into one message (`Some` while the
@@ -170,6 +178,8 @@ struct Watch {
     /// the last.
     batch: Option<Vec<Bytes>>,
     batch_bytes: usize,
+    /// Of them, the watch's own (see [`crate::watch_budget`]).
+    batch_own: usize,
     batch_rv: u64,
     /// The watched type's key (`v1/pods`), for matching events.
     resource_key: String,
@@ -189,6 +199,7 @@ pub fn watch(
     send_initial: Option<bool>,
     table: bool,
     user_agent: &str,
+    client: Option<&str>,
     socket: Option<ConnectionSocket>,
 ) -> Result<HttpResponse, Status> {
     let filter = Filter::parse(&scope.resource, query)?;
@@ -214,8 +225,9 @@ pub fn watch(
         None
     };
     // One slot more than the budget: the closing ERROR event of a slow client.
-    let (tx, rx) = mpsc::channel::<Vec<Bytes>>(CLIENT_BUFFER + 1);
-    let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (tx, rx) = mpsc::channel::<Message>(CLIENT_BUFFER + 1);
+    let budget = usize::try_from(state.config.auth.watch_buffer_bytes_per_client).unwrap_or(usize::MAX);
+    let queued = Queued::new(client, budget);
     // Subscribe before reading the snapshot so that no event falls between them.
     let events = state.fleet.subscribe();
     // What the watch reads from the store before its live events is kept
@@ -230,9 +242,12 @@ pub fn watch(
         Start::Now => None,
     };
     let compacted = state.fleet.compacted_rv();
-    let watch = Watch { state, scope, filter, table, headers_sent: false, bookmarks, tx, queued: queued.clone(), sent_rv: 0, batch: None, batch_bytes: 0, batch_rv: 0, resource_key: String::new() };
+    let watch = Watch { state, scope, filter, table, headers_sent: false, bookmarks, tx, queued: queued.clone(), sent_rv: 0, batch: None, batch_bytes: 0, batch_own: 0, batch_rv: 0, resource_key: String::new() };
     let registered = Registered::new(user_agent);
     let deadline = tokio::time::Instant::now() + timeout;
+    // Resolves once the response body is dropped (its client went away):
+    // the watch then ends at once, even if it has nothing to send.
+    let body_gone = watch.tx.clone();
     actix_web::rt::spawn(async move {
         let _registered = registered;
         let end = tokio::time::sleep_until(deadline);
@@ -241,6 +256,7 @@ pub fn watch(
         tokio::select! {
             _ = run => {}
             _ = &mut end => {}
+            _ = body_gone.closed() => {}
         }
     });
     let body = line_stream(rx, queued, socket);
@@ -261,6 +277,27 @@ impl ConnectionSocket {
         socket.as_fd().try_clone_to_owned().ok().map(|fd| ConnectionSocket(Arc::new(fd)))
     }
 
+    /// Whether the client is gone: it closed its side (a FIN, after a TLS
+    /// close_notify or not: POLLRDHUP), or the connection failed or was
+    /// reset (POLLHUP, POLLERR). An HTTP/1.1 client does not half-close a
+    /// connection it still reads a watch from: kube-apiserver (Go's
+    /// net/http) likewise ends a request whose connection reads EOF.
+    fn peer_closed(&self) -> bool {
+        use rustix::event::{PollFd, PollFlags, Timespec};
+        let mut fds = [PollFd::new(&*self.0, PollFlags::RDHUP)];
+        match rustix::event::poll(&mut fds, Some(&Timespec { tv_sec: 0, tv_nsec: 0 })) {
+            Ok(0) => false,
+            Ok(_) => fds[0].revents().intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR),
+            Err(_) => false,
+        }
+    }
+
+    /// Shuts the connection down both ways, so that actix-http, reading or
+    /// writing it next, finds it closed and drops it (and its descriptors).
+    fn shut_down(&self) {
+        let _ = rustix::net::shutdown(&*self.0, rustix::net::Shutdown::Both);
+    }
+
     /// Whether the socket can take more bytes now (or has failed, which
     /// actix-http then finds out by writing).
     fn writable(&self) -> bool {
@@ -273,6 +310,12 @@ impl ConnectionSocket {
         }
     }
 }
+
+/// How often a watch body looks whether its client closed the connection,
+/// whether or not it has events to send: a watch whose selector matches
+/// nothing writes nothing, and would otherwise keep its connection (two
+/// descriptors, a socket in CLOSE-WAIT) until its timeout.
+const HANGUP_CHECK: Duration = Duration::from_millis(500);
 
 /// Bytes of lines a watch hands actix-http between two looks at whether
 /// its socket can take more ...
@@ -297,57 +340,100 @@ const SOCKET_RECHECK: Duration = Duration::from_millis(20);
 /// hands on lines only once `socket` can take more: what a client has not
 /// read waits in the watch's queue, where each line is shared.
 fn line_stream(
-    mut rx: mpsc::Receiver<Vec<Bytes>>,
-    queued: Arc<std::sync::atomic::AtomicUsize>,
+    mut rx: mpsc::Receiver<Message>,
+    queued: Arc<Queued>,
     socket: Option<ConnectionSocket>,
 ) -> impl futures::Stream<Item = Result<Bytes, actix_web::Error>> {
     use std::future::Future;
     use std::task::Poll;
     let mut lines = Vec::<Bytes>::new().into_iter().peekable();
+    // Bytes of the message being sent that are the watch's own, not yet
+    // counted out (counted out first, as its chunks go).
+    let mut own = 0;
     let mut since_check = 0;
     let mut recheck: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
     let mut flushed = false;
-    futures::stream::poll_fn(move |cx| loop {
-        if let Some(socket) = socket.as_ref().filter(|_| since_check >= SOCKET_CHECK_BYTES) {
-            // actix-http keeps polling the body until its buffer is full,
-            // and writes it out after: first let it write what it has.
-            if !flushed {
-                flushed = true;
-                cx.waker().wake_by_ref();
-                return Poll::Pending;
+    let mut hangup: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+    let mut closed = false;
+    futures::stream::poll_fn(move |cx| {
+        if closed {
+            return Poll::Ready(None);
+        }
+        if queued.evicted() {
+            // Closed for its client's budget: what it holds is dropped now
+            // (the watch task, finding `rx` closed, ends), and the client,
+            // if it reads again, finds a 410 to resume after.
+            closed = true;
+            rx.close();
+            queued.sub(lines.by_ref().map(|l| l.len()).sum(), own);
+            while let Ok((message, message_own)) = rx.try_recv() {
+                queued.sub(message.iter().map(Bytes::len).sum(), message_own);
             }
-            if !socket.writable() {
-                let sleep = recheck.get_or_insert_with(|| Box::pin(tokio::time::sleep(SOCKET_RECHECK)));
-                if sleep.as_mut().poll(cx).is_pending() {
+            let status = Status::expired(
+                "watch closed: this client's watches hold more unread events than its budget (auth.watchBufferBytesPerClient); resume from the last resourceVersion read",
+            );
+            return Poll::Ready(Some(Ok(Bytes::from(format!("{}\n", json!({"type": "ERROR", "object": status.to_json()}))))));
+        }
+        if let Some(socket) = socket.as_ref() {
+            let timer = hangup.get_or_insert_with(|| Box::pin(tokio::time::sleep(HANGUP_CHECK)));
+            while timer.as_mut().poll(cx).is_ready() {
+                if socket.peer_closed() {
+                    // The watch task sees its receiver dropped with this
+                    // body and ends too (see `watch`).
+                    metrics::counter!("kubefold_watch_client_closed_total").increment(1);
+                    socket.shut_down();
+                    return Poll::Ready(None);
+                }
+                timer.as_mut().reset(tokio::time::Instant::now() + HANGUP_CHECK);
+            }
+        }
+        loop {
+            if let Some(socket) = socket.as_ref().filter(|_| since_check >= SOCKET_CHECK_BYTES) {
+                // actix-http keeps polling the body until its buffer is full,
+                // and writes it out after: first let it write what it has.
+                if !flushed {
+                    flushed = true;
+                    cx.waker().wake_by_ref();
                     return Poll::Pending;
                 }
-                recheck = None;
-                continue;
-            }
-            recheck = None;
-            since_check = 0;
-            flushed = false;
-        }
-        if let Some(first) = lines.next() {
-            let chunk = match lines.peek() {
-                Some(next) if first.len() + next.len() <= SOCKET_CHECK_BYTES => {
-                    let mut chunk = bytes::BytesMut::with_capacity(SOCKET_CHECK_BYTES.max(first.len()));
-                    chunk.extend_from_slice(&first);
-                    while let Some(line) = lines.next_if(|l| chunk.len() + l.len() <= SOCKET_CHECK_BYTES) {
-                        chunk.extend_from_slice(&line);
+                if !socket.writable() {
+                    let sleep = recheck.get_or_insert_with(|| Box::pin(tokio::time::sleep(SOCKET_RECHECK)));
+                    if sleep.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
                     }
-                    chunk.freeze()
+                    recheck = None;
+                    continue;
                 }
-                _ => first,
-            };
-            since_check += chunk.len();
-            queued.fetch_sub(chunk.len(), std::sync::atomic::Ordering::Relaxed);
-            return Poll::Ready(Some(Ok(chunk)));
-        }
-        match rx.poll_recv(cx) {
-            Poll::Ready(Some(message)) => lines = message.into_iter().peekable(),
-            Poll::Ready(None) => return Poll::Ready(None),
-            Poll::Pending => return Poll::Pending,
+                recheck = None;
+                since_check = 0;
+                flushed = false;
+            }
+            if let Some(first) = lines.next() {
+                let chunk = match lines.peek() {
+                    Some(next) if first.len() + next.len() <= SOCKET_CHECK_BYTES => {
+                        let mut chunk = bytes::BytesMut::with_capacity(SOCKET_CHECK_BYTES.max(first.len()));
+                        chunk.extend_from_slice(&first);
+                        while let Some(line) = lines.next_if(|l| chunk.len() + l.len() <= SOCKET_CHECK_BYTES) {
+                            chunk.extend_from_slice(&line);
+                        }
+                        chunk.freeze()
+                    }
+                    _ => first,
+                };
+                since_check += chunk.len();
+                let chunk_own = own.min(chunk.len());
+                own -= chunk_own;
+                queued.sub(chunk.len(), chunk_own);
+                return Poll::Ready(Some(Ok(chunk)));
+            }
+            match rx.poll_recv(cx) {
+                Poll::Ready(Some((message, message_own))) => {
+                    lines = message.into_iter().peekable();
+                    own = message_own;
+                }
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            }
         }
     })
 }
@@ -448,6 +534,7 @@ impl Watch {
                         // wake-up and one write, not one per event.
                         self.batch = Some(Vec::new());
                         self.batch_bytes = 0;
+                        self.batch_own = 0;
                         let mut next = Ok(event);
                         let mut taken = 0;
                         let lagged = loop {
@@ -518,7 +605,7 @@ impl Watch {
         if batch.is_empty() {
             return true;
         }
-        let sent = self.push(batch, self.batch_bytes).await;
+        let sent = self.push(batch, self.batch_bytes, self.batch_own).await;
         if sent {
             self.sent_rv = self.sent_rv.max(self.batch_rv);
         }
@@ -564,7 +651,8 @@ impl Watch {
 
     async fn send_event(&mut self, event_type: EventType, event: &StoredEvent) -> bool {
         let suffix = self.scope.name_suffix(&event.key.cluster);
-        let line = match &mut self.table {
+        // A line encoded now is the watch's own; one it shares is not.
+        let (line, encoded) = match &mut self.table {
             None => encoded_line(event_type, event, suffix),
             Some(printer) => {
                 printer.at_now();
@@ -573,33 +661,36 @@ impl Watch {
                 line.extend_from_slice(&printer.single(&event.body, suffix.as_deref(), event.rv, &event.key.cluster, self.headers_sent));
                 self.headers_sent = true;
                 line.extend_from_slice(b"}\n");
-                Bytes::from(line)
+                (Bytes::from(line), true)
             }
         };
+        let own = if encoded { line.len() } else { 0 };
         if let Some(batch) = &mut self.batch {
             self.batch_bytes += line.len();
+            self.batch_own += own;
             batch.push(line);
             self.batch_rv = event.rv;
             return true;
         }
         let len = line.len();
-        let sent = self.push(vec![line], len).await;
+        let sent = self.push(vec![line], len, own).await;
         if sent {
             self.sent_rv = event.rv;
         }
         sent
     }
 
-    /// Hands lines (`len` bytes) to the client within its buffer budget; a client
+    /// Hands lines (`len` bytes, `own` of them the watch's own, see
+    /// [`crate::watch_budget`]) to the client within its buffer budget and
+    /// its client's; a client
     /// whose buffer stays full for [`SLOW_CLIENT_GRACE`] is closed with a
     /// 410 ERROR event (it resumes from the last RV it received, or
     /// relists) and `false` is returned, as when the client went away.
-    async fn push(&mut self, lines: Vec<Bytes>, len: usize) -> bool {
-        use std::sync::atomic::Ordering;
+    async fn push(&mut self, lines: Vec<Bytes>, len: usize, own: usize) -> bool {
         let mut slow_since: Option<tokio::time::Instant> = None;
         loop {
-            let queued = self.queued.load(Ordering::Relaxed);
-            let room = queued == 0 || queued + len <= CLIENT_BUFFER_BYTES;
+            let queued = self.queued.bytes();
+            let room = (queued == 0 || queued + len <= CLIENT_BUFFER_BYTES) && (own == 0 || self.queued.client_room(own));
             if room && self.tx.capacity() > 1 {
                 break;
             }
@@ -621,10 +712,10 @@ impl Watch {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        self.queued.fetch_add(len, Ordering::Relaxed);
+        self.queued.add(len, own);
         metrics::counter!("kubefold_watch_messages_total").increment(1);
         metrics::counter!("kubefold_watch_lines_total").increment(lines.len() as u64);
-        self.tx.send(lines).await.is_ok()
+        self.tx.send((lines, own)).await.is_ok()
     }
 
     async fn send_bookmark(&mut self, rv: u64, initial_events_end: bool) -> bool {
@@ -638,7 +729,7 @@ impl Watch {
         }
         let line = format!("{}\n", json!({"type": "BOOKMARK", "object": object}));
         let len = line.len();
-        let sent = self.push(vec![Bytes::from(line)], len).await;
+        let sent = self.push(vec![Bytes::from(line)], len, len).await;
         if sent {
             self.sent_rv = self.sent_rv.max(rv);
         }
@@ -649,9 +740,9 @@ impl Watch {
         let line = format!("{}\n", json!({"type": "ERROR", "object": status.to_json()}));
         // Never waits: the channel keeps one slot beyond the budget for it.
         let len = line.len();
-        self.queued.fetch_add(len, std::sync::atomic::Ordering::Relaxed);
-        if self.tx.try_send(vec![Bytes::from(line)]).is_err() {
-            self.queued.fetch_sub(len, std::sync::atomic::Ordering::Relaxed);
+        self.queued.add(len, len);
+        if self.tx.try_send((vec![Bytes::from(line)], len)).is_err() {
+            self.queued.sub(len, len);
         }
     }
 }
@@ -737,10 +828,11 @@ mod tests {
         let large = |c: u8| Bytes::from(vec![c; 40 << 10]);
         let messages = vec![vec![small("ADDED"), small("MODIFIED")], vec![large(b'a'), large(b'b')], vec![small("DELETED")]];
         let (tx, rx) = mpsc::channel(4);
-        let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let queued = Queued::new(None, 0);
         for m in &messages {
-            queued.fetch_add(m.iter().map(Bytes::len).sum(), std::sync::atomic::Ordering::Relaxed);
-            tx.try_send(m.clone()).unwrap();
+            let len = m.iter().map(Bytes::len).sum();
+            queued.add(len, len);
+            tx.try_send((m.clone(), len)).unwrap();
         }
         drop(tx);
         let sent: Vec<Bytes> = futures::executor::block_on(line_stream(rx, queued.clone(), None).map(Result::unwrap).collect());
@@ -750,7 +842,7 @@ mod tests {
         for (out, line) in sent[1..].iter().zip([&messages[1][0], &messages[1][1], &messages[2][0]]) {
             assert_eq!(out.as_ptr(), line.as_ptr(), "a line alone is the shared line itself, not a copy");
         }
-        assert_eq!(queued.load(std::sync::atomic::Ordering::Relaxed), 0, "what was queued is counted out as it is taken");
+        assert_eq!(queued.bytes(), 0, "what was queued is counted out as it is taken");
     }
 
     /// A watch whose socket is full hands actix-http no more than its
@@ -771,9 +863,10 @@ mod tests {
         while server.write(&filler).is_ok() {}
         let (tx, rx) = mpsc::channel(64);
         for c in b'a'..b'k' {
-            tx.try_send(vec![Bytes::from(vec![c; 64 << 10])]).unwrap();
+            tx.try_send((vec![Bytes::from(vec![c; 64 << 10])], 64 << 10)).unwrap();
         }
-        let queued = Arc::new(std::sync::atomic::AtomicUsize::new(640 << 10));
+        let queued = Queued::new(None, 0);
+        queued.add(640 << 10, 640 << 10);
         let mut body = Box::pin(line_stream(rx, queued, ConnectionSocket::of(&server)));
         rt.block_on(async {
             let first = futures::poll!(body.next());
@@ -796,6 +889,33 @@ mod tests {
             None
         });
         assert!(matches!(&next, Some(Ok(c)) if c[0] == b'b'), "the next 64 KiB once the socket takes more");
+    }
+
+    /// A watch body with nothing to send ends within about a second of
+    /// its client closing the connection (FIN), and shuts the socket down
+    /// so that actix-http drops the connection; until then it waits.
+    #[test]
+    fn a_watch_body_with_nothing_to_send_ends_when_its_client_closes() {
+        use futures::StreamExt;
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        let socket = ConnectionSocket::of(&server).unwrap();
+        assert!(!socket.peer_closed());
+        let (_tx, rx) = mpsc::channel::<Message>(4);
+        let mut body = Box::pin(line_stream(rx, Queued::new(None, 0), Some(socket.clone())));
+        rt.block_on(async {
+            let waited = tokio::time::timeout(Duration::from_millis(1200), body.next()).await;
+            assert!(waited.is_err(), "the body waits while its client is there");
+        });
+        client.shutdown(std::net::Shutdown::Write).unwrap();
+        let started = std::time::Instant::now();
+        let end = rt.block_on(async { tokio::time::timeout(Duration::from_secs(3), body.next()).await });
+        assert!(matches!(end, Ok(None)), "the body ends once its client closed");
+        assert!(started.elapsed() < Duration::from_millis(1500), "within about a second: {:?}", started.elapsed());
+        let mut buf = [0u8; 1];
+        assert_eq!(std::io::Read::read(&mut &server, &mut buf).unwrap(), 0, "the socket is shut down");
     }
 
     #[test]

@@ -579,3 +579,90 @@ pub fn label_pod(sim: &SimHandle, namespace: &str, name: &str, key: &str, value:
     );
     rv_of(&pod)
 }
+
+/// Open descriptors of a process.
+pub fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
+}
+
+/// What [`HostileClients`] did.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct HostileStats {
+    /// Rounds run.
+    pub rounds: u64,
+    /// Watches opened (and dropped) with a selector matching nothing.
+    pub watches: u64,
+    /// Of them, those not answered 200 within 5 s.
+    pub unanswered: u64,
+    /// Idle connections opened (that never sent a byte), held 3 s, dropped.
+    pub idle: u64,
+}
+
+/// Hostile clients beside the soak's load, in rounds until stopped: 200
+/// watches whose selector matches nothing, each dropped once answered
+/// (FIN after the response head, as a client that gave up), and 100
+/// connections that never send a byte, held 3 s and dropped.
+pub struct HostileClients {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<HostileStats>>,
+}
+
+impl HostileClients {
+    /// Starts them against kubefold at `url` (`http://HOST:PORT`).
+    pub fn start(url: &str) -> HostileClients {
+        let addr = url.trim_start_matches("http://").to_string();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = stop.clone();
+        let thread = std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            let mut stats = HostileStats::default();
+            while !stopping.load(Ordering::Relaxed) {
+                stats.rounds += 1;
+                let mut watches = Vec::new();
+                for _ in 0..200 {
+                    stats.watches += 1;
+                    let Ok(mut conn) = std::net::TcpStream::connect(&addr) else {
+                        stats.unanswered += 1;
+                        continue;
+                    };
+                    let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+                    let _ = write!(conn, "GET /api/v1/pods?watch=1&labelSelector=hostile%3Dnone HTTP/1.1\r\nHost: kubefold\r\nUser-Agent: hostile/1.0\r\n\r\n");
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match conn.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    if !head.starts_with(b"HTTP/1.1 200") {
+                        stats.unanswered += 1;
+                    }
+                    watches.push(conn);
+                }
+                for conn in watches {
+                    let _ = conn.shutdown(std::net::Shutdown::Write);
+                }
+                let idle: Vec<_> = (0..100).filter_map(|_| std::net::TcpStream::connect(&addr).ok()).collect();
+                stats.idle += idle.len() as u64;
+                std::thread::sleep(Duration::from_secs(3));
+                drop(idle);
+                std::thread::sleep(Duration::from_secs(2));
+            }
+            stats
+        });
+        HostileClients { stop, thread: Some(thread) }
+    }
+
+    /// Stops them (after the round under way) and says what they did.
+    pub fn stop(mut self) -> HostileStats {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().map(|t| t.join().unwrap_or_default()).unwrap_or_default()
+    }
+}
+
+impl Drop for HostileClients {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}

@@ -38,7 +38,8 @@ impl Kubefold {
         Kubefold::spawn(cmd)
     }
 
-    fn spawn(mut cmd: Command) -> Kubefold {
+    /// Starts kubefold as `cmd` (which prints its listening address).
+    pub fn spawn(mut cmd: Command) -> Kubefold {
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).env("RUST_LOG", "info,sled=warn");
         let mut child = cmd.spawn().expect("kubefold starts");
         let stdout = child.stdout.take().unwrap();
