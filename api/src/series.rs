@@ -53,7 +53,10 @@ pub const RECORDED: &[Family] = &[
     family("kubefold_store_bytes", Kind::Gauge, &[], "Bytes of the data dir on disk."),
     family("kubefold_store_pinned_reads", Kind::Gauge, &[], "Reads holding log segments against compaction."),
     family("kubefold_watches", Kind::Gauge, &[], "Open watch streams."),
-    family("kubefold_watch_slow_closed_total", Kind::Counter, &[], "Watches closed because their client read too slowly."),
+    family("kubefold_watch_slow_closed_total", Kind::Counter, &["reason"], "Watches closed because their client read too slowly (reason: `watch_bound`, the watch's own 1,024 events or 4 MiB, or `client_budget`, its client's budget over all its watches)."),
+    family("kubefold_watch_client_closed_total", Kind::Counter, &[], "Watches ended because their client closed the connection."),
+    family("kubefold_connections", Kind::Gauge, &[], "Open client connections."),
+    family("kubefold_connections_overflow_total", Kind::Counter, &[], "Connections answered once by the overflow lane (health checks, or 503 with Retry-After) because the connection limit was reached."),
     family("kubefold_watch_messages_total", Kind::Counter, &[], "Writes to watch clients."),
     family("kubefold_watch_lines_total", Kind::Counter, &[], "Watch events written to clients."),
     family("kubefold_requests_total", Kind::Counter, &["verb", "resource", "code"], "API requests answered, by verb, resource type and HTTP code."),
@@ -107,6 +110,9 @@ pub fn describe() {
     }
     for reason in REJECT_REASONS {
         metrics::counter!("kubefold_auth_rejected_total", "reason" => *reason).increment(0);
+    }
+    for reason in ["watch_bound", "client_budget"] {
+        metrics::counter!("kubefold_watch_slow_closed_total", "reason" => reason).increment(0);
     }
     for result in ["success", "failure"] {
         metrics::counter!("kubefold_config_reloads_total", "result" => result).increment(0);

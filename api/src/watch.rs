@@ -593,7 +593,7 @@ impl Watch {
     /// Closes a watch that fell `n` events behind the fan-out (`last`: the
     /// last event it took).
     async fn lagged(&mut self, n: u64, last: u64) {
-        metrics::counter!("kubefold_watch_slow_closed_total").increment(1);
+        metrics::counter!("kubefold_watch_slow_closed_total", "reason" => "watch_bound").increment(1);
         tracing::info!(skipped = n, last, "Slow watch client closed.");
         let status = Status::expired(format!("watch fell {n} events behind and was closed; resume with resourceVersion={last}"));
         self.send_error(&status).await;
@@ -699,7 +699,7 @@ impl Watch {
             }
             let since = *slow_since.get_or_insert_with(tokio::time::Instant::now);
             if since.elapsed() >= SLOW_CLIENT_GRACE {
-                metrics::counter!("kubefold_watch_slow_closed_total").increment(1);
+                metrics::counter!("kubefold_watch_slow_closed_total", "reason" => "watch_bound").increment(1);
                 let unread = CLIENT_BUFFER + 1 - self.tx.capacity();
                 tracing::info!(unread_events = unread, unread_bytes = queued, last = self.sent_rv, "Slow watch client closed.");
                 let status = Status::expired(format!(
