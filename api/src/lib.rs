@@ -8,12 +8,14 @@
 //! - [`discovery`]: `/version`, `/api`, `/apis` documents.
 //! - [`read`]: list and get (JSON and Table).
 //! - [`watch`]: watch streams.
+//! - [`decode`]: request bodies decoded off the HTTP workers, within a budget.
 //! - [`edit`]: edits forwarded to the owning member, read-your-writes.
 //! - [`members`]: kube clients of the members and raw forwarding.
 //! - [`health`]: `/healthz`, `/livez`, `/readyz`, `/metrics`.
 //! - [`respond`]: Status errors and JSON responses.
 
 pub mod admin;
+pub mod decode;
 pub mod discovery;
 pub mod edit;
 pub mod estimators;
