@@ -194,6 +194,7 @@ pub fn run(
             compress_lists: config.compress_lists,
             auth: config.auth.clone(),
             tls: config.tls.clone(),
+            kubeconfig_dirs: config.admin.kubeconfig_dirs(&config.clusters),
             ..ApiConfig::default()
         };
         let estimators = Estimators::new();

@@ -214,8 +214,9 @@ pub struct TokenFileError {
 }
 
 /// The user a request was authenticated as; in the request extensions
-/// (`req.extensions().get::<User>()`) of every request past the middleware
-/// except the open health paths.
+/// (`req.extensions().get::<User>()`) of every request past the middleware.
+/// On the open health paths only when the caller may see their details:
+/// it authenticated, or authentication is off.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct User {
     /// User name (the token file's user, the certificate's CN, or `system:anonymous`).
@@ -968,6 +969,13 @@ where
 
     fn call(&self, req: ServiceRequest) -> Self::Future {
         if is_open_path(req.path()) {
+            // Open to anyone; their details (which members are synced) only
+            // to an authenticated caller, or to everyone when authentication is off.
+            if self.auth.inner.open {
+                req.extensions_mut().insert(User::anonymous());
+            } else if let Some(user) = self.auth.authenticate(&req).ok().filter(|u| !u.is_anonymous()) {
+                req.extensions_mut().insert(user);
+            }
             let response = self.service.call(req);
             return Box::pin(async move { Ok(response.await?.map_body(|_, body| Counted { body, _slot: None }).map_into_left_body()) });
         }

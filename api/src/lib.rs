@@ -85,6 +85,9 @@ pub struct ApiConfig {
     pub auth: auth::AuthConfig,
     /// TLS; plain HTTP when absent.
     pub tls: Option<tls::TlsConfig>,
+    /// Directories holding the kubeconfig files members registered through
+    /// the admin API may name ([`admin::AdminConfig`]).
+    pub kubeconfig_dirs: Vec<std::path::PathBuf>,
 }
 
 impl Default for ApiConfig {
@@ -101,6 +104,7 @@ impl Default for ApiConfig {
             compress_lists: true,
             auth: auth::AuthConfig::default(),
             tls: None,
+            kubeconfig_dirs: Vec::new(),
         }
     }
 }
@@ -261,6 +265,12 @@ async fn route(req: &HttpRequest, state: &Arc<ApiState>, body: &web::Bytes) -> R
     let catalog: &[resources::ResourceType] = &served;
     let is_namespaced = |g: &str, v: &str, r: &str| resources::find(catalog, g, v, r).is_some_and(|t| t.namespaced);
     let parsed = path::parse(&path, is_namespaced).ok_or_else(Status::path_not_found)?;
+    if let Some(cluster) = parsed.cluster() {
+        if state.fleet.member(cluster).is_none() {
+            return Err(Status::new(404, "NotFound", format!("cluster \"{cluster}\" is not a member of this kubefold"))
+                .with_details("", "clusters", cluster));
+        }
+    }
     if !matches!(parsed, ApiPath::Resource(_)) && req.method() != Method::GET {
         return Err(Status::method_not_allowed(format!("the server does not allow this method on the requested resource: {}", req.method())));
     }
