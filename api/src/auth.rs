@@ -12,7 +12,8 @@
 //! Authorization maps the request to Kubernetes attributes (verb, API group,
 //! resource, subresource, namespace, name) plus the member `cluster`, then
 //! allows it when one of these grants it:
-//! - `kubefold:admins`: everything, `/admin/...` and `/metrics` included;
+//! - `kubefold:admins`: everything, `/admin/...`, `/metrics` and
+//!   impersonation (`kubectl --as`, [`crate::impersonate`]) included;
 //! - `kubefold:editors`: every resource verb on every resource;
 //! - `kubefold:viewers`: get, list and watch on every resource except
 //!   `secrets` (as Kubernetes' `view` role);
@@ -142,7 +143,9 @@ pub struct Rule {
     #[serde(default)]
     pub groups: Vec<String>,
     /// Kubernetes verbs allowed: get, list, watch, create, update, patch,
-    /// delete, deletecollection; for `nonResourceURLs` the lowercase HTTP
+    /// delete, deletecollection; `impersonate` with the resources `users`,
+    /// `groups`, `serviceaccounts`, `uids`, `userextras/*` (`kubectl --as`,
+    /// [`crate::impersonate`]); for `nonResourceURLs` the lowercase HTTP
     /// method (get, post, put, patch, delete); `*` for all.
     pub verbs: Vec<String>,
     /// Resources allowed, as RBAC writes them: `pods`, `pods/log`, `*/scale`,
@@ -595,10 +598,10 @@ impl Rule {
         if let Some(v) = self
             .verbs
             .iter()
-            .find(|v| *v != "*" && !RESOURCE_VERBS.contains(&v.as_str()) && !NON_RESOURCE_VERBS.contains(&v.as_str()))
+            .find(|v| *v != "*" && *v != "impersonate" && !RESOURCE_VERBS.contains(&v.as_str()) && !NON_RESOURCE_VERBS.contains(&v.as_str()))
         {
             return Err(format!(
-                "unknown verb {v:?}: use {}, or for nonResourceURLs {}, or *",
+                "unknown verb {v:?}: use {}, impersonate (with users, groups, serviceaccounts, uids, userextras), or for nonResourceURLs {}, or *",
                 RESOURCE_VERBS.join(", "),
                 NON_RESOURCE_VERBS.join(", ")
             ));
@@ -790,6 +793,7 @@ pub struct Auth {
 /// Why a request was turned away.
 enum Rejection {
     Unauthorized,
+    Invalid(Status),
     TooManyRequests,
     Forbidden(Box<(User, RequestAttributes)>),
 }
@@ -865,7 +869,8 @@ impl Auth {
         }
     }
 
-    /// Authenticates, counts and authorizes `req`.
+    /// Authenticates, counts and authorizes `req` (as the user it
+    /// impersonates, if it may: [`crate::impersonate`]).
     fn admit(&self, req: &ServiceRequest) -> Result<(User, RequestAttributes, InFlightGuard), Rejection> {
         let user = self.authenticate(req)?;
         let client = if user.is_anonymous() {
@@ -874,6 +879,18 @@ impl Auth {
             format!("user:{}", user.name)
         };
         let guard = self.inner.in_flight.acquire(client).ok_or(Rejection::TooManyRequests)?;
+        let user = match crate::impersonate::Impersonation::from_headers(req.headers()).map_err(Rejection::Invalid)? {
+            None => user,
+            Some(asked) => {
+                if !self.inner.open {
+                    if let Some(denied) = asked.checks().into_iter().find(|check| !authorize(&user, check, &self.inner.rules)) {
+                        return Err(Rejection::Forbidden(Box::new((user, denied))));
+                    }
+                }
+                debug!(user = %user.name, as_user = %asked.user, as_groups = ?asked.groups, "Request impersonates a user.");
+                asked.user()
+            }
+        };
         let attributes = attributes(req.method(), req.path(), req.query_string());
         if !self.inner.open && !authorize(&user, &attributes, &self.inner.rules) {
             return Err(Rejection::Forbidden(Box::new((user, attributes))));
@@ -995,6 +1012,7 @@ where
             }
             Err(rejection) => {
                 let status = match rejection {
+                    Rejection::Invalid(status) => status,
                     Rejection::Unauthorized => {
                         debug!(path = req.path(), peer = ?req.peer_addr(), "Request unauthenticated.");
                         unauthorized()

@@ -11,6 +11,8 @@
 //! - [`decode`]: request bodies decoded off the HTTP workers, within a budget.
 //! - [`edit`]: edits forwarded to the owning member, read-your-writes.
 //! - [`members`]: kube clients of the members and raw forwarding.
+//! - [`auth`]: authentication, authorization, per-client limits.
+//! - [`impersonate`]: `Impersonate-*` headers (`kubectl --as`).
 //! - [`health`]: `/healthz`, `/livez`, `/readyz`, `/metrics`.
 //! - [`respond`]: Status errors and JSON responses.
 
@@ -22,6 +24,7 @@ pub mod estimators;
 pub mod gzip;
 pub mod health;
 pub mod auth;
+pub mod impersonate;
 pub mod members;
 pub mod path;
 pub mod query;
