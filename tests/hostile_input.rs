@@ -104,3 +104,145 @@ fn deep_bodies_are_refused_at_once_while_others_are_served() {
         .unwrap();
     assert_eq!(created.status().as_u16(), 201, "{}", created.text().unwrap());
 }
+
+const VIEWER: &str = "viewer-token-51c0ffee";
+const ADMIN: &str = "admin-token-a11ce0b0";
+
+/// A token file with a viewer (alice) and an admin (bob), in `dir`.
+fn token_file(dir: &std::path::Path) -> String {
+    let path = dir.join("tokens.csv");
+    std::fs::write(&path, format!("{VIEWER},alice,1001,\"kubefold:viewers\"\n{ADMIN},bob,1002,\"kubefold:admins\"\n")).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+/// A kubeconfig for `url` authenticating with `token`.
+fn kubeconfig(url: &str, token: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: c\n  cluster:\n    server: {url}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\nusers:\n- name: u\n  user:\n    token: {token}\n"
+    )
+}
+
+/// A request with an optional bearer token and extra headers.
+fn call(method: &str, url: &str, token: Option<&str>, headers: &[(&str, &str)], body: Option<&Value>) -> (u16, String) {
+    let mut request = client().request(reqwest::Method::from_bytes(method.as_bytes()).unwrap(), url);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    if let Some(body) = body {
+        let content_type = if method == "PATCH" { "application/merge-patch+json" } else { "application/json" };
+        request = request.header("Content-Type", content_type).body(body.to_string());
+    }
+    let response = request.send().unwrap();
+    let code = response.status().as_u16();
+    (code, response.text().unwrap())
+}
+
+#[test]
+fn secrets_never_show_in_logs_admin_answers_or_metrics() {
+    let members = demo_members(3, 0.0);
+    let tmp = tempfile::tempdir().unwrap();
+    let kubeconfigs = tmp.path().join("kubeconfigs");
+    std::fs::create_dir(&kubeconfigs).unwrap();
+    // Every secret this kubefold is given.
+    let member_token = "member-url-token-7a1b2c3d";
+    let kubeconfig_token = "kubeconfig-token-9e8f7a6b";
+    let broken_token = "broken-kubeconfig-token-5c4d3e2f";
+    let registered_token = "registered-token-1a2b3c4d";
+    let registered_broken_token = "registered-broken-token-6f5e4d3c";
+    let inline_token = "inline-kubeconfig-token-0b1c2d3e";
+    let secrets = [VIEWER, ADMIN, member_token, kubeconfig_token, broken_token, registered_token, registered_broken_token, inline_token];
+    let good = kubeconfigs.join("member2.kubeconfig");
+    std::fs::write(&good, kubeconfig(&members[1].1.url(), kubeconfig_token)).unwrap();
+    // Malformed: the token sits on the line above the YAML error.
+    let broken = kubeconfigs.join("member3.kubeconfig");
+    let broken_text = kubeconfig(&members[2].1.url(), broken_token).replace(&format!("token: {broken_token}\n"), &format!("token: {broken_token}\n    client-key-data: [unclosed\n"));
+    std::fs::write(&broken, broken_text).unwrap();
+    let config = tmp.path().join("kubefold.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "clusters:\n- name: member1\n  url: {}\n  token: {member_token}\n- name: member2\n  kubeconfig: {}\n- name: member3\n  kubeconfig: {}\nauth:\n  tokenAuthFile: {}\n",
+            members[0].1.url(),
+            good.display(),
+            broken.display(),
+            token_file(tmp.path())
+        ),
+    )
+    .unwrap();
+    let (_data, dir) = data_dir();
+    let kf = Kubefold::serve(&dir, &[], &["--config", config.to_str().unwrap()]);
+    let admin = |method: &str, path: &str, body: Option<&Value>| call(method, &format!("{}{path}", kf.url), Some(ADMIN), &[], body);
+
+    // Registered through the admin API: a token, a malformed kubeconfig in
+    // the allowed directory, an inline kubeconfig.
+    let registered_broken = kubeconfigs.join("registered.kubeconfig");
+    std::fs::write(&registered_broken, format!("users:\n- name: u\n  user:\n    token: {registered_broken_token}\n    insecure: : :\n")).unwrap();
+    for spec in [
+        serde_json::json!({"name": "member4", "url": members[0].1.url(), "token": registered_token}),
+        serde_json::json!({"name": "member5", "kubeconfig": registered_broken}),
+        serde_json::json!({"name": "member6", "kubeconfigData": kubeconfig(&members[1].1.url(), inline_token)}),
+    ] {
+        let (code, body) = admin("POST", "/admin/v1/clusters", Some(&spec));
+        assert_eq!(code, 201, "{spec}: {body}");
+    }
+    // A file outside the allowed directories, directly or through a link
+    // placed in one, is refused without a word of it.
+    let passwd_head = std::fs::read_to_string("/etc/passwd").unwrap().lines().next().unwrap_or("root:x:0:0").to_string();
+    let link = kubeconfigs.join("innocent.kubeconfig");
+    std::os::unix::fs::symlink("/etc/passwd", &link).unwrap();
+    for path in [std::path::PathBuf::from("/etc/passwd"), link, kubeconfigs.join("../kubefold.yaml")] {
+        let (code, body) = admin("POST", "/admin/v1/clusters", Some(&serde_json::json!({"name": "passwd", "kubeconfig": path})));
+        assert_eq!(code, 422, "{path:?}: {body}");
+        let status: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(status["reason"], "Invalid", "{body}");
+        assert!(status["message"].as_str().unwrap().contains("kubeconfigDirs"), "{body}");
+        assert!(!body.contains(&passwd_head) && !body.contains("/bin/"), "the refusal quotes the file: {body}");
+    }
+    assert_eq!(admin("GET", "/admin/v1/clusters/passwd", None).0, 404, "nothing registered");
+
+    // The broken members fail, with an error naming the line, and are retried.
+    for cluster in ["member1", "member2", "member4", "member6"] {
+        wait_for(Duration::from_secs(60), &format!("{cluster} synced"), || {
+            let (_, body) = admin("GET", &format!("/admin/v1/clusters/{cluster}"), None);
+            serde_json::from_str::<Value>(&body).is_ok_and(|v| v["status"]["synced"] == true)
+        });
+    }
+    for (cluster, file) in [("member3", &broken), ("member5", &registered_broken)] {
+        wait_for(Duration::from_secs(30), "the broken kubeconfig's error", || {
+            let (_, body) = admin("GET", &format!("/admin/v1/clusters/{cluster}"), None);
+            serde_json::from_str::<Value>(&body).unwrap()["status"]["lastError"].is_string()
+        });
+        let (_, body) = admin("GET", &format!("/admin/v1/clusters/{cluster}"), None);
+        let error = serde_json::from_str::<Value>(&body).unwrap()["status"]["lastError"].as_str().unwrap().to_string();
+        assert!(error.contains(&file.display().to_string()) && error.contains("line"), "{cluster}: {error}");
+    }
+    std::thread::sleep(Duration::from_secs(3));
+
+    // Every answer an admin can get, the metrics, and the logs.
+    let mut seen = Vec::new();
+    for path in ["/admin/v1/clusters", "/admin/v1/resources", "/admin/v1/stats", "/admin/v1/estimators", "/metrics", "/readyz?verbose", "/livez?verbose", "/healthz?verbose"] {
+        let (code, body) = admin("GET", path, None);
+        assert!(code == 200 || path.starts_with("/readyz"), "{path}: {code} {body}");
+        seen.push((path.to_string(), body));
+    }
+    for i in 1..=6 {
+        for path in [format!("/admin/v1/clusters/member{i}"), format!("/admin/v1/estimators/member{i}")] {
+            let (_, body) = admin("GET", &path, None);
+            seen.push((path, body));
+        }
+    }
+    let (code, backup) = admin("POST", "/admin/v1/backup", None);
+    assert_eq!(code, 200);
+    seen.push(("/admin/v1/backup".to_string(), backup));
+    seen.push(("logs".to_string(), kf.logs()));
+    for (what, text) in &seen {
+        for secret in secrets {
+            assert!(!text.contains(secret), "{what} shows the secret {secret}:\n{text}");
+        }
+        assert!(!text.contains("client-key-data") && !text.contains("[unclosed"), "{what} quotes a kubeconfig:\n{text}");
+    }
+    assert!(kf.logs().contains("member3"), "the broken member's errors are logged (without its contents)");
+}
