@@ -320,3 +320,113 @@ fn impersonation_needs_the_right_and_is_authorized_as_the_impersonated_user() {
         eprintln!("kubectl auth whoami is not served here: {err}");
     }
 }
+
+#[test]
+fn health_details_unknown_clusters_redacted_tokens_file_modes_and_backups() {
+    use std::os::unix::fs::PermissionsExt;
+    let members = demo_members(2, 0.0);
+    let tmp = tempfile::tempdir().unwrap();
+    let tokens = token_file(tmp.path());
+    let (_data, dir) = data_dir();
+    let kf = Kubefold::serve(&dir, &cluster_flags(&members[..1]), &["--token-auth-file", &tokens]);
+    let url = |path: &str| format!("{}{path}", kf.url);
+    wait_for(Duration::from_secs(60), "ready", || call("GET", &url("/readyz"), None, &[], None).0 == 200);
+
+    // Health is open, its member names only for authenticated callers.
+    for path in ["/readyz?verbose", "/readyz?verbose=1", "/livez?verbose", "/healthz?verbose", "/readyz"] {
+        let (code, body) = call("GET", &url(path), None, &[], None);
+        assert_eq!(code, 200, "{path}: {body}");
+        assert!(!body.contains("member1"), "{path} names a member to an anonymous caller: {body}");
+    }
+    let (_, body) = call("GET", &url("/readyz?verbose"), None, &[], None);
+    assert!(body.contains("[+]clusters synced") && body.contains("readyz check passed"), "{body}");
+    let (_, body) = call("GET", &url("/readyz?verbose"), Some("not-a-token"), &[], None);
+    assert!(!body.contains("member1"), "a bad token sees no details: {body}");
+    let (_, body) = call("GET", &url("/readyz?verbose"), Some(VIEWER), &[], None);
+    assert!(body.contains("[+]cluster-member1 synced"), "{body}");
+
+    // An unknown cluster is 404, for resources and discovery alike.
+    for path in ["/clusters/nope/api/v1/pods", "/clusters/nope/api/v1/namespaces/default/pods/web-0", "/clusters/nope/apis/apps/v1", "/clusters/nope/api"] {
+        let (code, body) = call("GET", &url(path), Some(ADMIN), &[], None);
+        assert_eq!(code, 404, "{path}: {body}");
+        let status: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!((status["kind"].as_str(), status["reason"].as_str()), (Some("Status"), Some("NotFound")), "{path}: {body}");
+        assert!(status["message"].as_str().unwrap().contains("\"nope\""), "{body}");
+    }
+    assert_eq!(call("GET", &url("/clusters/member1/api/v1/pods"), Some(ADMIN), &[], None).0, 200);
+
+    // A registered member's spec read and sent back keeps its token.
+    let token = "registered-member-token-3e4f5a6b";
+    let spec = serde_json::json!({"name": "member2", "url": members[1].1.url(), "token": token});
+    assert_eq!(call("POST", &url("/admin/v1/clusters"), Some(ADMIN), &[], Some(&spec)).0, 201);
+    let (_, body) = call("GET", &url("/admin/v1/clusters/member2"), Some(ADMIN), &[], None);
+    let mut shown = serde_json::from_str::<Value>(&body).unwrap()["spec"].clone();
+    assert_eq!(shown["token"], "<redacted>");
+    shown["labels"] = serde_json::json!({"env": "test"});
+    let (code, body) = call("PUT", &url("/admin/v1/clusters/member2"), Some(ADMIN), &[], Some(&shown));
+    assert_eq!(code, 200, "{body}");
+    let new = serde_json::json!({"name": "member3", "url": members[1].1.url(), "token": "<redacted>"});
+    let (code, body) = call("POST", &url("/admin/v1/clusters"), Some(ADMIN), &[], Some(&new));
+    assert_eq!(code, 422, "nothing to keep for a new member: {body}");
+
+    // Backups: credentials only when asked.
+    let backup = |query: &str| {
+        let response = client().post(url(&format!("/admin/v1/backup{query}"))).bearer_auth(ADMIN).send().unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+        response.bytes().unwrap().to_vec()
+    };
+    let contains = |haystack: &[u8], needle: &str| haystack.windows(needle.len()).any(|w| w == needle.as_bytes());
+    let plain = backup("");
+    assert!(!contains(&plain, token) && contains(&plain, "member2"), "a default backup holds no member token");
+    let full = backup("?includeCredentials=true");
+    assert!(contains(&full, token), "the stored token was kept through the PUT and is in a backup with credentials");
+    assert!(!contains(&full, "<redacted>"), "<redacted> was stored");
+    wait_for(Duration::from_secs(60), "member2 synced", || call("GET", &url("/readyz"), None, &[], None).0 == 200);
+    kf.stop();
+
+    // Every file of the data dir is its user's alone, the index snapshot
+    // written at shutdown included.
+    let mut files = 0;
+    let mut stack = vec![dir.clone()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+            if path.is_dir() {
+                assert_eq!(mode & 0o077, 0, "{} is {mode:o}", path.display());
+                stack.push(path);
+            } else {
+                assert_eq!(mode & 0o077, 0, "{} is {mode:o}", path.display());
+                files += 1;
+            }
+        }
+    }
+    assert!(files > 3 && dir.join("index.snapshot").exists(), "{files} files");
+
+    // The offline backup: 0600, without credentials unless asked.
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubefold")).args(args).output().unwrap();
+        assert!(out.status.success(), "kubefold {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let offline = tmp.path().join("offline.backup");
+    let said = run(&["backup", "--data-dir", dir.to_str().unwrap(), "--out", offline.to_str().unwrap()]);
+    assert!(said.contains("without member credentials"), "{said}");
+    assert_eq!(std::fs::metadata(&offline).unwrap().permissions().mode() & 0o777, 0o600);
+    assert!(!contains(&std::fs::read(&offline).unwrap(), token));
+    let with = tmp.path().join("with.backup");
+    run(&["backup", "--data-dir", dir.to_str().unwrap(), "--out", with.to_str().unwrap(), "--include-credentials"]);
+    assert!(contains(&std::fs::read(&with).unwrap(), token));
+
+    // A credential-less backup restores and serves; the member registered
+    // with a token comes back without it (this simulator asks for none).
+    let restored = tmp.path().join("restored");
+    run(&["restore", "--in", offline.to_str().unwrap(), "--data-dir", restored.to_str().unwrap()]);
+    let kf = Kubefold::serve(&restored, &cluster_flags(&members[..1]), &["--token-auth-file", &tokens]);
+    let (code, body) = call("GET", &format!("{}/api/v1/namespaces/default/pods/web-0_member2", kf.url), Some(ADMIN), &[], None);
+    assert_eq!(code, 200, "the restored store serves member2's objects: {body}");
+    let (_, body) = call("GET", &format!("{}/admin/v1/clusters/member2", kf.url), Some(ADMIN), &[], None);
+    let spec = serde_json::from_str::<Value>(&body).unwrap()["spec"].clone();
+    assert_eq!(spec, serde_json::json!({"name": "member2", "url": members[1].1.url(), "labels": {"env": "test"}}), "{body}");
+    wait_for(Duration::from_secs(60), "restored kubefold ready", || call("GET", &format!("{}/readyz", kf.url), None, &[], None).0 == 200);
+}
