@@ -261,7 +261,10 @@ mod tests {
         let config: Config = serde_yaml::from_str(text).unwrap();
         config.validate().unwrap();
         assert_eq!(config.clusters.len(), 2);
+        assert_eq!(config.admin.kubeconfig_dirs(&config.clusters), [PathBuf::from("/etc/kubefold")]);
         let defaults = Config::default();
+        assert_eq!(defaults.admin.kubeconfig_dirs(&config.clusters), [PathBuf::from("/etc/kubefold")], "the configured members' directories");
+        assert!(defaults.admin.kubeconfig_dirs(&defaults.clusters).is_empty(), "none without kubeconfig files");
         assert_eq!(defaults.listen, default_listen());
         assert_eq!(defaults.durability, Durability::Sync);
         assert_eq!(defaults.name_style, NameStyle::Qualified);

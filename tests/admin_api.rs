@@ -804,7 +804,7 @@ fn a_streamed_backup_restores_to_a_data_dir_serving_the_same_head() {
     assert_eq!(copied_pods["items"], original_pods["items"]);
     let registered = copy_admin.cluster("extra");
     assert_eq!(registered["source"], "api");
-    assert_eq!(registered["spec"]["token"], "<redacted>");
+    assert_eq!(registered["spec"]["token"], serde_json::Value::Null, "a backup leaves member credentials out unless asked");
     assert_eq!(copy_admin.stats()["headResourceVersion"].as_u64(), Some(head), "resuming from the restored checkpoints needs no events");
 }
 
