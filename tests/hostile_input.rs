@@ -165,7 +165,8 @@ fn secrets_never_show_in_logs_admin_answers_or_metrics() {
     let registered_token = "registered-token-1a2b3c4d";
     let registered_broken_token = "registered-broken-token-6f5e4d3c";
     let inline_token = "inline-kubeconfig-token-0b1c2d3e";
-    let secrets = [VIEWER, ADMIN, member_token, kubeconfig_token, broken_token, registered_token, registered_broken_token, inline_token];
+    let cli_token = "cli-inline-token-8c9d0e1f";
+    let secrets = [VIEWER, ADMIN, member_token, kubeconfig_token, broken_token, registered_token, registered_broken_token, inline_token, cli_token];
     let good = kubeconfigs.join("member2.kubeconfig");
     std::fs::write(&good, kubeconfig(&members[1].1.url(), kubeconfig_token)).unwrap();
     // Malformed: the token sits on the line above the YAML error.
@@ -214,9 +215,23 @@ fn secrets_never_show_in_logs_admin_answers_or_metrics() {
         assert!(!body.contains(&passwd_head) && !body.contains("/bin/"), "the refusal quotes the file: {body}");
     }
     assert_eq!(admin("GET", "/admin/v1/clusters/passwd", None).0, 404, "nothing registered");
+    // The CLI sends a kubeconfig outside them inline when asked.
+    let outside = tmp.path().join("elsewhere.kubeconfig");
+    std::fs::write(&outside, kubeconfig(&members[2].1.url(), cli_token)).unwrap();
+    let admin_token = tmp.path().join("admin.token");
+    std::fs::write(&admin_token, ADMIN).unwrap();
+    let cli = |extra: &[&str]| {
+        let mut args = vec!["admin", "--server", &kf.url, "--token-file", admin_token.to_str().unwrap(), "clusters", "add", "member7", "--kubeconfig", outside.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        std::process::Command::new(env!("CARGO_BIN_EXE_kubefold")).args(&args).output().unwrap()
+    };
+    let refused = cli(&[]);
+    assert!(!refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("422 Invalid"), "{refused:?}");
+    let added = cli(&["--inline"]);
+    assert!(added.status.success(), "{added:?}");
 
     // The broken members fail, with an error naming the line, and are retried.
-    for cluster in ["member1", "member2", "member4", "member6"] {
+    for cluster in ["member1", "member2", "member4", "member6", "member7"] {
         wait_for(Duration::from_secs(60), &format!("{cluster} synced"), || {
             let (_, body) = admin("GET", &format!("/admin/v1/clusters/{cluster}"), None);
             serde_json::from_str::<Value>(&body).is_ok_and(|v| v["status"]["synced"] == true)
@@ -240,7 +255,7 @@ fn secrets_never_show_in_logs_admin_answers_or_metrics() {
         assert!(code == 200 || path.starts_with("/readyz"), "{path}: {code} {body}");
         seen.push((path.to_string(), body));
     }
-    for i in 1..=6 {
+    for i in 1..=7 {
         for path in [format!("/admin/v1/clusters/member{i}"), format!("/admin/v1/estimators/member{i}")] {
             let (_, body) = admin("GET", &path, None);
             seen.push((path, body));
