@@ -105,7 +105,17 @@ const DECODER_STACK_BYTES: usize = 16 << 20;
 pub async fn decode(body: Bytes, format: Format, peer: Option<crate::watch::ConnectionSocket>) -> Result<Value, DecodeError> {
     let abandoned = Arc::new(AtomicBool::new(false));
     let _guard = AbandonOnDrop(abandoned.clone());
-    let permit = DECODERS.acquire().await.map_err(|e| DecodeError::Unavailable(e.to_string()))?;
+    let mut acquire = Box::pin(DECODERS.acquire());
+    let permit = loop {
+        tokio::select! {
+            permit = &mut acquire => break permit.map_err(|e| DecodeError::Unavailable(e.to_string()))?,
+            _ = tokio::time::sleep(PEER_CHECK), if peer.is_some() => {
+                if peer.as_ref().is_some_and(peer_closed) {
+                    return Err(DecodeError::Abandoned);
+                }
+            }
+        }
+    };
     let (tx, mut rx) = tokio::sync::oneshot::channel();
     let flag = abandoned.clone();
     std::thread::Builder::new()
@@ -314,6 +324,27 @@ mod tests {
         }
         assert_eq!(decode(&nested_json(1_000_000), Format::Json), Err(DecodeError::TooDeep));
         assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    }
+
+    #[tokio::test]
+    async fn a_request_whose_client_closed_its_connection_is_abandoned() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        let socket = crate::watch::ConnectionSocket::of(&accepted).unwrap();
+        assert!(!peer_closed(&socket));
+        let body = Bytes::from_static(b"{\"a\": 1}");
+        assert_eq!(super::decode(body.clone(), Format::Json, Some(socket.clone())).await, Ok(json!({"a": 1})));
+        // Every decoder busy: the request waits, and gives up once its client has gone.
+        let busy = DECODERS.acquire_many(4).await.unwrap();
+        let waiting = tokio::spawn(super::decode(body.clone(), Format::Yaml, Some(socket.clone())));
+        tokio::time::sleep(PEER_CHECK * 3).await;
+        assert!(!waiting.is_finished(), "the request waits for a decoder");
+        drop(client);
+        let outcome = tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("abandoned promptly").unwrap();
+        assert_eq!(outcome, Err(DecodeError::Abandoned));
+        assert!(peer_closed(&socket));
+        drop(busy);
     }
 
     #[test]
