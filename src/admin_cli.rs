@@ -88,9 +88,13 @@ enum AdminCommand {
     Compact,
     /// Stream a consistent backup of the store into a file (`kubefold restore` reads it).
     Backup {
-        /// The backup file to write (replaced when it exists; mode 0600: it holds member credentials).
+        /// The backup file to write (replaced when it exists; mode 0600).
         #[arg(long)]
         out: PathBuf,
+        /// Keep the tokens and inline kubeconfigs of registered members
+        /// (left out by default).
+        #[arg(long)]
+        include_credentials: bool,
     },
     /// Table of the members' scheduler-estimator endpoints and their last probe.
     Estimators,
@@ -141,9 +145,15 @@ struct AddArgs {
     /// API server URL of the member.
     #[arg(long)]
     url: Option<String>,
-    /// Kubeconfig file of the member.
+    /// Kubeconfig file of the member: kubefold reads it on its host, where
+    /// it must be in one of the directories of `admin.kubeconfigDirs`.
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
+    /// Send the kubeconfig's contents (`kubeconfigData`) rather than its
+    /// path: for a file kubefold cannot or may not read. Its credentials are
+    /// then kept in kubefold's data dir, as a token is.
+    #[arg(long, requires = "kubeconfig")]
+    inline: bool,
     /// Context of the kubeconfig (default: its current context).
     #[arg(long, requires = "kubeconfig")]
     context: Option<String>,
@@ -230,7 +240,7 @@ pub fn run(args: AdminArgs) -> anyhow::Result<()> {
                 result.floor, result.removed, result.kept
             )?;
         }
-        AdminCommand::Backup { out } => backup(&api, &out)?,
+        AdminCommand::Backup { out, include_credentials } => backup(&api, &out, include_credentials)?,
         AdminCommand::Estimators => {
             let rows: Vec<EstimatorRow> = api.get(&["estimators"])?;
             write!(stdout, "{}", estimators_table(&rows))?;
@@ -248,10 +258,18 @@ impl AddArgs {
             (None, Some(file)) => Some(read_token_file(file)?),
             (None, None) => None,
         };
+        let (kubeconfig, kubeconfig_data) = match (&self.kubeconfig, self.inline) {
+            (Some(path), true) => {
+                let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+                (None, Some(text))
+            }
+            (path, _) => (path.as_deref().map(absolute).transpose()?, None),
+        };
         Ok(ClusterSpec {
             name: self.name.clone(),
             url: self.url.clone(),
-            kubeconfig: self.kubeconfig.as_deref().map(absolute).transpose()?,
+            kubeconfig,
+            kubeconfig_data,
             context: self.context.clone(),
             token,
             ca_file: self.ca_file.as_deref().map(absolute).transpose()?,
@@ -716,14 +734,15 @@ impl ProgressLine {
 
 /// `POST /admin/v1/backup` into `out`: written to `OUT.partial` (mode 0600)
 /// while it streams, renamed to `out` once complete and synced, removed on failure.
-fn backup(api: &AdminApi, out: &Path) -> anyhow::Result<()> {
+fn backup(api: &AdminApi, out: &Path, include_credentials: bool) -> anyhow::Result<()> {
     let file_name = out.file_name().with_context(|| format!("--out {} names no file", out.display()))?;
     let partial = out.with_file_name(format!("{}.partial", file_name.to_string_lossy()));
     let mut progress = ProgressLine { width: 0, last_draw: None };
     progress.draw("waiting for the backup to start...", false);
     let start = Instant::now();
     let result = (|| -> anyhow::Result<u64> {
-        let mut response = api.send(api.request(Method::POST, &["backup"], None))?;
+        let request = api.request(Method::POST, &["backup"], None).query(&[("includeCredentials", include_credentials)]);
+        let mut response = api.send(request)?;
         let mut file = create_private(&partial)?;
         let mut buffer = vec![0u8; 64 * 1024];
         let mut bytes = 0u64;
@@ -756,7 +775,7 @@ fn backup(api: &AdminApi, out: &Path) -> anyhow::Result<()> {
 }
 
 /// Creates (or truncates) a file only its owner may read: a backup holds
-/// the registered members' credentials.
+/// every object of the fleet, and may hold member credentials.
 fn create_private(path: &Path) -> anyhow::Result<std::fs::File> {
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);

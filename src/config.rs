@@ -47,6 +47,10 @@ pub struct Config {
     /// Client authentication (tokens, client certificates) and authorization rules.
     #[serde(default)]
     pub auth: kubefold_api::auth::AuthConfig,
+    /// The admin API: which directories the kubeconfig files of members
+    /// registered through it may be in (`kubeconfigDirs`).
+    #[serde(default)]
+    pub admin: kubefold_api::admin::AdminConfig,
     /// TLS of the API listener (certificate reloaded when it changes on disk).
     #[serde(default)]
     pub tls: Option<kubefold_api::tls::TlsConfig>,
@@ -192,11 +196,45 @@ impl Default for Config {
     }
 }
 
+/// A YAML error of the config file as its line, column and kind, without
+/// a word of the file: serde's messages quote the value that did not fit
+/// (`invalid type: string "..."`) and the key that is unknown, and a
+/// malformed file may have a token there.
+pub fn yaml_error(error: &serde_yaml::Error) -> String {
+    let message = error.to_string();
+    // serde_yaml puts the field's path first (`clusters[0].token: ...`).
+    let kind = KINDS.iter().find(|k| message.contains(*k)).copied();
+    let missing = message.split_once("missing field `").and_then(|(_, rest)| rest.split_once('`')).map(|(field, _)| field);
+    let what = match (missing, kind) {
+        // A missing field's name is one of the config's, not of the file.
+        (Some(field), _) if field.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') => format!("missing field `{field}`"),
+        (_, Some(kind)) => kind.to_string(),
+        (_, None) => "not valid YAML".to_string(),
+    };
+    let hint = "see ops/kubefold.example.yaml for the fields";
+    match error.location() {
+        Some(at) => format!("{what} at line {}, column {} ({hint})", at.line(), at.column()),
+        None => format!("{what} ({hint})"),
+    }
+}
+
+/// Kinds of serde and YAML errors named by [`yaml_error`].
+const KINDS: [&str; 7] = [
+    "unknown field",
+    "invalid type",
+    "invalid value",
+    "invalid length",
+    "unknown variant",
+    "duplicate field",
+    "duplicate entry",
+];
+
 impl Config {
-    /// Reads a YAML config file.
+    /// Reads a YAML config file. Errors name the file, line and column,
+    /// never its contents.
     pub fn load(path: &std::path::Path) -> anyhow::Result<Config> {
         let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read config {}: {e}", path.display()))?;
-        let config: Config = serde_yaml::from_str(&text).map_err(|e| anyhow::anyhow!("config {}: {e}", path.display()))?;
+        let config: Config = serde_yaml::from_str(&text).map_err(|e| anyhow::anyhow!("config {}: {}", path.display(), yaml_error(&e)))?;
         config.validate()?;
         Ok(config)
     }
@@ -231,9 +269,7 @@ impl Config {
             if !seen.insert(&c.name) {
                 anyhow::bail!("cluster {:?} is configured twice", c.name);
             }
-            if c.url.is_some() == c.kubeconfig.is_some() {
-                anyhow::bail!("cluster {:?}: set exactly one of url and kubeconfig", c.name);
-            }
+            c.check_target().map_err(|e| anyhow::anyhow!(e))?;
         }
         Ok(())
     }
@@ -249,7 +285,10 @@ mod tests {
         let config: Config = serde_yaml::from_str(text).unwrap();
         config.validate().unwrap();
         assert_eq!(config.clusters.len(), 2);
+        assert_eq!(config.admin.kubeconfig_dirs(&config.clusters), [PathBuf::from("/etc/kubefold")]);
         let defaults = Config::default();
+        assert_eq!(defaults.admin.kubeconfig_dirs(&config.clusters), [PathBuf::from("/etc/kubefold")], "the configured members' directories");
+        assert!(defaults.admin.kubeconfig_dirs(&defaults.clusters).is_empty(), "none without kubeconfig files");
         assert_eq!(defaults.listen, default_listen());
         assert_eq!(defaults.durability, Durability::Sync);
         assert_eq!(defaults.name_style, NameStyle::Qualified);
@@ -300,6 +339,26 @@ mod tests {
         let c: Config = serde_yaml::from_str("listen: 0.0.0.0:8080\nallowPlainHttp: true").unwrap();
         c.validate().unwrap();
         Config::default().validate().unwrap();
+    }
+
+    #[test]
+    fn config_errors_name_the_line_never_the_contents() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubefold.yaml");
+        let secret = "cfg-s3cr3t-token-4d5e";
+        for (text, line, kind) in [
+            (format!("clusters:\n- name: a\n  url: http://x\n  token: {secret}\n  insecureSkipTlsVerify: {secret}\n"), 5, "invalid type"),
+            (format!("clusters:\n- name: a\n  {secret}: x\n"), 3, "unknown field"),
+            (format!("auth:\n  tokenAuthFile: \"{secret}\n"), 3, "not valid YAML"),
+            (format!("clusters:\n- url: {secret}\n"), 2, "missing field `name`"),
+            (format!("durability: {secret}\n"), 1, "unknown variant"),
+        ] {
+            std::fs::write(&path, &text).unwrap();
+            let error = format!("{:#}", Config::load(&path).unwrap_err());
+            assert!(!error.contains(secret), "{error}");
+            assert!(error.contains(&format!("line {line},")) && error.contains(kind), "{text:?}: {error}");
+            assert!(error.contains(&path.display().to_string()), "{error}");
+        }
     }
 
     #[test]

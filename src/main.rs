@@ -49,6 +49,15 @@ fn raise_open_files_limit() {
     }
 }
 
+/// Files this process creates are its user's alone (umask 077: files 0600,
+/// directories 0700): the data dir's files (sled's, the record log's
+/// segments, the index snapshot) and backups hold every object of the
+/// fleet and may hold member credentials. kubefold creates its own files
+/// 0600 in any case; this covers sled's.
+fn private_files() {
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+}
+
 use clap::{Parser, Subcommand};
 use kubefold_actors::cluster::ClusterSpec;
 use kubefold_engine::names::NameStyle;
@@ -90,9 +99,14 @@ enum Command {
         /// The data dir.
         #[arg(long, default_value = "kubefold-data")]
         data_dir: PathBuf,
-        /// The backup file to write.
+        /// The backup file to write (mode 0600).
         #[arg(long)]
         out: PathBuf,
+        /// Keep the tokens and inline kubeconfigs of members registered
+        /// through the admin API (left out by default; a restore then needs
+        /// them from the config file or a new registration).
+        #[arg(long)]
+        include_credentials: bool,
     },
     /// Create a data dir from a backup file.
     Restore {
@@ -272,12 +286,16 @@ fn main() -> anyhow::Result<()> {
     init_logs(cli.logging_format, cli.verbosity);
     match cli.command {
         Command::Serve(args) => {
+            private_files();
             let config_file = args.config.clone();
             let config = serve_config(args)?;
             let scheme = if config.tls.is_some() { "https" } else { "http" };
             serve::run(config, config_file, shutdown_signal(), move |addr| println!("kubefold listening on {scheme}://{addr}"))
         }
-        Command::Demo(args) => demo::run(args),
+        Command::Demo(args) => {
+            private_files();
+            demo::run(args)
+        }
         Command::Sim(args) => kubefold_testdata::run_cli(args).map_err(Into::into),
         Command::Resolve(args) => resolve::run(args),
         Command::Status(args) => status::run(args).map_err(|e| {
@@ -288,16 +306,27 @@ fn main() -> anyhow::Result<()> {
             eprintln!("kubefold admin: {e:#}");
             std::process::exit(1)
         }),
-        Command::Backup { data_dir, out } => {
+        Command::Backup { data_dir, out, include_credentials } => {
+            private_files();
             let store = kubefold_store::Store::open(&data_dir, &kubefold_store::Options::default())
                 .map_err(|e| anyhow::anyhow!("{e} (is kubefold running on it? stop it first)"))?;
-            let file = std::fs::File::create(&out).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", out.display()))?;
+            let mut options = std::fs::OpenOptions::new();
+            options.write(true).create(true).truncate(true);
+            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+            let file = options.open(&out).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", out.display()))?;
             let mut writer = std::io::BufWriter::new(file);
-            let records = store.backup(&mut writer)?;
-            println!("backup of {} written to {}: {records} records, head resourceVersion {}", data_dir.display(), out.display(), store.head_rv()?);
+            let records = kubefold_actors::cluster::backup(&store, &mut writer, include_credentials)?;
+            let credentials = if include_credentials { "with" } else { "without" };
+            println!(
+                "backup of {} written to {}: {records} records, head resourceVersion {}, {credentials} member credentials",
+                data_dir.display(),
+                out.display(),
+                store.head_rv()?
+            );
             Ok(())
         }
         Command::Restore { input, data_dir } => {
+            private_files();
             let file = std::fs::File::open(&input).map_err(|e| anyhow::anyhow!("cannot open {}: {e}", input.display()))?;
             let store = kubefold_store::Store::restore(&data_dir, &mut std::io::BufReader::new(file), &kubefold_store::Options::default())?;
             println!("restored {} into {}: head resourceVersion {}", input.display(), data_dir.display(), store.head_rv()?);

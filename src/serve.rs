@@ -214,6 +214,7 @@ pub fn run(
             tls: config.tls.clone(),
             placement: config.placement.clone(),
             file_descriptor_reserve: config.file_descriptor_reserve,
+            kubeconfig_dirs: config.admin.kubeconfig_dirs(&config.clusters),
             ..ApiConfig::default()
         };
         let estimators = Estimators::new();

@@ -65,7 +65,11 @@ pub struct Compact;
 /// replies with its path.
 #[derive(Debug, actix::Message)]
 #[rtype(result = "Result<std::path::PathBuf, String>")]
-pub struct Backup;
+pub struct Backup {
+    /// Keep the credentials of registered members (tokens, inline
+    /// kubeconfigs); without it they are left out.
+    pub include_credentials: bool,
+}
 
 /// An index snapshot is written once this many events were committed
 /// after the last one: a restart after a crash then replays at most about
@@ -438,17 +442,17 @@ impl Handler<Compact> for Aggregator {
 impl Handler<Backup> for Aggregator {
     type Result = Result<std::path::PathBuf, String>;
 
-    fn handle(&mut self, _msg: Backup, _ctx: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, msg: Backup, _ctx: &mut Self::Context) -> Self::Result {
         let path = std::env::temp_dir().join(format!("kubefold-backup-{}-{}.bin", std::process::id(), self.index.head_rv()));
-        // The backup holds registered member credentials: readable by kubefold's user only.
+        // A backup may hold member credentials: readable by kubefold's user only.
         let mut options = std::fs::OpenOptions::new();
         options.write(true).create_new(true);
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
         let file = options.open(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
         let mut writer = std::io::BufWriter::new(file);
-        let records = self.store.backup(&mut writer).map_err(|e| e.to_string())?;
-        info!(records, head_rv = self.index.head_rv(), "Backup written.");
+        let records = crate::cluster::backup(&self.store, &mut writer, msg.include_credentials).map_err(|e| e.to_string())?;
+        info!(records, head_rv = self.index.head_rv(), include_credentials = msg.include_credentials, "Backup written.");
         Ok(path)
     }
 }

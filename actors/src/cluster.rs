@@ -53,9 +53,18 @@ pub struct ClusterSpec {
     /// `kubectl proxy`). Exclusive with `kubeconfig`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
-    /// Path of a kubeconfig file. Exclusive with `url`.
+    /// Path of a kubeconfig file. Exclusive with `url` and `kubeconfigData`.
+    /// A member registered through the admin API may name a file only in
+    /// the directories of `admin.kubeconfigDirs`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubeconfig: Option<PathBuf>,
+    /// A kubeconfig given inline (its YAML text): for members registered
+    /// through the admin API without a file on kubefold's host. Exclusive
+    /// with `url` and `kubeconfig`; its relative file paths, if any, are
+    /// relative to kubefold's working directory. A credential: never shown,
+    /// never logged, left out of backups unless asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig_data: Option<String>,
     /// Context of the kubeconfig to use; its current context when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
@@ -74,6 +83,51 @@ pub struct ClusterSpec {
     pub labels: BTreeMap<String, String>,
 }
 
+/// What the admin API shows in place of a credential.
+pub const REDACTED: &str = "<redacted>";
+
+/// The store's metadata key of the clusters registered through the admin API
+/// (a JSON array of [`ClusterSpec`]).
+pub const REGISTRY_META_KEY: &str = "clusters";
+
+/// The registry (the value of [`REGISTRY_META_KEY`]) without credentials,
+/// for a backup that leaves them out; `None` when it does not parse (it is
+/// then left out whole rather than copied with its credentials).
+pub fn registry_without_credentials(registry: &[u8]) -> Option<Vec<u8>> {
+    let specs: Vec<ClusterSpec> = serde_json::from_slice(registry).ok()?;
+    let stripped: Vec<ClusterSpec> = specs.iter().map(ClusterSpec::without_credentials).collect();
+    serde_json::to_vec(&stripped).ok()
+}
+
+/// Writes a backup of `store` to `out` (see [`kubefold_store::Store::backup`]):
+/// with the registered members' credentials only when `include_credentials`.
+/// Returns the number of records.
+pub fn backup(store: &kubefold_store::Store, out: &mut impl std::io::Write, include_credentials: bool) -> kubefold_store::Result<u64> {
+    if include_credentials {
+        return store.backup(out);
+    }
+    store.backup_with(out, |name, value| {
+        (name == REGISTRY_META_KEY).then(|| registry_without_credentials(value).unwrap_or_else(|| b"[]".to_vec()))
+    })
+}
+
+/// Why a kubeconfig could not be used, without a word of its contents: a
+/// YAML or schema error gives only its line and column (the parser's own
+/// message quotes the lines around it, and a value of the wrong type, which
+/// may be a token or a key), other errors are kube's, which quote nothing
+/// from the file.
+pub fn kubeconfig_reason(error: &kube::config::KubeconfigError) -> String {
+    use kube::config::KubeconfigError as K;
+    match error {
+        K::Parse(e) => match e.location() {
+            Some(at) => format!("not a valid kubeconfig (line {}, column {})", at.line(), at.column()),
+            None => "not a valid kubeconfig".to_string(),
+        },
+        K::ReadConfig(io, _) => format!("cannot read it: {io}"),
+        other => other.to_string(),
+    }
+}
+
 /// Shows whether a secret is set, never its value.
 pub struct Redacted<'a>(pub &'a Option<String>);
 
@@ -89,6 +143,7 @@ impl std::fmt::Debug for ClusterSpec {
             .field("name", &self.name)
             .field("url", &self.url)
             .field("kubeconfig", &self.kubeconfig)
+            .field("kubeconfig_data", &Redacted(&self.kubeconfig_data))
             .field("context", &self.context)
             .field("token", &Redacted(&self.token))
             .field("ca_file", &self.ca_file)
@@ -110,6 +165,7 @@ impl ClusterSpec {
             name: name.to_string(),
             url: Some(url.to_string()),
             kubeconfig: None,
+            kubeconfig_data: None,
             context: None,
             token: None,
             ca_file: None,
@@ -118,13 +174,52 @@ impl ClusterSpec {
         }
     }
 
-    /// The spec as the admin API shows it: the token replaced by `<redacted>`.
+    /// The spec as the admin API shows it: each credential (`token`,
+    /// `kubeconfigData`) replaced by [`REDACTED`].
     pub fn redacted(&self) -> ClusterSpec {
         let mut spec = self.clone();
-        if spec.token.is_some() {
-            spec.token = Some("<redacted>".to_string());
+        for secret in [&mut spec.token, &mut spec.kubeconfig_data] {
+            if secret.is_some() {
+                *secret = Some(REDACTED.to_string());
+            }
         }
         spec
+    }
+
+    /// Takes each credential given as [`REDACTED`] (a spec read from the
+    /// admin API and sent back) from `stored`, the spec it replaces; an
+    /// error names the field when `stored` has no such credential.
+    pub fn restore_redacted(&mut self, stored: Option<&ClusterSpec>) -> std::result::Result<(), String> {
+        let pairs = [
+            ("token", &mut self.token, stored.and_then(|s| s.token.clone())),
+            ("kubeconfigData", &mut self.kubeconfig_data, stored.and_then(|s| s.kubeconfig_data.clone())),
+        ];
+        for (field, secret, kept) in pairs {
+            if secret.as_deref() == Some(REDACTED) {
+                match kept {
+                    Some(value) => *secret = Some(value),
+                    None => return Err(format!("{field} is {REDACTED:?} but no {field} is stored for cluster {:?}: give the value", self.name)),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The spec without its credentials (`token`, `kubeconfigData`): what
+    /// a backup holds unless credentials are asked for.
+    pub fn without_credentials(&self) -> ClusterSpec {
+        ClusterSpec { token: None, kubeconfig_data: None, ..self.clone() }
+    }
+
+    /// Checks that exactly one way to reach the member is set (`url`,
+    /// `kubeconfig`, `kubeconfigData`).
+    pub fn check_target(&self) -> std::result::Result<(), String> {
+        let set = [self.url.is_some(), self.kubeconfig.is_some(), self.kubeconfig_data.is_some()].iter().filter(|s| **s).count();
+        if set == 1 {
+            Ok(())
+        } else {
+            Err(format!("cluster {:?}: set exactly one of url, kubeconfig and kubeconfigData", self.name))
+        }
     }
 
     /// Parses the `--cluster NAME=URL` / `--cluster NAME=PATH[#CONTEXT]` flag.
@@ -211,18 +306,30 @@ impl ClusterSpec {
                     path: path.clone(),
                     reason,
                 };
-                let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| failed(e.to_string()))?;
+                let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| failed(kubeconfig_reason(&e)))?;
                 let options = kube::config::KubeConfigOptions { context: self.context.clone(), ..Default::default() };
                 kube::Config::from_custom_kubeconfig(kubeconfig, &options)
                     .await
-                    .map_err(|e| failed(e.to_string()))?
+                    .map_err(|e| failed(kubeconfig_reason(&e)))?
             }
             (None, None) => {
-                return Err(Error::InvalidUrl {
+                let Some(text) = &self.kubeconfig_data else {
+                    return Err(Error::InvalidUrl {
+                        cluster: self.name.clone(),
+                        url: String::new(),
+                        reason: "none of url, kubeconfig and kubeconfigData is set".into(),
+                    });
+                };
+                let failed = |reason: String| Error::KubeconfigFailed {
                     cluster: self.name.clone(),
-                    url: String::new(),
-                    reason: "neither url nor kubeconfig is set".into(),
-                })
+                    path: PathBuf::from("(kubeconfigData)"),
+                    reason,
+                };
+                let kubeconfig = kube::config::Kubeconfig::from_yaml(text).map_err(|e| failed(kubeconfig_reason(&e)))?;
+                let options = kube::config::KubeConfigOptions { context: self.context.clone(), ..Default::default() };
+                kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+                    .await
+                    .map_err(|e| failed(kubeconfig_reason(&e)))?
             }
         };
         // kube retries 429, 503 and 504 itself, up to minutes, hiding a
@@ -278,6 +385,57 @@ mod tests {
         s.token = Some("s3cr3t".into());
         assert!(!format!("{s:?}").contains("s3cr3t"));
         assert!(!serde_json::to_string(&s.redacted()).unwrap().contains("s3cr3t"));
+    }
+
+    #[tokio::test]
+    async fn kubeconfig_errors_name_the_line_not_the_contents() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = "kc-token-0f9e8d7c6b5a";
+        // A malformed kubeconfig with the token on the line before the error.
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user:\n    token: {secret}\n    client-key-data: [unclosed\n"
+        );
+        let path = dir.path().join("broken.kubeconfig");
+        std::fs::write(&path, &text).unwrap();
+        let mut spec = ClusterSpec { url: None, kubeconfig: Some(path.clone()), ..ClusterSpec::from_url("m1", "") };
+        let error = spec.client().await.err().expect("the kubeconfig is refused").to_string();
+        assert!(!error.contains(secret), "{error}");
+        assert!(error.contains("line") && error.contains("column") && error.contains(&path.display().to_string()), "{error}");
+        // A value of the wrong type (a token where a boolean belongs), and a
+        // file that is no kubeconfig at all.
+        std::fs::write(&path, format!("clusters:\n- name: c\n  cluster:\n    insecure-skip-tls-verify: {secret}\n")).unwrap();
+        let error = spec.client().await.err().expect("the kubeconfig is refused").to_string();
+        assert!(!error.contains(secret) && error.contains("line 4"), "{error}");
+        std::fs::write(&path, format!("root:x:0:0:{secret}:/root:/bin/bash\n")).unwrap();
+        let error = spec.client().await.err().expect("the kubeconfig is refused").to_string();
+        assert!(!error.contains(secret) && error.contains("not a valid kubeconfig"), "{error}");
+        // Inline, the same.
+        spec.kubeconfig = None;
+        spec.kubeconfig_data = Some(text);
+        let error = spec.client().await.err().expect("the kubeconfig is refused").to_string();
+        assert!(!error.contains(secret) && error.contains("line 7"), "{error}");
+        assert!(!format!("{spec:?}").contains(secret));
+    }
+
+    #[test]
+    fn redacted_credentials_are_restored_and_left_out_of_backups() {
+        let mut stored = ClusterSpec::from_url("m1", "https://x");
+        stored.token = Some("s3cr3t".into());
+        let mut sent = stored.redacted();
+        assert_eq!(sent.token.as_deref(), Some(REDACTED));
+        sent.restore_redacted(Some(&stored)).unwrap();
+        assert_eq!(sent, stored);
+        let mut new = ClusterSpec::from_url("m2", "https://y");
+        new.token = Some(REDACTED.into());
+        assert!(new.restore_redacted(None).unwrap_err().contains("token"));
+        let inline = ClusterSpec { url: None, kubeconfig_data: Some("apiVersion: v1".into()), ..ClusterSpec::from_url("m3", "") };
+        assert!(!serde_json::to_string(&inline.redacted()).unwrap().contains("apiVersion"));
+        let registry = serde_json::to_vec(&vec![stored.clone(), inline]).unwrap();
+        let stripped = String::from_utf8(registry_without_credentials(&registry).unwrap()).unwrap();
+        assert!(!stripped.contains("s3cr3t") && !stripped.contains("apiVersion") && stripped.contains("m3"), "{stripped}");
+        assert_eq!(registry_without_credentials(b"not json"), None);
+        assert!(stored.check_target().is_ok());
+        assert!(ClusterSpec { kubeconfig_data: Some("x".into()), ..stored }.check_target().is_err());
     }
 
     #[test]

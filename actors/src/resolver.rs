@@ -247,8 +247,8 @@ impl EstimatorConfig {
             return invalid("serviceNamespace and servicePrefix must not be empty".into());
         }
         if let Some(cp) = &self.control_plane {
-            if cp.url.is_some() == cp.kubeconfig.is_some() {
-                return invalid(format!("controlPlane {:?}: set exactly one of url and kubeconfig", cp.name));
+            if let Err(e) = cp.check_target() {
+                return invalid(format!("controlPlane: {e}"));
             }
         }
         for (cluster, value) in &self.static_endpoints {

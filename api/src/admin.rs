@@ -2,9 +2,11 @@
 //! remove, status), the resource selection (which types are aggregated from
 //! which clusters and namespaces) and the types served, stats, compaction
 //! and backup. Registrations and the selection persist in the store;
-//! credentials are never returned.
+//! credentials are never returned, and kubeconfig files of registered
+//! members must be in the directories of [`AdminConfig`].
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use actix::Addr;
 use actix_web::{web, HttpResponse};
@@ -43,7 +45,7 @@ impl Control {
 static REGISTRY_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The store key of the registered clusters.
-pub const REGISTRY_KEY: &str = "clusters";
+pub const REGISTRY_KEY: &str = kubefold_actors::cluster::REGISTRY_META_KEY;
 
 /// Reads the registered clusters from the store.
 pub fn registered(state: &ApiState) -> Result<Vec<ClusterSpec>, Status> {
@@ -150,13 +152,79 @@ pub async fn get_cluster(state: web::Data<ApiState>, name: web::Path<String>) ->
     }
 }
 
-fn parse_spec(body: &[u8]) -> Result<ClusterSpec, Status> {
+/// The settings of the admin API (`admin:` in the config file).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AdminConfig {
+    /// Directories holding the kubeconfig files that members registered
+    /// through the admin API may name (`kubeconfig`); any other path is
+    /// refused (422), so that the API reads no other file of the host. A
+    /// member may always be registered with its kubeconfig inline
+    /// (`kubeconfigData`) or with `url`. Unset: the directories of the
+    /// kubeconfig files of the configured `clusters`, none when they use none.
+    #[serde(default)]
+    pub kubeconfig_dirs: Option<Vec<PathBuf>>,
+}
+
+impl AdminConfig {
+    /// The directories registered kubeconfigs may be in: `kubeconfigDirs`,
+    /// or those of the configured members' kubeconfig files.
+    pub fn kubeconfig_dirs(&self, configured: &[ClusterSpec]) -> Vec<PathBuf> {
+        match &self.kubeconfig_dirs {
+            Some(dirs) => dirs.clone(),
+            None => {
+                let mut dirs: Vec<PathBuf> = configured
+                    .iter()
+                    .filter_map(|c| c.kubeconfig.as_deref())
+                    .map(|k| match k.parent() {
+                        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                        _ => PathBuf::from("."),
+                    })
+                    .collect();
+                dirs.sort();
+                dirs.dedup();
+                dirs
+            }
+        }
+    }
+}
+
+/// Checks that a registered member's kubeconfig file is in one of `allowed`
+/// (symbolic links and `..` resolved). The refusal names the path given,
+/// never a word of the file.
+fn check_kubeconfig_path(cluster: &str, path: &Path, allowed: &[PathBuf]) -> Result<(), Status> {
+    let resolved = std::fs::canonicalize(path).ok().or_else(|| {
+        let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        Some(std::fs::canonicalize(parent).ok()?.join(path.file_name()?))
+    });
+    let inside = resolved.is_some_and(|file| allowed.iter().filter_map(|d| std::fs::canonicalize(d).ok()).any(|d| file.starts_with(d)));
+    if inside {
+        return Ok(());
+    }
+    let dirs = if allowed.is_empty() {
+        "none".to_string()
+    } else {
+        allowed.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+    };
+    Err(Status::new(
+        422,
+        "Invalid",
+        format!(
+            "cluster {cluster:?}: kubeconfig {} is not in a directory allowed for registered clusters (admin.kubeconfigDirs: {dirs}); give the kubeconfig inline as kubeconfigData",
+            path.display()
+        ),
+    )
+    .with_details("admin.kubefold.io", "clusters", cluster))
+}
+
+fn parse_spec(state: &ApiState, body: &[u8]) -> Result<ClusterSpec, Status> {
     let spec: ClusterSpec = serde_json::from_slice(body).map_err(|e| Status::bad_request(format!("invalid cluster: {e}")))?;
     if !kubefold_engine::names::is_valid_cluster_name(&spec.name) {
         return Err(Status::new(422, "Invalid", format!("cluster name {:?} must be a DNS-1123 label (lowercase letters, digits, '-', at most 63)", spec.name)));
     }
-    if spec.url.is_some() == spec.kubeconfig.is_some() {
-        return Err(Status::new(422, "Invalid", format!("cluster {:?}: set exactly one of url and kubeconfig", spec.name)));
+    spec.check_target().map_err(|e| Status::new(422, "Invalid", e))?;
+    if let Some(path) = &spec.kubeconfig {
+        check_kubeconfig_path(&spec.name, path, &state.config.kubeconfig_dirs)?;
     }
     Ok(spec)
 }
@@ -166,7 +234,8 @@ pub async fn register_cluster(state: web::Data<ApiState>, payload: web::Payload)
     let _guard = REGISTRY_LOCK.lock().await;
     let result = async {
         let body = crate::read_body(payload).await?;
-        let spec = parse_spec(&body)?;
+        let mut spec = parse_spec(&state, &body)?;
+        spec.restore_redacted(None).map_err(|e| Status::new(422, "Invalid", e))?;
         if state.fleet.member(&spec.name).is_some() {
             return Err(Status::new(409, "AlreadyExists", format!("cluster \"{}\" already exists", spec.name)));
         }
@@ -187,13 +256,17 @@ pub async fn update_cluster(state: web::Data<ApiState>, name: web::Path<String>,
     let _guard = REGISTRY_LOCK.lock().await;
     let result = async {
         let body = crate::read_body(payload).await?;
-        let spec = parse_spec(&body)?;
+        let mut spec = parse_spec(&state, &body)?;
         if spec.name != *name {
             return Err(Status::bad_request(format!("the name in the body ({}) does not match the URL ({name})", spec.name)));
         }
         let mut registry = registered(&state)?;
         match registry.iter_mut().find(|s| s.name == *name) {
-            Some(existing) => *existing = spec.clone(),
+            Some(existing) => {
+                // A spec read from this API and sent back keeps its credentials.
+                spec.restore_redacted(Some(existing)).map_err(|e| Status::new(422, "Invalid", e))?;
+                *existing = spec.clone()
+            }
             None if state.fleet.member(&name).is_some() => {
                 return Err(Status::conflict(format!("cluster \"{name}\" comes from the configuration file; change it there")))
             }
@@ -359,10 +432,18 @@ pub async fn compact(state: web::Data<ApiState>) -> HttpResponse {
 }
 
 /// `POST /admin/v1/backup`: a consistent backup (taken by the aggregator
-/// between two commits), streamed as `application/octet-stream`.
-pub async fn backup(state: web::Data<ApiState>) -> HttpResponse {
+/// between two commits), streamed as `application/octet-stream`. The
+/// credentials of registered members are left out unless the query has
+/// `includeCredentials=true`.
+pub async fn backup(state: web::Data<ApiState>, req: actix_web::HttpRequest) -> HttpResponse {
     let result = async {
-        let path = control(&state)?.aggregator.send(Backup).await.map_err(|e| Status::internal(e.to_string()))?.map_err(Status::internal)?;
+        let query: Vec<(String, String)> = serde_urlencoded::from_str(req.query_string()).map_err(|e| Status::bad_request(e.to_string()))?;
+        let include_credentials = match query.iter().find(|(k, _)| k == "includeCredentials").map(|(_, v)| v.as_str()) {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(other) => return Err(Status::bad_request(format!("includeCredentials must be true or false, not {other:?}"))),
+        };
+        let path = control(&state)?.aggregator.send(Backup { include_credentials }).await.map_err(|e| Status::internal(e.to_string()))?.map_err(Status::internal)?;
         let file = tokio::fs::File::open(&path).await.map_err(|e| Status::internal(e.to_string()))?;
         // The file is already open; removing it now frees the space when the stream ends.
         let _ = std::fs::remove_file(&path);

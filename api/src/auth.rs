@@ -12,7 +12,8 @@
 //! Authorization maps the request to Kubernetes attributes (verb, API group,
 //! resource, subresource, namespace, name) plus the member `cluster`, then
 //! allows it when one of these grants it:
-//! - `kubefold:admins`: everything, `/admin/...` and `/metrics` included;
+//! - `kubefold:admins`: everything, `/admin/...`, `/metrics` and
+//!   impersonation (`kubectl --as`, [`crate::impersonate`]) included;
 //! - `kubefold:editors`: every resource verb on every resource;
 //! - `kubefold:viewers`: get, list and watch on every resource except
 //!   `secrets` (as Kubernetes' `view` role);
@@ -186,7 +187,9 @@ pub struct Rule {
     #[serde(default)]
     pub groups: Vec<String>,
     /// Kubernetes verbs allowed: get, list, watch, create, update, patch,
-    /// delete, deletecollection; for `nonResourceURLs` the lowercase HTTP
+    /// delete, deletecollection; `impersonate` with the resources `users`,
+    /// `groups`, `serviceaccounts`, `uids`, `userextras/*` (`kubectl --as`,
+    /// [`crate::impersonate`]); for `nonResourceURLs` the lowercase HTTP
     /// method (get, post, put, patch, delete); `*` for all.
     pub verbs: Vec<String>,
     /// Resources allowed, as RBAC writes them: `pods`, `pods/log`, `*/scale`,
@@ -258,8 +261,9 @@ pub struct TokenFileError {
 }
 
 /// The user a request was authenticated as; in the request extensions
-/// (`req.extensions().get::<User>()`) of every request past the middleware
-/// except the open health paths.
+/// (`req.extensions().get::<User>()`) of every request past the middleware.
+/// On the open health paths only when the caller may see their details:
+/// it authenticated, or authentication is off.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct User {
     /// User name (the token file's user, the certificate's CN, or `system:anonymous`).
@@ -638,10 +642,10 @@ impl Rule {
         if let Some(v) = self
             .verbs
             .iter()
-            .find(|v| *v != "*" && !RESOURCE_VERBS.contains(&v.as_str()) && !NON_RESOURCE_VERBS.contains(&v.as_str()))
+            .find(|v| *v != "*" && *v != "impersonate" && !RESOURCE_VERBS.contains(&v.as_str()) && !NON_RESOURCE_VERBS.contains(&v.as_str()))
         {
             return Err(format!(
-                "unknown verb {v:?}: use {}, or for nonResourceURLs {}, or *",
+                "unknown verb {v:?}: use {}, impersonate (with users, groups, serviceaccounts, uids, userextras), or for nonResourceURLs {}, or *",
                 RESOURCE_VERBS.join(", "),
                 NON_RESOURCE_VERBS.join(", ")
             ));
@@ -869,6 +873,7 @@ pub struct Client(pub String);
 /// Why a request was turned away.
 enum Rejection {
     Unauthorized,
+    Invalid(Status),
     TooManyRequests,
     TooManyLongRunning,
     Forbidden(Box<(User, RequestAttributes)>),
@@ -963,7 +968,8 @@ impl Auth {
         }
     }
 
-    /// Authenticates, counts and authorizes `req`.
+    /// Authenticates, counts and authorizes `req` (as the user it
+    /// impersonates, if it may: [`crate::impersonate`]).
     fn admit(&self, req: &ServiceRequest) -> Result<Admitted, Rejection> {
         let user = self.authenticate(req)?;
         let client = if user.is_anonymous() {
@@ -972,6 +978,18 @@ impl Auth {
             format!("user:{}", user.name)
         };
         let slot = self.inner.in_flight.acquire(client.clone()).ok_or(Rejection::TooManyRequests)?;
+        // The per-client limits count the real caller; authorization sees
+        // the user it impersonates.
+        let user = match crate::impersonate::Impersonation::from_headers(req.headers()).map_err(Rejection::Invalid)? {
+            None => user,
+            Some(asked) => {
+                if let Some(denied) = asked.checks().into_iter().find(|check| !self.allows(&user, check)) {
+                    return Err(Rejection::Forbidden(Box::new((user, denied))));
+                }
+                debug!(user = %user.name, as_user = %asked.user, as_groups = ?asked.groups, "Request impersonates a user.");
+                asked.user()
+            }
+        };
         let attributes = attributes(req.method(), req.path(), req.query_string());
         if !self.allows(&user, &attributes) {
             return Err(Rejection::Forbidden(Box::new((user, attributes))));
@@ -1072,6 +1090,13 @@ where
 
     fn call(&self, req: ServiceRequest) -> Self::Future {
         if is_open_path(req.path()) {
+            // Open to anyone; their details (which members are synced) only
+            // to an authenticated caller, or to everyone when authentication is off.
+            if self.auth.inner.open {
+                req.extensions_mut().insert(User::anonymous());
+            } else if let Some(user) = self.auth.authenticate(&req).ok().filter(|u| !u.is_anonymous()) {
+                req.extensions_mut().insert(user);
+            }
             let response = self.service.call(req);
             return Box::pin(async move { Ok(response.await?.map_body(|_, body| Counted { body, _slot: None, _long_running: None }).map_into_left_body()) });
         }
@@ -1092,6 +1117,7 @@ where
             }
             Err(rejection) => {
                 let status = match rejection {
+                    Rejection::Invalid(status) => status,
                     Rejection::Unauthorized => {
                         debug!(path = req.path(), peer = ?req.peer_addr(), "Request unauthenticated.");
                         unauthorized()

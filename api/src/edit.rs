@@ -18,20 +18,25 @@ use kubefold_engine::object::{self, KUBEFOLD_ANNOTATION_PREFIX};
 use kubefold_engine::status::Status;
 use serde_json::Value;
 
+use crate::decode;
 use crate::members::{self, MemberResponse};
 use crate::placement;
 use crate::read::{resolve_name, Scope, CLUSTER_SEARCH_KEY};
 use crate::respond;
 use crate::ApiState;
 
-/// Parses a request body as JSON or YAML.
-fn parse_body(req: &HttpRequest, body: &[u8]) -> Result<Value, Status> {
-    let content_type = content_type(req).unwrap_or("application/json");
-    if content_type.contains("yaml") {
-        serde_yaml::from_slice(body).map_err(|e| Status::bad_request(format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml: {e}")))
-    } else {
-        serde_json::from_slice(body).map_err(|e| Status::bad_request(format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml: {e}")))
-    }
+/// Decodes a request body as JSON or YAML, by its Content-Type, off the
+/// HTTP worker and within the budget of [`decode`].
+async fn parse_body(req: &HttpRequest, body: &Bytes) -> Result<Value, Status> {
+    let format = decode::Format::of_content_type(content_type(req).unwrap_or("application/json"));
+    decode::decode(body.clone(), format, peer(req)).await.map_err(|e| {
+        e.to_status("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml")
+    })
+}
+
+/// The request's connection, watched while its body is decoded.
+fn peer(req: &HttpRequest) -> Option<crate::watch::ConnectionSocket> {
+    req.conn_data::<crate::watch::ConnectionSocket>().cloned()
 }
 
 fn content_type(req: &HttpRequest) -> Option<&str> {
@@ -221,7 +226,7 @@ async fn reply_with_object(state: &ApiState, dry_run: bool, scope: &Scope, key: 
 pub async fn update(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &str, sub: Option<&str>, body: &Bytes) -> Result<HttpResponse, Status> {
     let snapshot = state.fleet.snapshot();
     let (key, entry) = resolve_name(&snapshot, scope, name)?;
-    let mut object = parse_body(req, body)?;
+    let mut object = parse_body(req, body).await?;
     if !object.is_object() {
         return Err(Status::bad_request("the body must be a JSON object"));
     }
@@ -283,17 +288,18 @@ pub async fn patch(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &st
     };
     let forwarded: Vec<u8> = match ct.as_str() {
         "application/json-patch+json" => {
-            let mut operations: Value = serde_json::from_slice(body).map_err(|e| Status::bad_request(format!("invalid JSON patch: {e}")))?;
+            let mut operations =
+                decode::decode(body.clone(), decode::Format::Json, peer(req)).await.map_err(|e| e.to_status("invalid JSON patch"))?;
             // A Scale's name and resourceVersion are its object's, so a
             // patch of `scale` is translated as one of the object.
             translate_json_patch(scope, &key, &entry, &mut operations, name)?;
             serde_json::to_vec(&operations).map_err(|e| Status::internal(e.to_string()))?
         }
         "application/merge-patch+json" | "application/strategic-merge-patch+json" | "application/apply-patch+yaml" | "application/apply-patch+cbor" => {
-            let mut patch: Value = if ct == "application/apply-patch+yaml" {
-                serde_yaml::from_slice(body).map_err(|e| Status::bad_request(format!("invalid apply patch: {e}")))?
+            let mut patch = if ct == "application/apply-patch+yaml" {
+                decode::decode(body.clone(), decode::Format::Yaml, peer(req)).await.map_err(|e| e.to_status("invalid apply patch"))?
             } else {
-                serde_json::from_slice(body).map_err(|e| Status::bad_request(format!("invalid patch: {e}")))?
+                decode::decode(body.clone(), decode::Format::Json, peer(req)).await.map_err(|e| e.to_status("invalid patch"))?
             };
             if patch["metadata"].is_object() {
                 let member_rv = translate_rv(scope, &key, &entry, &patch)?;
@@ -369,7 +375,7 @@ pub async fn delete(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &s
     let mut forwarded = Vec::new();
     let mut dry_run = is_dry_run(req);
     if !body.is_empty() {
-        let mut options = parse_body(req, body)?;
+        let mut options = parse_body(req, body).await?;
         dry_run |= options["dryRun"].as_array().is_some_and(|d| !d.is_empty());
         if let Some(rv) = options["preconditions"]["resourceVersion"].as_str() {
             match rv.parse::<u64>() {
@@ -408,7 +414,7 @@ pub async fn delete(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &s
 /// POST of a new object: under `/clusters/{c}`, or at the aggregated path
 /// when the body's name is qualified.
 pub async fn create(state: &ApiState, req: &HttpRequest, scope: &Scope, body: &Bytes) -> Result<HttpResponse, Status> {
-    let mut object = parse_body(req, body)?;
+    let mut object = parse_body(req, body).await?;
     if !object.is_object() {
         return Err(Status::bad_request("the body must be a JSON object"));
     }
@@ -456,7 +462,7 @@ pub async fn create(state: &ApiState, req: &HttpRequest, scope: &Scope, body: &B
 /// ...) goes to every member unchanged: kube-apiserver applies it to each
 /// object of the collection.
 pub async fn delete_collection(state: &ApiState, req: &HttpRequest, scope: &Scope, body: &Bytes) -> Result<HttpResponse, Status> {
-    let options = if body.is_empty() { Vec::new() } else { serde_json::to_vec(&parse_body(req, body)?).map_err(|e| Status::internal(e.to_string()))? };
+    let options = if body.is_empty() { Vec::new() } else { serde_json::to_vec(&parse_body(req, body).await?).map_err(|e| Status::internal(e.to_string()))? };
     let options_type = (!options.is_empty()).then_some(respond::JSON);
     let query = crate::query::Query::parse(req.query_string())?;
     let mut labels = kubefold_engine::selector::LabelSelector::parse(query.label_selector.as_deref().unwrap_or(""))

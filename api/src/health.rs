@@ -1,18 +1,36 @@
 //! `/healthz`, `/livez`, `/readyz` and `/metrics`.
 
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 
+use crate::auth::User;
 use crate::ApiState;
 use kubefold_actors::fleet::SyncState;
 
-/// `/healthz` and `/livez`: the process serves requests.
-pub async fn healthz() -> HttpResponse {
-    HttpResponse::Ok().content_type("text/plain").body("ok")
+/// Whether the query asks for every check (`?verbose`, `?verbose=...`).
+fn verbose(req: &HttpRequest) -> bool {
+    req.query_string().split('&').any(|p| p == "verbose" || p.starts_with("verbose="))
+}
+
+/// Whether the caller may see which members the checks are about: it
+/// authenticated, or authentication is off (the middleware then puts a
+/// [`User`] in the request).
+fn may_see_members(req: &HttpRequest) -> bool {
+    req.extensions().get::<User>().is_some()
+}
+
+/// `/healthz` and `/livez`: the process serves requests. `?verbose` lists
+/// the check, as kube-apiserver does.
+pub async fn healthz(req: HttpRequest) -> HttpResponse {
+    let check = if req.path().starts_with("/livez") { "livez" } else { "healthz" };
+    let body = if verbose(&req) { format!("[+]ping ok\n{check} check passed\n") } else { "ok".to_string() };
+    HttpResponse::Ok().content_type("text/plain").body(body)
 }
 
 /// `/readyz`: the store is open (it is, or we would not serve) and every
 /// watcher has finished its initial sync or resumed its watch. `?verbose`
-/// lists each check, as kube-apiserver does.
+/// lists each check, as kube-apiserver does. Member names are shown only to
+/// authenticated callers (anyone, when authentication is off); others see
+/// one line for all members.
 pub async fn readyz(req: HttpRequest, state: web::Data<ApiState>) -> HttpResponse {
     let members = state.fleet.member_names();
     let mut status = state.fleet.status();
@@ -20,17 +38,27 @@ pub async fn readyz(req: HttpRequest, state: web::Data<ApiState>) -> HttpRespons
     status.retain(|cluster, _| members.contains(cluster));
     let mut lines = vec!["[+]store ok".to_string()];
     let mut ready = true;
+    let mut not_synced = 0;
+    let named = may_see_members(&req);
     for (cluster, resources) in &status {
         let pending: Vec<&String> = resources.iter().filter(|(_, s)| s.state != SyncState::Synced).map(|(r, _)| r).collect();
+        if !pending.is_empty() {
+            ready = false;
+            not_synced += 1;
+        }
+        if !named {
+            continue;
+        }
         if pending.is_empty() {
             lines.push(format!("[+]cluster-{cluster} synced"));
         } else {
-            ready = false;
             lines.push(format!("[-]cluster-{cluster} not synced: {}", pending.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")));
         }
     }
-    let verbose = req.query_string().split('&').any(|p| p == "verbose" || p.starts_with("verbose="));
-    let body = if verbose {
+    if !named {
+        lines.push(if not_synced == 0 { "[+]clusters synced".to_string() } else { "[-]clusters not synced".to_string() });
+    }
+    let body = if verbose(&req) {
         format!("{}\nreadyz check {}\n", lines.join("\n"), if ready { "passed" } else { "failed" })
     } else if ready {
         "ok".to_string()

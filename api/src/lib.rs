@@ -14,6 +14,9 @@
 //! - [`members`]: kube clients of the members and raw forwarding.
 //! - [`placement`]: the member of a new object that names none.
 //! - [`passthrough`]: what kubefold does not serve under `/clusters/{c}`, proxied to the member.
+//! - [`decode`]: request bodies decoded off the HTTP workers, within a budget.
+//! - [`auth`]: authentication, authorization, per-client limits.
+//! - [`impersonate`]: `Impersonate-*` headers (`kubectl --as`).
 //! - [`health`]: `/healthz`, `/livez`, `/readyz`, `/metrics`.
 //! - [`series`]: the catalog of metric series, their zeros and the scrape-time ones.
 //! - [`respond`]: Status errors and JSON responses.
@@ -22,12 +25,14 @@
 
 pub mod admin;
 pub mod connections;
+pub mod decode;
 pub mod discovery;
 pub mod edit;
 pub mod estimators;
 pub mod gzip;
 pub mod health;
 pub mod auth;
+pub mod impersonate;
 pub mod members;
 pub mod passthrough;
 pub mod path;
@@ -103,6 +108,9 @@ pub struct ApiConfig {
     /// may take (see [`connections`]); `None`: a tenth of the open-files
     /// limit, at least 64.
     pub file_descriptor_reserve: Option<usize>,
+    /// Directories holding the kubeconfig files members registered through
+    /// the admin API may name ([`admin::AdminConfig`]).
+    pub kubeconfig_dirs: Vec<std::path::PathBuf>,
 }
 
 impl Default for ApiConfig {
@@ -121,6 +129,7 @@ impl Default for ApiConfig {
             tls: None,
             placement: Vec::new(),
             file_descriptor_reserve: None,
+            kubeconfig_dirs: Vec::new(),
         }
     }
 }
@@ -305,6 +314,12 @@ async fn route(req: &HttpRequest, state: &Arc<ApiState>, body: &web::Bytes) -> R
     let catalog: &[resources::ResourceType] = &served;
     let is_namespaced = |g: &str, v: &str, r: &str| resources::find(catalog, g, v, r).is_some_and(|t| t.namespaced);
     let scoped_cluster = passthrough::cluster_scope(req.path()).map(|(c, _)| c.to_string());
+    if let Some(cluster) = &scoped_cluster {
+        if state.fleet.member(cluster).is_none() {
+            return Err(Status::new(404, "NotFound", format!("cluster \"{cluster}\" is not a member of this kubefold"))
+                .with_details("", "clusters", cluster));
+        }
+    }
     let Some(parsed) = path::parse(&path, is_namespaced) else {
         return match &scoped_cluster {
             Some(cluster) => passthrough::forward(req, state, cluster, body).await,

@@ -70,6 +70,18 @@ pub enum ApiPath {
     Resource(ResourcePath),
 }
 
+impl ApiPath {
+    /// The member named by a `/clusters/{cluster}` prefix, if any.
+    pub fn cluster(&self) -> Option<&str> {
+        match self {
+            ApiPath::CoreVersions { cluster } | ApiPath::Groups { cluster } => cluster.as_deref(),
+            ApiPath::GroupVersion { cluster, .. } | ApiPath::Group { cluster, .. } => cluster.as_deref(),
+            ApiPath::Resource(p) => p.cluster.as_deref(),
+            ApiPath::Version | ApiPath::OpenApiV2 | ApiPath::OpenApiV3Index | ApiPath::OpenApiV3 { .. } => None,
+        }
+    }
+}
+
 /// Parses `path` (already percent-decoded by the router; encoded slashes are
 /// refused by the caller). `is_namespaced(group, version, resource)` tells
 /// whether a type is namespaced, to tell `/api/v1/namespaces/{ns}/pods` from

@@ -317,6 +317,14 @@ impl ConnectionSocket {
 /// descriptors, a socket in CLOSE-WAIT) until its timeout.
 const HANGUP_CHECK: Duration = Duration::from_millis(500);
 
+/// The connection's socket, for other looks at it (a request body's
+/// decoding watches whether its client went away, `decode`).
+impl std::os::fd::AsFd for ConnectionSocket {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
 /// Bytes of lines a watch hands actix-http between two looks at whether
 /// its socket can take more ...
 const SOCKET_CHECK_BYTES: usize = 64 << 10;

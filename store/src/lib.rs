@@ -1416,7 +1416,7 @@ impl Store {
         }
         let io = |e: std::io::Error| Error::Io(sled::Error::Io(e));
         let tmp = self.dir.join(format!("{SNAPSHOT_FILE}.tmp"));
-        let file = std::fs::File::create(&tmp).map_err(io)?;
+        let file = log::private_file().write(true).create(true).truncate(true).open(&tmp).map_err(io)?;
         let mut out = ChecksumWriter { inner: std::io::BufWriter::with_capacity(1 << 20, file), crc: crc32fast::Hasher::new(), bytes: 0 };
         out.write_all(SNAPSHOT_MAGIC).map_err(io)?;
         let resources = index.resource_keys();
@@ -1862,6 +1862,13 @@ impl Store {
     /// the same time (the aggregator, or a stopped kubefold) for a
     /// consistent copy. Returns the number of records.
     pub fn backup(&self, out: &mut impl std::io::Write) -> Result<u64> {
+        self.backup_with(out, |_, _| None)
+    }
+
+    /// [`Store::backup`], with the metadata values `rewrite_meta(name,
+    /// value)` replaces (`Some`) written in place of the stored ones: a
+    /// backup that leaves member credentials out.
+    pub fn backup_with(&self, out: &mut impl std::io::Write, rewrite_meta: impl Fn(&str, &[u8]) -> Option<Vec<u8>>) -> Result<u64> {
         use std::hash::Hasher;
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         let io = |e: std::io::Error| Error::Io(sled::Error::Io(e));
@@ -1881,6 +1888,10 @@ impl Store {
                         }
                     }
                     records
+                }
+                Some(&META) => {
+                    let rewritten = std::str::from_utf8(&k[1..]).ok().and_then(|name| rewrite_meta(name, &v));
+                    vec![(k.to_vec(), Record::Inline(rewritten.map_or(v, sled::IVec::from)))]
                 }
                 _ => vec![(k.to_vec(), Record::Inline(v))],
             };

@@ -239,7 +239,7 @@ impl RecordLog {
                 }
                 let id = writer.next_id;
                 let path = self.dir.join(segment_name(id));
-                let file = Arc::new(std::fs::OpenOptions::new().create_new(true).read(true).write(true).open(&path)?);
+                let file = Arc::new(private_file().create_new(true).read(true).write(true).open(&path)?);
                 self.segments.write().unwrap_or_else(|e| e.into_inner()).insert(id, file.clone());
                 writer.next_id = id + 1;
                 writer.active = Some(Active { id, file, len: 0, dirty: false });
@@ -455,6 +455,15 @@ impl std::hash::Hasher for RvHasher {
     fn write_u64(&mut self, n: u64) {
         self.0 = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
     }
+}
+
+/// Options of a new file only kubefold's user may read or write (0600): a
+/// segment holds objects of the fleet.
+pub(crate) fn private_file() -> std::fs::OpenOptions {
+    let mut options = std::fs::OpenOptions::new();
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options
 }
 
 #[cfg(test)]
