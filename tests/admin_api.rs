@@ -812,33 +812,6 @@ fn a_streamed_backup_restores_to_a_data_dir_serving_the_same_head() {
 // `kubefold admin ...`
 // ---------------------------------------------------------------------------
 
-/// A CA and a serving certificate for 127.0.0.1, as PEM files.
-struct Pki {
-    ca_file: PathBuf,
-    cert_file: PathBuf,
-    key_file: PathBuf,
-}
-
-impl Pki {
-    fn new(dir: &Path) -> Pki {
-        use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.distinguished_name.push(DnType::CommonName, "kubefold-admin-test-ca");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
-        let mut params = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
-        params.distinguished_name.push(DnType::CommonName, "kubefold");
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &ca).unwrap();
-        let write = |name: &str, text: &str| {
-            let path = dir.join(name);
-            std::fs::write(&path, text).unwrap();
-            path
-        };
-        Pki { ca_file: write("ca.crt", &ca.pem()), cert_file: write("tls.crt", &cert.pem()), key_file: write("tls.key", &key.serialize_pem()) }
-    }
-}
-
 /// Runs `kubefold admin` with `global` flags and `args`; (success, stdout, stderr).
 fn kubefold_admin(global: &[&str], args: &[&str]) -> (bool, String, String) {
     let out = Command::new("timeout")
@@ -870,7 +843,7 @@ fn parse_table(text: &str) -> Vec<Vec<String>> {
 fn kubefold_admin_wraps_every_operation_over_tls() {
     let members = demo_members(2, 0.0);
     let (tmp, dir) = data_dir();
-    let pki = Pki::new(tmp.path());
+    let pki = TestPki::write(tmp.path());
     let tokens = token_file(tmp.path());
     let kf = Kubefold::serve(
         &dir,

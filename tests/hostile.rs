@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use chaos::{open_fds, HostileClients};
 use common::*;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 
 /// A CA and a serving certificate for 127.0.0.1, written to a temporary dir.
 struct Pki {
@@ -26,23 +25,12 @@ struct Pki {
 
 impl Pki {
     fn new() -> Pki {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.distinguished_name.push(DnType::CommonName, "kubefold-test-ca");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
-        let mut params = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
-        params.distinguished_name.push(DnType::CommonName, "kubefold");
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &ca).unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let cert_file = dir.path().join("tls.crt");
-        let key_file = dir.path().join("tls.key");
-        std::fs::write(&cert_file, cert.pem()).unwrap();
-        std::fs::write(&key_file, key.serialize_pem()).unwrap();
+        let pki = TestPki::write(dir.path());
         Pki {
-            ca_pem: ca.pem(),
-            cert_file: cert_file.to_string_lossy().into_owned(),
-            key_file: key_file.to_string_lossy().into_owned(),
+            ca_pem: pki.ca_pem,
+            cert_file: pki.cert_file.to_string_lossy().into_owned(),
+            key_file: pki.key_file.to_string_lossy().into_owned(),
             _dir: dir,
         }
     }

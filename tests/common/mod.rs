@@ -395,3 +395,38 @@ pub const FIXTURES: [(&str, &str, &str, bool); 10] = [
     ("core.v1.Service.json", "/api/v1", "services", true),
     ("discovery.k8s.io.v1.EndpointSlice.json", "/apis/discovery.k8s.io/v1", "endpointslices", true),
 ];
+
+/// A test CA and a serving certificate it signs for 127.0.0.1 and
+/// localhost, written as PEM files into a directory.
+pub struct TestPki {
+    /// The CA certificate, PEM.
+    pub ca_pem: String,
+    /// `ca.crt`.
+    pub ca_file: PathBuf,
+    /// `tls.crt`: the serving certificate.
+    pub cert_file: PathBuf,
+    /// `tls.key`: its key.
+    pub key_file: PathBuf,
+}
+
+impl TestPki {
+    /// Makes the CA and the certificate and writes them into `dir`.
+    pub fn write(dir: &Path) -> TestPki {
+        use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, "kubefold-test-ca");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+        let mut params = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
+        params.distinguished_name.push(DnType::CommonName, "kubefold");
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &ca).unwrap();
+        let write = |name: &str, text: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        let ca_pem = ca.pem();
+        TestPki { ca_file: write("ca.crt", &ca_pem), cert_file: write("tls.crt", &cert.pem()), key_file: write("tls.key", &key.serialize_pem()), ca_pem }
+    }
+}
