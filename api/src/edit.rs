@@ -40,7 +40,13 @@ fn peer(req: &HttpRequest) -> Option<crate::watch::ConnectionSocket> {
 }
 
 fn content_type(req: &HttpRequest) -> Option<&str> {
-    req.headers().get(actix_web::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok())
+    let content_type = req.headers().get(actix_web::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok())?;
+    // A protobuf body was decoded to JSON on arrival (see `protobuf`; a
+    // patch is not).
+    if kubefold_proto::is_protobuf(content_type) && req.method() != actix_web::http::Method::PATCH {
+        return Some(respond::JSON);
+    }
+    Some(content_type)
 }
 
 /// The member's path of an object (and subresource), with the request's query.

@@ -19,6 +19,8 @@
 //! - [`impersonate`]: `Impersonate-*` headers (`kubectl --as`).
 //! - [`health`]: `/healthz`, `/livez`, `/readyz`, `/metrics`.
 //! - [`series`]: the catalog of metric series, their zeros and the scrape-time ones.
+//! - [`cbor`]: CBOR refused (415 for bodies, 406 for a CBOR-only Accept).
+//! - [`protobuf`]: protobuf request bodies and responses of built-in types.
 //! - [`respond`]: Status errors and JSON responses.
 //! - [`unserved`]: Status answers for what is not served yet (streaming subresources).
 //! - [`reviews`]: access and identity reviews (`kubectl auth can-i`, `whoami`).
@@ -33,10 +35,12 @@ pub mod gzip;
 pub mod health;
 pub mod auth;
 pub mod impersonate;
+pub mod cbor;
 pub mod members;
 pub mod passthrough;
 pub mod path;
 pub mod placement;
+pub mod protobuf;
 pub mod query;
 pub mod read;
 pub mod respond;
@@ -332,6 +336,7 @@ async fn route(req: &HttpRequest, state: &Arc<ApiState>, body: &web::Bytes) -> R
             return Ok(document);
         }
     }
+    cbor::refuse(req)?;
     if !matches!(parsed, ApiPath::Resource(_)) && req.method() != Method::GET {
         return Err(Status::method_not_allowed(format!("the server does not allow this method on the requested resource: {}", req.method())));
     }
@@ -367,7 +372,23 @@ async fn route(req: &HttpRequest, state: &Arc<ApiState>, body: &web::Bytes) -> R
             .map(|d| respond::json(&d))
             .ok_or_else(Status::path_not_found),
         ApiPath::Resource(path) if reviews::is_review(&path) => reviews::serve(req, state, &path, body),
-        ApiPath::Resource(path) => resource(req, state, path, body).await,
+        ApiPath::Resource(path) => {
+            // Protobuf at the edge: a body decoded to JSON first, the JSON answer encoded last.
+            let Some(served_type) = resources::find(catalog, &path.group, &path.version, &path.resource).cloned() else {
+                return resource(req, state, path, body).await;
+            };
+            let converted = protobuf::request_body(req, &served_type, path.subresource.as_deref(), body)?;
+            let response = resource(req, state, path, converted.as_ref().unwrap_or(body)).await?;
+            if !protobuf::wanted(req, &served_type) {
+                return Ok(response);
+            }
+            let served = match req.extensions().get::<RequestInfo>().map(|i| i.verb) {
+                Some("watch") => protobuf::Served::Watch,
+                Some("list") => protobuf::Served::List,
+                _ => protobuf::Served::Object,
+            };
+            Ok(protobuf::response(req, response, served, state.config.compress_lists).await)
+        }
     }
 }
 

@@ -471,7 +471,8 @@ pub fn list(state: &ApiState, req: &HttpRequest, scope: &Scope, query: &Query, r
     // gzip when the client asks for it and the list is larger than the
     // threshold: known at once for a list of one chunk; a streamed list is
     // over it (more than one chunk, or more objects than a few batches).
-    let gzip = state.config.compress_lists && crate::gzip::accepted(req.headers());
+    // A protobuf list is encoded (and compressed) whole by `protobuf::response`.
+    let gzip = state.config.compress_lists && crate::gzip::accepted(req.headers()) && !crate::protobuf::wanted(req, &scope.resource);
     if list.done {
         if gzip && first.len() > crate::gzip::THRESHOLD_BYTES {
             let body = crate::gzip::Member::whole(first.written());

@@ -16,6 +16,7 @@
 //! - [`churn`]: background changes and bursts; [`logs`]: pod logs; [`table`]: Tables.
 //! - [`faults`]: fault injection (latency, errors, resets, offline, 410
 //!   storms, corrupt events, clock skew), switchable at runtime.
+//! - [`protobuf`]: protobuf bodies of built-in types (reads and writes).
 //! - [`server`]: the HTTP layer and the request log.
 //!
 //! With [`SimConfig::crds`] (`kubefold sim --crds`; the demo's members) it
@@ -45,6 +46,7 @@ pub mod managed;
 pub mod ops;
 pub mod patch;
 pub mod path;
+pub mod protobuf;
 pub mod schema;
 pub mod server;
 pub mod status;

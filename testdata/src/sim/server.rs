@@ -12,12 +12,14 @@ use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 use bytes::{Bytes, BytesMut};
 use chrono::Utc;
 use futures::StreamExt;
+use kubefold_engine::resources::ResourceType;
 use serde_json::Value;
 
 use super::discovery;
 use super::faults::{self, Faults};
 use super::list::{self, parse_bool, parse_rv, query_value, ListOptions, RvMatch};
 use super::logs;
+use super::protobuf;
 use super::ops::{self, DeleteOptions, Subresource, WriteOptions, Written};
 use super::patch::PatchType;
 use super::path::{self, ResourcePath, Route};
@@ -110,8 +112,8 @@ fn table_format(req: &HttpRequest, resource: &kubefold_engine::resources::Resour
     }
 }
 
-fn written(w: Written) -> HttpResponse {
-    json(w.code, w.body)
+fn written(req: &HttpRequest, w: Written) -> HttpResponse {
+    protobuf::object_response(req, w.code, w.body)
 }
 
 fn get_only(method: &Method, response: impl FnOnce() -> Result<HttpResponse>) -> Result<HttpResponse> {
@@ -161,14 +163,15 @@ fn content_type(req: &HttpRequest) -> String {
         .to_ascii_lowercase()
 }
 
-/// Decodes a create or update body (JSON, or YAML with a YAML content type).
-fn decode_object(req: &HttpRequest, body: &[u8]) -> Result<Value> {
+/// Decodes a create or update body (JSON, YAML with a YAML content type,
+/// protobuf for built-in types).
+fn decode_object(req: &HttpRequest, rt: &ResourceType, subresource: Option<&str>, body: &[u8]) -> Result<Value> {
     let media = content_type(req);
     if media.starts_with("application/yaml") {
         return serde_yaml::from_slice(body).map_err(|e| ApiError::BadRequest(format!("error decoding YAML: {e}")));
     }
-    if media.starts_with("application/vnd.kubernetes.protobuf") {
-        return Err(ApiError::UnsupportedMediaType("application/json, application/yaml".into()));
+    if kubefold_proto::is_protobuf(&media) {
+        return protobuf::decode(rt, subresource, body);
     }
     serde_json::from_slice(body)
         .map_err(|e| ApiError::BadRequest(format!("couldn't get version/kind; json parse error: {e}")))
@@ -213,6 +216,9 @@ async fn handle(req: &HttpRequest, payload: RequestBody, shared: Arc<Shared>) ->
         .map_err(|e| ApiError::BadRequest(format!("invalid query: {e}")))?;
     let method = req.method().clone();
     let catalog = shared.catalog.clone();
+    if !req.path().starts_with("/sim/") {
+        protobuf::refuse_cbor(req)?;
+    }
     match path::parse(req.path()) {
         Route::Root => get_only(&method, || Ok(json_value(&discovery::root_paths(&catalog)))),
         Route::Version => get_only(&method, || Ok(json_value(&discovery::version(&shared.config.git_version)))),
@@ -394,19 +400,19 @@ async fn resource(
                     return Err(ApiError::MethodNotAllowed);
                 }
                 let body = read_body(payload).await?;
-                let object = decode_object(req, &body)?;
+                let object = decode_object(req, &rt, None, &body)?;
                 let opts = write_options(req, &query)?;
                 let mut store = shared.write()?;
-                Ok(written(ops::create(&mut store, index, namespace, object, &opts)?))
+                Ok(written(req, ops::create(&mut store, index, namespace, object, &opts)?))
             }
             Method::DELETE if !path.watch_prefix && discovery::verbs(&rt).contains(&"deletecollection") => {
-                let body = read_body(payload).await?;
+                let body = protobuf::options_body(req, read_body(payload).await?)?;
                 let selectors = ListOptions::parse(&query, false, &rt)?;
                 let (options, dry_run) = DeleteOptions::parse(&body, &query)?;
                 let mut opts = write_options(req, &query)?;
                 opts.dry_run |= dry_run;
                 let mut store = shared.write()?;
-                Ok(written(ops::delete_collection(&mut store, index, namespace, &selectors, &options, &opts)?))
+                Ok(written(req, ops::delete_collection(&mut store, index, namespace, &selectors, &options, &opts)?))
             }
             _ => Err(ApiError::MethodNotAllowed),
         };
@@ -438,7 +444,7 @@ async fn resource(
             }
             let object = ops::get(&*shared.read()?, index, namespace, &name)?;
             if sub == Subresource::Scale {
-                return Ok(json_value(&ops::scale_of(&rt, &object.value())?));
+                return Ok(protobuf::object_response(req, 200, ops::scale_of(&rt, &object.value())?.to_string().into()));
             }
             if let Some(format) = table_format(req, &rt, &query)? {
                 let value = object.value();
@@ -446,14 +452,14 @@ async fn resource(
                 let table = format.table(&[value], metadata, true, Utc::now());
                 return Ok(HttpResponse::Ok().content_type(table::CONTENT_TYPE).body(table.to_string()));
             }
-            Ok(json(200, object.bytes.clone()))
+            Ok(protobuf::object_response(req, 200, object.bytes.clone()))
         }
         Method::PUT => {
             let body = read_body(payload).await?;
-            let object = decode_object(req, &body)?;
+            let object = decode_object(req, &rt, subresource.as_deref(), &body)?;
             let opts = write_options(req, &query)?;
             let mut store = shared.write()?;
-            Ok(written(ops::update(&mut store, index, namespace, &name, object, sub, &opts)?))
+            Ok(written(req, ops::update(&mut store, index, namespace, &name, object, sub, &opts)?))
         }
         Method::PATCH => {
             let patch_type = PatchType::from_content_type(&content_type(req))?;
@@ -468,15 +474,15 @@ async fn resource(
                 });
             }
             let mut store = shared.write()?;
-            Ok(written(ops::patch(&mut store, index, namespace, &name, patch_type, &body, sub, &opts)?))
+            Ok(written(req, ops::patch(&mut store, index, namespace, &name, patch_type, &body, sub, &opts)?))
         }
         Method::DELETE if sub == Subresource::Main => {
-            let body = read_body(payload).await?;
+            let body = protobuf::options_body(req, read_body(payload).await?)?;
             let (options, dry_run) = DeleteOptions::parse(&body, &query)?;
             let mut opts = write_options(req, &query)?;
             opts.dry_run |= dry_run;
             let mut store = shared.write()?;
-            Ok(written(ops::delete(&mut store, index, namespace, &name, &options, &opts)?))
+            Ok(written(req, ops::delete(&mut store, index, namespace, &name, &options, &opts)?))
         }
         _ => Err(ApiError::MethodNotAllowed),
     }
@@ -512,6 +518,9 @@ async fn list_objects(
         return Ok(HttpResponse::Ok().content_type(table::CONTENT_TYPE).body(table.to_string()));
     }
     let body = faults::list_body(&shared.faults, faults::infallible(list::list_body(&rt, page)));
+    if protobuf::preferred(req) && protobuf::built_in(&rt) {
+        return protobuf::list_response(Box::pin(body)).await;
+    }
     Ok(HttpResponse::Ok().content_type("application/json").streaming(body))
 }
 
@@ -551,11 +560,17 @@ async fn start_watch(
     };
     let interval = shared.config.bookmark_interval.max(Duration::from_millis(10));
     let format = table_format(req, &rt, query)?;
+    let protobuf = format.is_none() && protobuf::preferred(req) && protobuf::built_in(&rt);
     let body = watch::stream(shared.clone(), &rt, filter, start, receiver, interval, format);
+    let (body, content_type) = if protobuf {
+        (protobuf::watch_frames(Box::pin(body)).left_stream(), kubefold_proto::WATCH_MEDIA_TYPE)
+    } else {
+        (body.right_stream(), "application/json")
+    };
     let body = faults::watch_body(&shared.faults, body);
     let body = if streaming_list { faults::list_body(&shared.faults, body).left_stream() } else { body.right_stream() };
     Ok(HttpResponse::Ok()
-        .content_type("application/json")
+        .content_type(content_type)
         .insert_header(("Cache-Control", "no-cache, private"))
         .streaming(body))
 }

@@ -152,6 +152,9 @@ pub enum ApiError {
     /// 415: unknown patch or body content type.
     #[error("the body of the request was in an unknown format - accepted media types include: {0}")]
     UnsupportedMediaType(String),
+    /// 406: the Accept header names no media type the server writes (CBOR only).
+    #[error("only the following media types are accepted: {0}")]
+    NotAcceptable(String),
     /// 410: a resourceVersion or continue token older than the retained history.
     #[error("{message}")]
     Expired {
@@ -240,6 +243,7 @@ impl ApiError {
             ApiError::Invalid { .. } | ApiError::PatchFailed(_) => 422,
             ApiError::MethodNotAllowed => 405,
             ApiError::UnsupportedMediaType(_) => 415,
+            ApiError::NotAcceptable(_) => 406,
             ApiError::Expired { .. } => 410,
             ApiError::TooLargeResourceVersion { .. } => 504,
             ApiError::Forbidden { .. } => 403,
@@ -258,6 +262,7 @@ impl ApiError {
             ApiError::Invalid { .. } | ApiError::PatchFailed(_) => "Invalid",
             ApiError::MethodNotAllowed => "MethodNotAllowed",
             ApiError::UnsupportedMediaType(_) => "UnsupportedMediaType",
+            ApiError::NotAcceptable(_) => "NotAcceptable",
             ApiError::Expired { .. } => "Expired",
             ApiError::TooLargeResourceVersion { .. } => "Timeout",
             ApiError::Forbidden { .. } => "Forbidden",

@@ -15,6 +15,9 @@ use hyper::{Method, Request, Response};
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
 
+/// What client-go's typed clients send: protobuf first, JSON as a fallback.
+pub const ACCEPT_PROTOBUF: &str = "application/vnd.kubernetes.protobuf, application/json";
+
 /// The Accept header kubectl sends for server-side printing.
 pub const ACCEPT_TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
 

@@ -15,7 +15,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
 use serde_json::{json, Value};
 
-use crate::http::{self, Client, ACCEPT_TABLE};
+use crate::http::{self, Client, ACCEPT_PROTOBUF, ACCEPT_TABLE};
 use crate::load::{self, LineKind, Target, WatchGroup, WatchLog};
 use crate::procs::{self, Proc};
 use crate::report::{fmt, Figure, Report};
@@ -292,11 +292,11 @@ pub async fn timed_get(client: &mut Client, path: &str, accept: Option<&str>) ->
 
 /// Lists every member one after another: the time a client needs to read the
 /// same objects from the members directly.
-async fn timed_members(clients: &mut [Client], path: &str) -> Result<(f64, usize)> {
+async fn timed_members(clients: &mut [Client], path: &str, accept: Option<&str>) -> Result<(f64, usize)> {
     let mut ms = 0.0;
     let mut bytes = 0;
     for c in clients.iter_mut() {
-        let (m, b) = timed_get(c, path, None).await?;
+        let (m, b) = timed_get(c, path, accept).await?;
         ms += m;
         bytes += b;
     }
@@ -415,7 +415,7 @@ async fn size_step(ctx: &Ctx, report: &mut Report, n: usize, restart: bool, curv
         let (ms, bytes) = timed_get(&mut gzip_client, "/api/v1/pods", None).await?;
         gzip_ms.push(ms);
         gzip_bytes = bytes;
-        let (ms, bytes) = timed_members(&mut member_clients, "/api/v1/pods").await?;
+        let (ms, bytes) = timed_members(&mut member_clients, "/api/v1/pods", None).await?;
         members_ms.push(ms);
         members_list_bytes = bytes;
         limit_ms.push(timed_get(&mut limit_client, "/", None).await?.0);
@@ -457,6 +457,46 @@ async fn size_step(ctx: &Ctx, report: &mut Report, n: usize, restart: bool, curv
             )),
     );
 
+    // Protobuf (what client-go's typed clients and informers ask for) vs
+    // JSON, with the members' own protobuf lists as the reference; up to
+    // 100k pods, full runs only (kubefold and the simulator encode a
+    // protobuf list from the JSON list, whole: its length leads the
+    // envelope; in a dev-profile smoke run that takes the watch phase's time).
+    let mut pb_summary = None;
+    if n <= 100_000 && !plan.quick {
+        let (status, probe) = client.get_bytes("/api/v1/pods?limit=1", Some(ACCEPT_PROTOBUF)).await?;
+        if status != 200 || !probe.starts_with(b"k8s\0") {
+            bail!("kubefold protobuf list: HTTP {status}, not a protobuf body");
+        }
+        let pb_reps = plan.table_reps(n);
+        timed_get(&mut client, "/api/v1/pods", Some(ACCEPT_PROTOBUF)).await?;
+        let (mut pb_ms, mut pb_members_ms) = (Vec::new(), Vec::new());
+        let (mut pb_bytes, mut pb_members_bytes) = (0, 0);
+        for _ in 0..pb_reps {
+            let (ms, bytes) = timed_get(&mut client, "/api/v1/pods", Some(ACCEPT_PROTOBUF)).await?;
+            pb_ms.push(ms);
+            pb_bytes = bytes;
+            let (ms, bytes) = timed_members(&mut member_clients, "/api/v1/pods", Some(ACCEPT_PROTOBUF)).await?;
+            pb_members_ms.push(ms);
+            pb_members_bytes = bytes;
+        }
+        let (pb_list, pb_members) = (ms_summary(&pb_ms), ms_summary(&pb_members_ms));
+        figures.push(
+            Figure::new("list", "list protobuf p50", Some(n), "ms", pb_list.p50)
+                .reference("members directly, one by one, protobuf", pb_members.p50)
+                .note(format!(
+                    "{pb_reps} reps; kubefold {:.1} MiB protobuf (JSON {:.1} MiB, p50 {} ms), members {:.1} MiB protobuf",
+                    pb_bytes as f64 / MIB,
+                    kubefold_list_bytes as f64 / MIB,
+                    fmt(kf_list.p50),
+                    pb_members_bytes as f64 / MIB
+                )),
+        );
+        pb_summary = Some(json!({"kubefold": pb_list, "kubefoldBytes": pb_bytes, "members": pb_members, "membersBytes": pb_members_bytes}));
+    } else {
+        report.note(format!("protobuf list not measured at {n} pods (full runs, up to 100k)"));
+    }
+
     // Table (what kubectl asks for) vs JSON.
     let mut table_p50 = None;
     if n <= plan.table_max {
@@ -493,7 +533,7 @@ async fn size_step(ctx: &Ctx, report: &mut Report, n: usize, restart: bool, curv
         let (ms, bytes) = timed_get(&mut client, selector, None).await?;
         sel_kf.push(ms);
         sel_bytes = bytes;
-        sel_members.push(timed_members(&mut member_clients, selector).await?.0);
+        sel_members.push(timed_members(&mut member_clients, selector, None).await?.0);
     }
     let (sel_kf, sel_members) = (ms_summary(&sel_kf), ms_summary(&sel_members));
     let mut f = Figure::new("list", "list shard=s7 (1%) p50", Some(n), "ms", sel_kf.p50)
@@ -714,7 +754,7 @@ async fn size_step(ctx: &Ctx, report: &mut Report, n: usize, restart: bool, curv
         &format!("size{n}"),
         json!({
             "members": members, "podsPerMember": per, "membersListeningSeconds": sims_ready_s,
-            "sync": sync, "list": {"kubefold": kf_list, "members": members_list, "limit": limit_list, "kubefoldBytes": kubefold_list_bytes, "membersBytes": members_list_bytes, "gzip": gzip_list, "gzipBytes": gzip_bytes},
+            "sync": sync, "list": {"kubefold": kf_list, "members": members_list, "limit": limit_list, "kubefoldBytes": kubefold_list_bytes, "membersBytes": members_list_bytes, "gzip": gzip_list, "gzipBytes": gzip_bytes, "protobuf": pb_summary},
             "table": table_p50, "selector": {"kubefold": sel_kf, "members": sel_members},
             "get": get_raw, "rss": {"afterSync": rss_sync, "hwmSync": hwm_sync, "afterReads": rss_reads, "hwmReads": hwm_reads, "membersAfterSync": members_rss},
             "disk": {"dataDirBytes": data_dir_bytes, "allocated": disk_allocated, "apparent": disk_apparent, "jsonSize": json_size},
