@@ -97,6 +97,10 @@ pub struct Config {
     /// HTTP worker threads.
     #[serde(default = "default_http_workers")]
     pub http_workers: usize,
+    /// Seconds between reads of the members' OpenAPI documents (a member
+    /// that reconnects, or a change of the served types, is read at once).
+    #[serde(default = "default_openapi_refresh_seconds")]
+    pub openapi_refresh_seconds: u64,
 }
 
 /// `127.0.0.1:8080`.
@@ -161,6 +165,11 @@ pub fn default_watcher_threads() -> usize {
 /// 2 threads.
 pub fn default_http_workers() -> usize {
     2
+}
+
+/// 60 s.
+pub fn default_openapi_refresh_seconds() -> u64 {
+    60
 }
 
 impl Default for Config {

@@ -139,3 +139,95 @@ fn edit_validates_on_the_simulator() {
     assert_eq!(cm["data"]["edited"], "yes", "{cm}");
     sim.stop();
 }
+
+/// PUT of a JSON body; (code, answer).
+fn put(url: &str, body: &Value) -> (u16, String) {
+    let response = reqwest::blocking::Client::new()
+        .put(url)
+        .header("Content-Type", "application/json")
+        .body(body.to_string())
+        .timeout(Duration::from_secs(60))
+        .send()
+        .unwrap();
+    (response.status().as_u16(), response.text().unwrap())
+}
+
+#[test]
+fn kubefold_serves_its_members_schemas_with_its_additions_and_follows_their_changes() {
+    let members = vec![("member1".to_string(), crd_member("member1", 1)), ("member2".to_string(), crd_member("member2", 2))];
+    let (_tmp, dir) = common::data_dir();
+    let kf = common::Kubefold::serve(&dir, &common::cluster_flags(&members), &["--openapi-refresh-seconds", "2"]);
+    kf.wait_ready();
+    let server = kf.url.clone();
+
+    // widgets.example.com selected beside the built-in types.
+    let mut rules = serde_json::to_value(kubefold_engine::selection::ResourceSelection::default()).unwrap()["rules"].as_array().unwrap().clone();
+    rules.push(json!({"resourceSelectors": [{"apiVersion": "example.com/v1", "kind": "Widget"}]}));
+    let (code, answer) = put(&format!("{server}/admin/v1/resources"), &json!({"rules": rules}));
+    assert_eq!(code, 200, "{answer}");
+
+    // The members' documents, merged: each served group-version once in the
+    // index, the widget's schema from its CRD.
+    let widget_doc = || -> Option<Value> {
+        let index = kf.get_json("/openapi/v3");
+        let url = index["paths"]["apis/example.com/v1"]["serverRelativeURL"].as_str()?.to_string();
+        let doc = kf.get_json(&url);
+        doc["components"]["schemas"].get("com.example.v1.Widget").is_some().then_some(doc)
+    };
+    wait_for(Duration::from_secs(60), "the widget schema served by kubefold", || widget_doc().is_some());
+    let index = kf.get_json("/openapi/v3");
+    let core = kf.get_json(index["paths"]["api/v1"]["serverRelativeURL"].as_str().unwrap());
+    let schemas = core["components"]["schemas"].as_object().unwrap();
+    assert_eq!(schemas["io.k8s.api.core.v1.Pod"]["x-kubernetes-group-version-kind"][0]["kind"], "Pod");
+    let meta = &schemas["io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"]["properties"];
+    let name = meta["name"]["description"].as_str().unwrap();
+    assert!(name.starts_with("Name must be unique within a namespace.") && name.contains("qualified name `<name>_<cluster>`"), "{name}");
+    let annotations = meta["annotations"]["description"].as_str().unwrap();
+    assert!(annotations.contains("kubefold.io/cluster") && annotations.contains("kubefold.io/member-resource-version"), "{annotations}");
+    assert!(core["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"]["patch"]["parameters"].as_array().unwrap().iter().any(|p| p["name"] == "fieldValidation"));
+    let v2 = kf.get_json("/openapi/v2");
+    assert_eq!(v2["definitions"]["io.k8s.api.core.v1.PodSpec"]["properties"]["containers"]["items"]["$ref"], "#/definitions/io.k8s.api.core.v1.Container");
+
+    // A member that is down blocks nothing: the cached merge is served.
+    let mut members = members;
+    let (_, member2) = members.pop().unwrap();
+    let (_, member1) = members.pop().unwrap();
+    member2.stop();
+    let started = std::time::Instant::now();
+    assert_eq!(kf.get_json("/openapi/v3")["paths"]["api/v1"], index["paths"]["api/v1"]);
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    require_kubectl!();
+    let spec = kubectl_ok(&server, &["explain", "pod.spec"]);
+    assert!(spec.contains("PodSpec is a description of a pod."), "{spec}");
+    let widgets = kubectl_ok(&server, &["explain", "widgets"]);
+    assert!(widgets.contains("Widget is an example custom resource."), "{widgets}");
+    let qualified = kubectl_ok(&server, &["explain", "pod.metadata.name"]);
+    assert!(qualified.contains("<name>_<cluster>"), "{qualified}");
+
+    // Strict field validation through kubefold, by the member.
+    let manifest = UNKNOWN_FIELD_DEPLOYMENT.replace("name: strict\n", "name: strict_member1\n");
+    let (ok, _, stderr) = kubectl(&["--server", &server, "create", "-f", "-"], Some(&manifest));
+    assert!(!ok, "a Deployment with an unknown field was created");
+    assert!(stderr.contains(r#"strict decoding error: unknown field "spec.template.spec.containers[0].imagePort""#), "{stderr}");
+
+    // kubectl edit validates on the server and succeeds.
+    let (ok, out) = scripted_edit(&server, &["-n", "default", "configmap", "kube-root-ca.crt_member1"], "s/^data:$/data:\\n  edited: \"yes\"/");
+    assert!(ok, "{out}");
+    let cm = get_json(&format!("{}/api/v1/namespaces/default/configmaps/kube-root-ca.crt", member1.url()));
+    assert_eq!(cm["data"]["edited"], "yes", "{cm}");
+
+    // The member's CRD gains a field: kubefold's document follows.
+    let crd_url = format!("{}/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com", member1.url());
+    let mut crd = get_json(&crd_url);
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["shape"] =
+        json!({"description": "The widget's shape.", "type": "string"});
+    let (code, answer) = put(&crd_url, &crd);
+    assert_eq!(code, 200, "{answer}");
+    wait_for(Duration::from_secs(30), "the new widget field through kubefold", || {
+        let (ok, stdout, _) = kubectl(&["--server", &server, "explain", "widgets.spec.shape"], None);
+        ok && stdout.contains("The widget's shape.")
+    });
+    kf.stop();
+    member1.stop();
+}

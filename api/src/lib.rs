@@ -22,6 +22,7 @@ pub mod gzip;
 pub mod health;
 pub mod auth;
 pub mod members;
+pub mod openapi;
 pub mod path;
 pub mod query;
 pub mod read;
@@ -85,6 +86,9 @@ pub struct ApiConfig {
     pub auth: auth::AuthConfig,
     /// TLS; plain HTTP when absent.
     pub tls: Option<tls::TlsConfig>,
+    /// How often the members' OpenAPI documents are read again (see
+    /// [`openapi`]).
+    pub openapi_refresh: Duration,
 }
 
 impl Default for ApiConfig {
@@ -101,6 +105,7 @@ impl Default for ApiConfig {
             compress_lists: true,
             auth: auth::AuthConfig::default(),
             tls: None,
+            openapi_refresh: Duration::from_secs(60),
         }
     }
 }
@@ -119,6 +124,8 @@ pub struct ApiState {
     pub control: Option<admin::Control>,
     /// The scheduler-estimator endpoint table.
     pub estimators: Arc<kubefold_actors::resolver::Estimators>,
+    /// The OpenAPI documents, merged from the members'.
+    pub openapi: Arc<openapi::OpenApi>,
     snapshots: Mutex<lru::LruCache<u64, Arc<Index>>>,
 }
 
@@ -126,7 +133,7 @@ impl ApiState {
     /// State over `fleet`.
     pub fn new(fleet: Arc<Fleet>, config: ApiConfig, token_secret: Vec<u8>, metrics: Option<PrometheusHandle>) -> ApiState {
         let cache = lru::LruCache::new(NonZeroUsize::new(8).unwrap_or(NonZeroUsize::MIN));
-        ApiState { fleet, config, token_secret, metrics, control: None, estimators: kubefold_actors::resolver::Estimators::new(), snapshots: Mutex::new(cache) }
+        ApiState { fleet, config, token_secret, metrics, control: None, estimators: kubefold_actors::resolver::Estimators::new(), openapi: openapi::OpenApi::new(), snapshots: Mutex::new(cache) }
     }
 
     /// Waits until the index reaches `rv`, up to `rv_wait`; 504 Timeout
@@ -280,10 +287,10 @@ async fn route(req: &HttpRequest, state: &Arc<ApiState>, body: &web::Bytes) -> R
             // (Go's mime parser rejects the `@` of the requested type).
             .content_type("application/octet-stream")
             .body(discovery::openapi_v2_protobuf())),
-        ApiPath::OpenApiV2 => Ok(respond::json(&discovery::openapi_v2(catalog))),
-        ApiPath::OpenApiV3Index => Ok(respond::json(&discovery::openapi_v3_index(catalog))),
+        ApiPath::OpenApiV2 => Ok(respond::json(&state.openapi.v2(catalog))),
+        ApiPath::OpenApiV3Index => Ok(respond::json(&state.openapi.v3_index(catalog))),
         ApiPath::OpenApiV3 { group, version } => {
-            discovery::openapi_v3(catalog, &group, &version).map(|d| respond::json(&d)).ok_or_else(Status::path_not_found)
+            state.openapi.v3(catalog, &group, &version).map(|d| respond::json(&d)).ok_or_else(Status::path_not_found)
         }
         ApiPath::Group { group, .. } => discovery::group(catalog, &group).map(|d| respond::json(&d)).ok_or_else(Status::path_not_found),
         ApiPath::GroupVersion { group, version, .. } => discovery::resource_list(catalog, &group, &version)
@@ -386,6 +393,7 @@ pub fn server(state: Arc<ApiState>) -> Result<(Server, Vec<SocketAddr>), ServerE
         tracing::warn!(listen = %config.listen, "Serving plain HTTP: configure tls for anything but loopback.");
     }
     let estimator_table = web::Data::from(state.estimators.clone());
+    openapi::spawn_refresh(state.fleet.clone(), &state.openapi, config.openapi_refresh);
     let stall_timeout = config.client_stall_timeout;
     let data = web::Data::from(state);
     let http = HttpServer::new(move || {
