@@ -385,4 +385,29 @@ mod tests {
         unknown_fields(&all, &all["io.k8s.api.core.v1.Pod"], &pod, "", &mut out, 0);
         assert_eq!(out, vec!["metadata.bogus", "spec.containers[0].imagePort"]);
     }
+
+    /// Every object the simulator starts with passes strict validation, so
+    /// `kubectl replace` or `apply` of what a client read is never refused.
+    #[test]
+    fn the_workloads_know_only_schema_fields() {
+        let b = builtin();
+        let all = Value::Object(b.schemas.clone());
+        let cluster = crate::workload::Cluster { name: "member1".into(), seed: 1, now: chrono::Utc::now(), kubernetes_version: "v1.33.1".into() };
+        let mut objects = crate::workload::demo(&cluster);
+        objects.extend(crate::workload::load_namespaces(&cluster));
+        objects.extend(crate::workload::widgets(&cluster));
+        let mut checked = 0;
+        for object in &objects {
+            let (group, version) = match object["apiVersion"].as_str().unwrap().split_once('/') {
+                Some((g, v)) => (g, v),
+                None => ("", object["apiVersion"].as_str().unwrap()),
+            };
+            let Some(name) = b.kinds.get(&(group, version, object["kind"].as_str().unwrap())) else { continue };
+            let mut out = Vec::new();
+            unknown_fields(&all, &all[name.as_str()], object, "", &mut out, 0);
+            assert!(out.is_empty(), "{} {}: unknown fields {out:?}", object["kind"], object["metadata"]["name"]);
+            checked += 1;
+        }
+        assert!(checked > 20, "{checked} objects checked");
+    }
 }
