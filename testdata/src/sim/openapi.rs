@@ -223,9 +223,9 @@ fn info(shared: &Shared) -> Info<'_> {
     Info { title: "Kubernetes", version: &shared.config.git_version }
 }
 
-/// Documents of the built-in group-versions, by catalog and group-version
-/// (the catalog is fixed for a simulator's lifetime).
-type Cache = Mutex<HashMap<(usize, String, String), Arc<Value>>>;
+/// Documents of group-versions of built-in types only, by the server's
+/// version and the keys of the types served there (what they depend on).
+type Cache = Mutex<HashMap<(String, Vec<String>), Arc<Value>>>;
 
 /// `/openapi/v3/api/v1` or `/openapi/v3/apis/{group}/{version}`; `None`
 /// when nothing is served there.
@@ -240,7 +240,8 @@ pub fn v3(shared: &Shared, group: &str, version: &str) -> Result<Option<Arc<Valu
         .iter()
         .filter(|r| r.group == group && r.version == version)
         .all(|r| builtin().kinds.contains_key(&(r.group.as_str(), r.version.as_str(), r.kind.as_str())));
-    let key = (Arc::as_ptr(catalog) as *const u8 as usize, group.to_string(), version.to_string());
+    let served: Vec<String> = catalog.iter().filter(|r| r.group == group && r.version == version).map(|r| format!("{}/{:?}", r.key(), r.subresources)).collect();
+    let key = (shared.config.git_version.clone(), served);
     if all_builtin {
         if let Some(doc) = CACHE.get_or_init(Default::default).lock().ok().and_then(|c| c.get(&key).cloned()) {
             return Ok(Some(doc));
