@@ -119,6 +119,10 @@ pub struct Config {
     /// tenth of the limit, at least 64.
     #[serde(default = "default_file_descriptor_reserve")]
     pub file_descriptor_reserve: Option<usize>,
+    /// Seconds between reads of the members' OpenAPI documents (a member
+    /// that reconnects, or a change of the served types, is read at once).
+    #[serde(default = "default_openapi_refresh_seconds")]
+    pub openapi_refresh_seconds: u64,
 }
 
 /// `127.0.0.1:8080`.
@@ -188,6 +192,11 @@ pub fn default_http_workers() -> usize {
 /// Unset: a tenth of the open-files limit, at least 64.
 pub fn default_file_descriptor_reserve() -> Option<usize> {
     None
+}
+
+/// 60 s.
+pub fn default_openapi_refresh_seconds() -> u64 {
+    60
 }
 
 impl Default for Config {

@@ -152,6 +152,9 @@ struct ServeArgs {
     /// Seconds an edit waits for its change to be ingested (read-your-writes).
     #[arg(long)]
     write_wait_seconds: Option<u64>,
+    /// Seconds between reads of the members' OpenAPI documents.
+    #[arg(long)]
+    openapi_refresh_seconds: Option<u64>,
     /// Seconds a client may take no byte of a response before its connection is closed (0: never).
     #[arg(long)]
     client_stall_timeout_seconds: Option<u64>,
@@ -249,6 +252,9 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<Config> {
     }
     if let Some(w) = args.watch_flush_interval_ms {
         config.watch_flush_interval_ms = w;
+    }
+    if let Some(r) = args.openapi_refresh_seconds {
+        config.openapi_refresh_seconds = r;
     }
     if let Some(w) = args.write_wait_seconds {
         config.write_wait_seconds = w;

@@ -210,6 +210,7 @@ pub fn run(
             write_wait: Duration::from_secs(config.write_wait_seconds),
             client_stall_timeout: Some(Duration::from_secs(config.client_stall_timeout_seconds)).filter(|t| !t.is_zero()),
             compress_lists: config.compress_lists,
+            openapi_refresh: Duration::from_secs(config.openapi_refresh_seconds.max(1)),
             auth: config.auth.clone(),
             tls: config.tls.clone(),
             placement: config.placement.clone(),

@@ -38,6 +38,7 @@ pub mod impersonate;
 pub mod cbor;
 pub mod members;
 pub mod passthrough;
+pub mod openapi;
 pub mod path;
 pub mod placement;
 pub mod protobuf;
@@ -115,6 +116,9 @@ pub struct ApiConfig {
     /// Directories holding the kubeconfig files members registered through
     /// the admin API may name ([`admin::AdminConfig`]).
     pub kubeconfig_dirs: Vec<std::path::PathBuf>,
+    /// How often the members' OpenAPI documents are read again (see
+    /// [`openapi`]).
+    pub openapi_refresh: Duration,
 }
 
 impl Default for ApiConfig {
@@ -134,6 +138,7 @@ impl Default for ApiConfig {
             placement: Vec::new(),
             file_descriptor_reserve: None,
             kubeconfig_dirs: Vec::new(),
+            openapi_refresh: Duration::from_secs(60),
         }
     }
 }
@@ -152,6 +157,8 @@ pub struct ApiState {
     pub control: Option<admin::Control>,
     /// The scheduler-estimator endpoint table.
     pub estimators: Arc<kubefold_actors::resolver::Estimators>,
+    /// The OpenAPI documents, merged from the members'.
+    pub openapi: Arc<openapi::OpenApi>,
     snapshots: Mutex<lru::LruCache<u64, Arc<Index>>>,
 }
 
@@ -159,7 +166,7 @@ impl ApiState {
     /// State over `fleet`.
     pub fn new(fleet: Arc<Fleet>, config: ApiConfig, token_secret: Vec<u8>, metrics: Option<PrometheusHandle>) -> ApiState {
         let cache = lru::LruCache::new(NonZeroUsize::new(8).unwrap_or(NonZeroUsize::MIN));
-        ApiState { fleet, config, token_secret, metrics, control: None, estimators: kubefold_actors::resolver::Estimators::new(), snapshots: Mutex::new(cache) }
+        ApiState { fleet, config, token_secret, metrics, control: None, estimators: kubefold_actors::resolver::Estimators::new(), openapi: openapi::OpenApi::new(), snapshots: Mutex::new(cache) }
     }
 
     /// Waits until the index reaches `rv`, up to `rv_wait`; 504 Timeout
@@ -362,10 +369,10 @@ async fn route(req: &HttpRequest, state: &Arc<ApiState>, body: &web::Bytes) -> R
             // (Go's mime parser rejects the `@` of the requested type).
             .content_type("application/octet-stream")
             .body(discovery::openapi_v2_protobuf())),
-        ApiPath::OpenApiV2 => Ok(respond::json(&discovery::openapi_v2(catalog))),
-        ApiPath::OpenApiV3Index => Ok(respond::json(&discovery::openapi_v3_index(catalog))),
+        ApiPath::OpenApiV2 => Ok(respond::json(&state.openapi.v2(catalog))),
+        ApiPath::OpenApiV3Index => Ok(respond::json(&state.openapi.v3_index(catalog))),
         ApiPath::OpenApiV3 { group, version } => {
-            discovery::openapi_v3(catalog, &group, &version).map(|d| respond::json(&d)).ok_or_else(Status::path_not_found)
+            state.openapi.v3(catalog, &group, &version).map(|d| respond::json(&d)).ok_or_else(Status::path_not_found)
         }
         ApiPath::Group { group, .. } => discovery::group(catalog, &group).map(|d| respond::json(&d)).ok_or_else(Status::path_not_found),
         ApiPath::GroupVersion { group, version, .. } => discovery::resource_list(catalog, &group, &version)
@@ -512,6 +519,7 @@ pub fn server(state: Arc<ApiState>) -> Result<(Server, Vec<SocketAddr>), ServerE
         tracing::warn!(listen = %config.listen, "Serving plain HTTP: configure tls for anything but loopback.");
     }
     let estimator_table = web::Data::from(state.estimators.clone());
+    openapi::spawn_refresh(state.fleet.clone(), &state.openapi, config.openapi_refresh);
     let stall_timeout = config.client_stall_timeout;
     let limits = connections::ConnectionLimits::of_process(config.file_descriptor_reserve);
     let workers = config.workers.max(1);

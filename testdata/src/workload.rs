@@ -164,7 +164,28 @@ pub fn widgets(cluster: &Cluster) -> Vec<Value> {
             "scope": "Namespaced",
             "versions": [{
                 "name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                "schema": {"openAPIV3Schema": {
+                    "description": "Widget is an example custom resource.",
+                    "type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true,
+                    "properties": {
+                        "spec": {
+                            "description": "WidgetSpec is the desired state of a widget.",
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": true,
+                            "properties": {
+                                "color": {"description": "The widget's color.", "type": "string"},
+                                "size": {"description": "The widget's size, in units.", "type": "integer"},
+                            },
+                        },
+                        "status": {
+                            "description": "WidgetStatus is the observed state of a widget.",
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": true,
+                            "properties": {"ready": {"description": "Whether the widget is ready.", "type": "boolean"}},
+                        },
+                    },
+                }},
                 "subresources": {"status": {}},
                 "additionalPrinterColumns": [
                     {"name": "Color", "type": "string", "jsonPath": ".spec.color", "description": "The widget's color."},

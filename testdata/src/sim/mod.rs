@@ -43,6 +43,7 @@ pub mod faults;
 pub mod list;
 pub mod logs;
 pub mod managed;
+pub mod openapi;
 pub mod ops;
 pub mod patch;
 pub mod path;

@@ -239,23 +239,21 @@ async fn handle(req: &HttpRequest, payload: RequestBody, shared: Arc<Shared>) ->
         Route::Churn => churn_endpoint(&method, payload, &shared).await,
         Route::Restore => restore_endpoint(&method, payload, &shared).await,
         Route::Burst => burst_endpoint(&method, payload, shared).await,
-        // kubectl's default `--validate=strict` reads these before edit,
-        // create and apply (up to 1.29 /openapi/v2 in protobuf only); the
-        // same documents as kubefold's (see kubefold_engine::openapi).
-        Route::OpenApiV2 => get_only(&method, || {
-            let info = kubefold_engine::openapi::Info { title: "Kubernetes", version: &shared.config.git_version };
+        // kubectl's `explain` and its default `--validate=strict` read these
+        // (up to 1.29 /openapi/v2 in protobuf only); see `super::openapi`.
+        Route::OpenApiV2 => {
             let accept = req.headers().get(actix_web::http::header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
-            if accept.contains("protobuf") && !accept.contains("json") {
+            if method == Method::GET && accept.contains("protobuf") && !accept.contains("json") {
+                let info = kubefold_engine::openapi::Info { title: "Kubernetes", version: &shared.config.git_version };
                 return Ok(HttpResponse::Ok()
                     .content_type("application/octet-stream")
                     .body(kubefold_engine::openapi::openapi_v2_protobuf(info)));
             }
-            Ok(json_value(&kubefold_engine::openapi::openapi_v2(&catalog, info)))
-        }),
-        Route::OpenApiV3Index => get_only(&method, || Ok(json_value(&kubefold_engine::openapi::openapi_v3_index(&catalog)))),
+            get_only(&method, || Ok(json_value(&super::openapi::v2(&shared)?)))
+        }
+        Route::OpenApiV3Index => get_only(&method, || Ok(json_value(&super::openapi::v3_index(&shared)?))),
         Route::OpenApiV3 { group, version } => get_only(&method, || {
-            let info = kubefold_engine::openapi::Info { title: "Kubernetes", version: &shared.config.git_version };
-            kubefold_engine::openapi::openapi_v3(&catalog, &group, &version, info).map(|d| json_value(&d)).ok_or(ApiError::PathNotFound)
+            super::openapi::v3(&shared, &group, &version)?.map(|d| json_value(&d)).ok_or(ApiError::PathNotFound)
         }),
         Route::NotFound => Err(ApiError::PathNotFound),
         Route::Resource(path) => resource(req, payload, shared, path, query).await,
@@ -401,6 +399,7 @@ async fn resource(
                 }
                 let body = read_body(payload).await?;
                 let object = decode_object(req, &rt, None, &body)?;
+                super::openapi::check_fields(&shared, &rt, &query, &object)?;
                 let opts = write_options(req, &query)?;
                 let mut store = shared.write()?;
                 Ok(written(req, ops::create(&mut store, index, namespace, object, &opts)?))
@@ -457,6 +456,9 @@ async fn resource(
         Method::PUT => {
             let body = read_body(payload).await?;
             let object = decode_object(req, &rt, subresource.as_deref(), &body)?;
+            if sub != Subresource::Scale {
+                super::openapi::check_fields(&shared, &rt, &query, &object)?;
+            }
             let opts = write_options(req, &query)?;
             let mut store = shared.write()?;
             Ok(written(req, ops::update(&mut store, index, namespace, &name, object, sub, &opts)?))
@@ -464,6 +466,11 @@ async fn resource(
         Method::PATCH => {
             let patch_type = PatchType::from_content_type(&content_type(req))?;
             let body = read_body(payload).await?;
+            if patch_type != PatchType::Json && sub != Subresource::Scale {
+                if let Ok(patch) = serde_yaml::from_slice::<Value>(&body) {
+                    super::openapi::check_fields(&shared, &rt, &query, &patch)?;
+                }
+            }
             let opts = write_options(req, &query)?;
             if opts.force && patch_type != PatchType::Apply {
                 return Err(ApiError::Invalid {

@@ -2,10 +2,14 @@
 //! types: the paths and operations of every type, with the query parameters
 //! kubectl looks for (`fieldValidation`), without schemas. Enough for
 //! kubectl's default `--validate=strict` to validate on the server instead
-//! of client-side, so that `edit`, `create` and `apply` work. kubefold's API
-//! and the member simulator serve the same documents.
+//! of client-side, so that `edit`, `create` and `apply` work. kubefold serves
+//! them until a member's documents are fetched; the simulator and kubefold
+//! add schemas to the same paths (see [`schemas`]).
+//! <https://kubernetes.io/docs/concepts/overview/kubernetes-api/#openapi-interface-definition>
 
-use serde_json::{json, Value};
+pub mod schemas;
+
+use serde_json::{json, Map, Value};
 
 use crate::resources::ResourceType;
 
@@ -59,6 +63,32 @@ fn operation(r: &ResourceType, verb: &str, id: &str) -> Value {
 /// client-side, so that `edit`, `create` and `apply` work with the default
 /// `--validate=strict`. `None` when nothing is served there.
 pub fn openapi_v3(catalog: &[ResourceType], group: &str, version: &str, info: Info<'_>) -> Option<Value> {
+    let paths = paths(catalog, group, version);
+    if paths.is_empty() {
+        return None;
+    }
+    Some(document(info, paths, Map::new()))
+}
+
+/// An OpenAPI 3.0 document of `paths` and `schemas` (`components.schemas`).
+pub fn document(info: Info<'_>, paths: Map<String, Value>, schemas: Map<String, Value>) -> Value {
+    json!({
+        "openapi": "3.0.0",
+        "info": {"title": info.title, "version": info.version},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    })
+}
+
+/// A Swagger 2.0 document of `paths` and `definitions`.
+pub fn swagger(info: Info<'_>, paths: Map<String, Value>, definitions: Map<String, Value>) -> Value {
+    json!({"swagger": "2.0", "info": {"title": info.title, "version": info.version}, "paths": paths, "definitions": definitions})
+}
+
+/// The paths of the types of `group/version` in `catalog`, each operation
+/// with `x-kubernetes-action`, `x-kubernetes-group-version-kind` and the
+/// write parameters (`fieldValidation`, `fieldManager`, `dryRun`).
+pub fn paths(catalog: &[ResourceType], group: &str, version: &str) -> Map<String, Value> {
     let mut paths = serde_json::Map::new();
     for r in catalog.iter().filter(|r| r.group == group && r.version == version) {
         let base = r.group_version_path();
@@ -87,15 +117,7 @@ pub fn openapi_v3(catalog: &[ResourceType], group: &str, version: &str, info: In
             }));
         }
     }
-    if paths.is_empty() {
-        return None;
-    }
-    Some(json!({
-        "openapi": "3.0.0",
-        "info": {"title": info.title, "version": info.version},
-        "paths": paths,
-        "components": {"schemas": {}},
-    }))
+    paths
 }
 
 /// `/openapi/v2` in protobuf (gnostic `openapi_v2.Document`): `swagger`
@@ -128,16 +150,17 @@ pub fn openapi_v2_protobuf(info: Info<'_>) -> Vec<u8> {
 
 /// `/openapi/v2`: the same paths in Swagger 2.0 form.
 pub fn openapi_v2(catalog: &[ResourceType], info: Info<'_>) -> Value {
-    let mut paths = serde_json::Map::new();
+    swagger(info, all_paths(catalog), Map::new())
+}
+
+/// The paths of every type of `catalog`.
+pub fn all_paths(catalog: &[ResourceType]) -> Map<String, Value> {
+    let mut out = Map::new();
     let mut versions: Vec<(String, String)> = catalog.iter().map(|r| (r.group.clone(), r.version.clone())).collect();
     versions.dedup();
     for (g, v) in versions {
-        if let Some(doc) = openapi_v3(catalog, &g, &v, info) {
-            if let Some(p) = doc["paths"].as_object() {
-                paths.extend(p.clone());
-            }
-        }
+        out.extend(paths(catalog, &g, &v));
     }
-    json!({"swagger": "2.0", "info": {"title": info.title, "version": info.version}, "paths": paths, "definitions": {}})
+    out
 }
 
