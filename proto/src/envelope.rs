@@ -161,6 +161,14 @@ pub(crate) fn envelope(api_version: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
     out
 }
 
+/// One line of a JSON watch stream (`{"type": ..., "object": ...}`) as
+/// a protobuf watch frame ([`watch_frame`]); the error says why it has none.
+pub fn watch_line_frame(line: &[u8]) -> std::result::Result<Vec<u8>, String> {
+    let event: Value = serde_json::from_slice(line).map_err(|e| e.to_string())?;
+    let event_type = event.get("type").and_then(Value::as_str).unwrap_or_default();
+    watch_frame(event_type, &event["object"]).map_err(|e| e.to_string())
+}
+
 /// One frame of a protobuf watch as kube-apiserver writes it: a 4-byte
 /// big-endian length, then a `metav1.WatchEvent` message (no envelope) whose
 /// `object.raw` holds the object as a whole protobuf body (`k8s\0` +

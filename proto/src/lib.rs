@@ -29,7 +29,7 @@ mod json;
 mod list;
 pub mod wire;
 
-pub use envelope::{decode, decode_watch_event, encode, has_message, split_frame, watch_frame, MAGIC};
+pub use envelope::{decode, decode_watch_event, encode, has_message, split_frame, watch_frame, watch_line_frame, MAGIC};
 pub use list::encode_json_list;
 
 /// The media type of Kubernetes protobuf bodies.

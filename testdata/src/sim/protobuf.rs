@@ -100,11 +100,7 @@ where
             let mut out = BytesMut::new();
             while let Some(end) = pending.iter().position(|b| *b == b'\n') {
                 let line = pending.split_to(end + 1);
-                let frame = serde_json::from_slice::<Value>(&line).map_err(|e| e.to_string()).and_then(|event| {
-                    let event_type = event.get("type").and_then(Value::as_str).unwrap_or_default();
-                    kubefold_proto::watch_frame(event_type, &event["object"]).map_err(|e| e.to_string())
-                });
-                match frame {
+                match kubefold_proto::watch_line_frame(&line) {
                     Ok(frame) => out.extend_from_slice(&frame),
                     Err(error) => {
                         tracing::warn!(%error, "Watch event has no protobuf form; the watch ends.");
