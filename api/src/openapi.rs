@@ -122,7 +122,7 @@ impl OpenApi {
     pub fn v3_index(&self, catalog: &[ResourceType]) -> Value {
         let merged = self.merged();
         let mut entries = Vec::new();
-        for (group, version) in group_versions(catalog) {
+        for (group, version) in kubefold_engine::resources::served_group_versions(catalog) {
             let key = schemas::group_version_key(&group, &version);
             if let Some(hash) = merged.as_ref().and_then(|m| m.hashes.get(&key)) {
                 entries.push((key, hash.clone()));
@@ -148,7 +148,7 @@ impl OpenApi {
 /// `/openapi/v2` of `catalog` over its v3 documents (`v3`).
 fn v2_of(catalog: &[ResourceType], v3: impl Fn(&str, &str) -> Option<Arc<Value>>) -> Value {
     let mut definitions = Map::new();
-    for (group, version) in group_versions(catalog) {
+    for (group, version) in kubefold_engine::resources::served_group_versions(catalog) {
         if let Some(doc) = v3(&group, &version) {
             for (name, schema) in doc["components"]["schemas"].as_object().into_iter().flatten() {
                 definitions.entry(name.clone()).or_insert_with(|| schemas::to_v2(schema));
@@ -157,17 +157,6 @@ fn v2_of(catalog: &[ResourceType], v3: impl Fn(&str, &str) -> Option<Arc<Value>>
     }
     definitions.sort_keys();
     engine_openapi::swagger(INFO, engine_openapi::all_paths(catalog), definitions)
-}
-
-/// The group-versions of `catalog`, in order, once each.
-fn group_versions(catalog: &[ResourceType]) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = Vec::new();
-    for r in catalog {
-        if !out.iter().any(|(g, v)| *g == r.group && *v == r.version) {
-            out.push((r.group.clone(), r.version.clone()));
-        }
-    }
-    out
 }
 
 /// What one member last published: its index (key → `serverRelativeURL`)
@@ -259,7 +248,7 @@ async fn fetch(fleet: &Fleet, cluster: &str, path: &str) -> Option<Value> {
 async fn refresh(fleet: &Fleet, members: &mut BTreeMap<String, MemberDocuments>) {
     let names: BTreeSet<String> = fleet.member_names().into_iter().collect();
     members.retain(|name, _| names.contains(name));
-    let served: BTreeSet<String> = group_versions(&fleet.catalog()).iter().map(|(g, v)| schemas::group_version_key(g, v)).collect();
+    let served: BTreeSet<String> = kubefold_engine::resources::served_group_versions(&fleet.catalog()).iter().map(|(g, v)| schemas::group_version_key(g, v)).collect();
     for cluster in names {
         let Some(index) = fetch(fleet, &cluster, "/openapi/v3").await else { continue };
         let entry = members.entry(cluster.clone()).or_default();
@@ -282,7 +271,7 @@ async fn refresh(fleet: &Fleet, members: &mut BTreeMap<String, MemberDocuments>)
 /// published.
 fn merge(catalog: &[ResourceType], members: &BTreeMap<String, MemberDocuments>) -> Merged {
     let mut merged = Merged::default();
-    for (group, version) in group_versions(catalog) {
+    for (group, version) in kubefold_engine::resources::served_group_versions(catalog) {
         let key = schemas::group_version_key(&group, &version);
         let published: Vec<&Value> = members.values().filter_map(|m| m.documents.get(&key).map(|(_, d)| d.as_ref())).collect();
         if published.is_empty() {

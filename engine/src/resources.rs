@@ -177,6 +177,17 @@ fn entry(
     }
 }
 
+/// The group-versions of `catalog`, in order, once each.
+pub fn served_group_versions(catalog: &[ResourceType]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for r in catalog {
+        if !out.iter().any(|(g, v)| *g == r.group && *v == r.version) {
+            out.push((r.group.clone(), r.version.clone()));
+        }
+    }
+    out
+}
+
 /// The built-in resource types of the skeleton, in discovery order.
 ///
 /// Short names and categories are those kube-apiserver 1.33 reports

@@ -208,17 +208,6 @@ fn group_version_schemas(shared: &Shared, catalog: &[ResourceType], group: &str,
     Ok(schemas::closure_with(|name| custom.get(name).or_else(|| builtin.get(name)), roots))
 }
 
-/// The group-versions of `catalog`, in order, once each.
-fn group_versions(catalog: &[ResourceType]) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = Vec::new();
-    for r in catalog {
-        if !out.iter().any(|(g, v)| *g == r.group && *v == r.version) {
-            out.push((r.group.clone(), r.version.clone()));
-        }
-    }
-    out
-}
-
 fn info(shared: &Shared) -> Info<'_> {
     Info { title: "Kubernetes", version: &shared.config.git_version }
 }
@@ -259,7 +248,7 @@ pub fn v3(shared: &Shared, group: &str, version: &str) -> Result<Option<Arc<Valu
 /// `/openapi/v3`: each group-version document with the hash of its content.
 pub fn v3_index(shared: &Shared) -> Result<Value, ApiError> {
     let mut entries = Vec::new();
-    for (group, version) in group_versions(&shared.catalog) {
+    for (group, version) in kubefold_engine::resources::served_group_versions(&shared.catalog) {
         if let Some(doc) = v3(shared, &group, &version)? {
             entries.push((schemas::group_version_key(&group, &version), schemas::hash(&doc)));
         }
@@ -271,7 +260,7 @@ pub fn v3_index(shared: &Shared) -> Result<Value, ApiError> {
 /// Swagger 2.0 `definitions`.
 pub fn v2(shared: &Shared) -> Result<Value, ApiError> {
     let mut definitions = Map::new();
-    for (group, version) in group_versions(&shared.catalog) {
+    for (group, version) in kubefold_engine::resources::served_group_versions(&shared.catalog) {
         if let Some(doc) = v3(shared, &group, &version)? {
             if let Some(found) = doc["components"]["schemas"].as_object() {
                 for (name, schema) in found {
