@@ -101,6 +101,51 @@ async fn reload_estimator(path: &Path, resolver: &Addr<Resolver>) {
     }
 }
 
+/// Opens the store in `data_dir` and recovers its index, saying how far it
+/// is in the log every 2 s and in `progress` (which `/readyz` shows).
+fn recover(
+    data_dir: &Path,
+    options: &Options,
+    progress: &kubefold_api::starting::StartProgress,
+) -> anyhow::Result<(Store, kubefold_store::Recovered)> {
+    let opening = std::time::Instant::now();
+    let store = Store::open(data_dir, options)?;
+    restrict_permissions(data_dir);
+    let opened = opening.elapsed().as_secs_f64();
+    progress.set("replaying the event log");
+    let replaying = std::time::Instant::now();
+    let mut last_report = replaying;
+    let recovered = store.recover_with_progress(&mut |p| {
+        if p.at_rv >= p.head_rv {
+            return;
+        }
+        let elapsed = replaying.elapsed();
+        let percent = format!("{:.0}", p.fraction() * 100.0);
+        let seconds_left = p.time_left(elapsed).map(|d| d.as_secs()).unwrap_or(0);
+        progress.set(format!(
+            "replaying the event log: {percent}% (resourceVersion {} of {}, about {seconds_left} s left)",
+            p.at_rv, p.head_rv
+        ));
+        // A long replay says how far it is, every 2 s.
+        if last_report.elapsed() >= Duration::from_secs(2) {
+            last_report = std::time::Instant::now();
+            info!(rv = p.at_rv, head_rv = p.head_rv, events = p.replayed, percent, seconds_left, "Replaying the event log.");
+        }
+    })?;
+    info!(
+        data_dir = %data_dir.display(),
+        head_rv = recovered.index.head_rv(),
+        objects = recovered.index.total(),
+        recovery = %recovered.path,
+        open_seconds = opened,
+        recover_seconds = opening.elapsed().as_secs_f64() - opened,
+        cpu_seconds = process_cpu_seconds().unwrap_or(f64::NAN),
+        "Store opened."
+    );
+    progress.set("starting the aggregator");
+    Ok((store, recovered))
+}
+
 /// Runs kubefold until `shutdown` resolves; `on_listening` is told the
 /// address once the API listens. With `config_file`, SIGHUP reloads the
 /// file's `estimator` section.
@@ -117,37 +162,21 @@ pub fn run(
             flush_every_ms: config.flush_every_ms,
             ..Options::default()
         };
-        let opening = std::time::Instant::now();
-        let store = Store::open(&config.data_dir, &options)?;
-        restrict_permissions(&config.data_dir);
-        let opened = opening.elapsed().as_secs_f64();
-        let replaying = std::time::Instant::now();
-        let mut last_report = replaying;
-        let recovered = store.recover_with_progress(&mut |progress| {
-            // A long replay says how far it is, every 2 s.
-            if last_report.elapsed() >= Duration::from_secs(2) && progress.at_rv < progress.head_rv {
-                last_report = std::time::Instant::now();
-                let elapsed = replaying.elapsed();
-                info!(
-                    rv = progress.at_rv,
-                    head_rv = progress.head_rv,
-                    events = progress.replayed,
-                    percent = format!("{:.0}", progress.fraction() * 100.0),
-                    seconds_left = progress.time_left(elapsed).map(|d| d.as_secs()).unwrap_or(0),
-                    "Replaying the event log."
-                );
-            }
-        })?;
-        info!(
-            data_dir = %config.data_dir.display(),
-            head_rv = recovered.index.head_rv(),
-            objects = recovered.index.total(),
-            recovery = %recovered.path,
-            open_seconds = opened,
-            recover_seconds = opening.elapsed().as_secs_f64() - opened,
-            cpu_seconds = process_cpu_seconds().unwrap_or(f64::NAN),
-            "Store opened."
-        );
+        // The listener is bound first and answers health checks while the
+        // store is opened and replayed (a liveness probe must not restart a
+        // long replay); the API takes the same socket over afterwards.
+        let listener = kubefold_api::starting::bind(config.listen).context("cannot start the API listener")?;
+        let progress = kubefold_api::starting::StartProgress::default();
+        let starting = kubefold_api::starting::StartingServer::start(&listener, config.tls.as_ref(), progress.clone())
+            .context("cannot start the API listener")?;
+        info!(listen = %listener.local_addr()?, "Answering health checks while the store is read.");
+        let (store, recovered) = {
+            let data_dir = config.data_dir.clone();
+            actix_web::rt::task::spawn_blocking(move || recover(&data_dir, &options, &progress))
+                .await
+                .context("the store's recovery ended abnormally")??
+        };
+        starting.stop().await;
         let secret = store.meta_or_init("token-secret", || rand::random::<[u8; 32]>().to_vec())?;
         // The types known: built in, and those discovered from members before
         // (their objects are served from the store before any member answers).
@@ -245,7 +274,7 @@ pub fn run(
             resolver: Some(resolver.clone()),
         });
         let state = Arc::new(state);
-        let (server, addrs) = kubefold_api::server(state).context("cannot start the API listener")?;
+        let (server, addrs) = kubefold_api::server(state, Some(listener)).context("cannot start the API listener")?;
         let addr = addrs.first().copied().context("the API listener has no address")?;
         info!(listen = %addr, "Serving the Kubernetes API.");
         on_listening(addr);

@@ -1,6 +1,7 @@
 //! Durability end to end: warm restart resumes member watches without a
 //! relist, a watch from a pre-restart RV sees exactly what changed while
-//! kubefold was down, and SIGKILL at random points never rewrites history.
+//! kubefold was down, SIGKILL at random points never rewrites history, and
+//! the health checks answer while a long event log is replayed.
 
 mod common;
 
@@ -130,4 +131,83 @@ fn a_watch_from_before_the_restart_sees_exactly_what_changed_while_down() {
     assert_eq!(seen.iter().filter(|(t, n)| t == "DELETED" && n == "doomed").count(), 1);
     let changed = kf.get_json("/api/v1/namespaces/default/pods/changed_member1");
     assert_eq!(changed["metadata"]["labels"]["phase"], "two");
+}
+
+/// A start that replays a long event log (no index snapshot) listens at
+/// once: `/livez` passes throughout (a liveness probe must not kill a long
+/// replay), `/readyz` fails naming the replay and how far it is, any other
+/// request gets a 503 `Status` with `Retry-After`; then the API takes the
+/// same socket over and serves what the log held.
+#[test]
+fn health_checks_answer_while_the_event_log_is_replayed() {
+    let pods = 20_000;
+    let sim = kubefold_testdata::start(kubefold_testdata::SimConfig { name: "member1".into(), pods, ..Default::default() })
+        .expect("simulator starts");
+    let members = vec![("member1".to_string(), sim)];
+    let (_tmp, dir) = data_dir();
+    let kf = Kubefold::serve(&dir, &cluster_flags(&members), &[]);
+    kf.wait_ready();
+    kf.kill();
+    // Without a snapshot the start replays every event of the log.
+    let _ = std::fs::remove_file(dir.join("index.snapshot"));
+    let url = dead_port_url();
+    let listen = url.trim_start_matches("http://").to_string();
+    let starting = {
+        let dir = dir.clone();
+        let listen = listen.clone();
+        let clusters = cluster_flags(&members);
+        std::thread::spawn(move || Kubefold::serve_at(&listen, &dir, &clusters, &[]))
+    };
+    let mut refused_after_answer = 0;
+    let mut answered = false;
+    let mut seen_replaying = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        assert!(std::time::Instant::now() < deadline, "kubefold did not become ready; saw {seen_replaying:?}");
+        let Some((ready_code, ready)) = try_get(&format!("{url}/readyz?verbose")) else {
+            refused_after_answer += usize::from(answered);
+            std::thread::sleep(Duration::from_millis(5));
+            continue;
+        };
+        answered = true;
+        let live = try_get(&format!("{url}/livez"));
+        if ready.contains("[-]store-recovered failed") {
+            assert_eq!(ready_code, 503, "{ready}");
+            let live = live.expect("/livez answers while /readyz does");
+            assert_eq!(live.0, 200, "/livez passes during the replay: {live:?}");
+            if let Some((code, body)) = try_get(&format!("{url}/api/v1/pods?limit=1")) {
+                if code == 503 {
+                    let status: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+                    assert_eq!((status["kind"].as_str(), status["reason"].as_str()), (Some("Status"), Some("ServiceUnavailable")), "{body}");
+                    assert!(status["message"].as_str().unwrap_or("").starts_with("kubefold is starting"), "{body}");
+                }
+            }
+            seen_replaying.push(ready);
+        } else if ready_code == 200 || ready.contains("[+]store ok") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let kf = starting.join().expect("kubefold starts");
+    assert_eq!(refused_after_answer, 0, "once listening, no connection is refused while the API takes over");
+    assert!(
+        seen_replaying.iter().any(|r| r.contains("replaying the event log: ") && r.contains("% (resourceVersion ")),
+        "/readyz named the replay while it ran; saw {seen_replaying:?}"
+    );
+    let listed = kf.get_json("/api/v1/namespaces/load-3/pods");
+    assert_eq!(listed["items"].as_array().unwrap().len(), pods / 10, "the replayed index serves every pod of the log");
+    kf.stop();
+}
+
+/// A GET that may find nothing listening: `None` when the connection is refused.
+fn try_get(url: &str) -> Option<(u16, String)> {
+    let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
+    match client.get(url).send() {
+        Ok(r) => {
+            let code = r.status().as_u16();
+            Some((code, r.text().unwrap_or_default()))
+        }
+        Err(e) if e.is_connect() => None,
+        Err(e) => panic!("GET {url}: {e}"),
+    }
 }

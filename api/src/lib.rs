@@ -19,6 +19,7 @@
 //! - [`impersonate`]: `Impersonate-*` headers (`kubectl --as`).
 //! - [`health`]: `/healthz`, `/livez`, `/readyz`, `/metrics`.
 //! - [`series`]: the catalog of metric series, their zeros and the scrape-time ones.
+//! - [`starting`]: what the API answers while the store is opened and replayed.
 //! - [`cbor`]: CBOR refused (415 for bodies, 406 for a CBOR-only Accept).
 //! - [`protobuf`]: protobuf request bodies and responses of built-in types.
 //! - [`respond`]: Status errors and JSON responses.
@@ -46,6 +47,7 @@ pub mod query;
 pub mod read;
 pub mod respond;
 pub mod series;
+pub mod starting;
 pub mod reviews;
 pub mod tls;
 pub mod unserved;
@@ -507,8 +509,10 @@ pub enum ServerError {
 }
 
 /// Builds the HTTP server over `state`; returns it (to be awaited) and the
-/// addresses it listens on.
-pub fn server(state: Arc<ApiState>) -> Result<(Server, Vec<SocketAddr>), ServerError> {
+/// addresses it listens on. With `listener` (bound by [`starting::bind`]
+/// and served meanwhile by [`starting::StartingServer`]) it serves that
+/// socket; otherwise it binds `state.config.listen`.
+pub fn server(state: Arc<ApiState>, listener: Option<std::net::TcpListener>) -> Result<(Server, Vec<SocketAddr>), ServerError> {
     let config = state.config.clone();
     let authenticator = auth::Auth::from_config(&config.auth).map_err(ServerError::Auth)?;
     if authenticator.is_open() {
@@ -599,9 +603,11 @@ pub fn server(state: Arc<ApiState>) -> Result<(Server, Vec<SocketAddr>), ServerE
             .max_connection_rate(t.max_pending_handshakes.div_ceil(workers).max(1)),
         None => http,
     };
-    let http = match tls {
-        Some(tls) => http.bind_rustls_0_23(config.listen, tls),
-        None => http.bind(config.listen),
+    let http = match (tls, listener) {
+        (Some(tls), Some(listener)) => http.listen_rustls_0_23(listener, tls),
+        (Some(tls), None) => http.bind_rustls_0_23(config.listen, tls),
+        (None, Some(listener)) => http.listen(listener),
+        (None, None) => http.bind(config.listen),
     }
     .map_err(ServerError::Bind)?;
     let addrs = http.addrs();

@@ -197,7 +197,7 @@ pub struct SnapshotStats {
 }
 
 /// How often a replay reports its progress, in events.
-pub const REPLAY_REPORT_EVENTS: u64 = 65_536;
+pub const REPLAY_REPORT_EVENTS: u64 = 4_096;
 
 /// How far the replay of the log at start is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
