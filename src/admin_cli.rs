@@ -191,8 +191,8 @@ pub fn run(args: AdminArgs) -> anyhow::Result<()> {
                 write!(stdout, "{}", clusters_table(&list))?;
             }
             ClustersCommand::Get { name } => {
-                let cluster: serde_yaml::Value = api.get(&["clusters", &name])?;
-                write!(stdout, "{}", serde_yaml::to_string(&cluster)?)?;
+                let cluster: serde_json::Value = api.get(&["clusters", &name])?;
+                write!(stdout, "{}", serde_saphyr::to_string(&cluster)?)?;
             }
             ClustersCommand::Add(add) => {
                 let spec = add.spec()?;
@@ -211,8 +211,8 @@ pub fn run(args: AdminArgs) -> anyhow::Result<()> {
             write!(stdout, "{}", resources_table(&list))?;
         }
         AdminCommand::Resources { command: Some(ResourcesCommand::Get) } => {
-            let list: serde_yaml::Value = api.get(&["resources"])?;
-            let shown = serde_yaml::to_string(&serde_json::json!({"source": list["source"], "selection": list["selection"], "pending": list["pending"]}))?;
+            let list: serde_json::Value = api.get(&["resources"])?;
+            let shown = serde_saphyr::to_string(&serde_json::json!({"source": list["source"], "selection": list["selection"], "pending": list["pending"]}))?;
             write!(stdout, "{shown}")?;
         }
         AdminCommand::Resources { command: Some(ResourcesCommand::Set { file }) } => {
@@ -289,7 +289,7 @@ fn read_selection(file: &Path) -> anyhow::Result<serde_json::Value> {
     } else {
         std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?
     };
-    let value: serde_json::Value = serde_yaml::from_str(&text).with_context(|| format!("{}: not YAML or JSON", file.display()))?;
+    let value: serde_json::Value = serde_saphyr::from_str(&text).with_context(|| format!("{}: not YAML or JSON", file.display()))?;
     Ok(match value {
         rules @ serde_json::Value::Array(_) => serde_json::json!({"rules": rules}),
         other => other,
@@ -807,7 +807,7 @@ mod tests {
 
     #[test]
     fn the_clusters_table_sums_objects_over_resource_types() {
-        let list: ClusterList = serde_yaml::from_str(
+        let list: ClusterList = serde_saphyr::from_str(
             r#"{"items": [{"spec": {"name": "member1", "url": "http://x"}, "source": "config",
                 "status": {"phase": "Stale", "synced": false, "stale": true, "lastError": "connection refused",
                   "reconnects": 4, "relists": 2, "events": 9,
@@ -826,7 +826,7 @@ mod tests {
 
     #[test]
     fn estimator_rows_say_whether_the_probe_reached_the_estimator() {
-        let rows: Vec<EstimatorRow> = serde_yaml::from_str(
+        let rows: Vec<EstimatorRow> = serde_saphyr::from_str(
             r#"[{"cluster": "member1", "addresses": ["127.0.0.1:4000"], "rule": "static",
                  "probe": {"reachable": true, "address": "127.0.0.1:4000", "latencyMs": 0.46, "time": "2026-01-01T00:00:00Z"}},
                 {"cluster": "member2", "addresses": [], "rule": "clusterIP", "error": "service has no port 10352", "probe": null},

@@ -201,7 +201,7 @@ pub fn default_openapi_refresh_seconds() -> u64 {
 
 impl Default for Config {
     fn default() -> Self {
-        serde_yaml::from_str("{}").unwrap_or_else(|_| unreachable!("every field has a default"))
+        serde_saphyr::from_str("{}").unwrap_or_else(|_| unreachable!("every field has a default"))
     }
 }
 
@@ -209,9 +209,8 @@ impl Default for Config {
 /// a word of the file: serde's messages quote the value that did not fit
 /// (`invalid type: string "..."`) and the key that is unknown, and a
 /// malformed file may have a token there.
-pub fn yaml_error(error: &serde_yaml::Error) -> String {
+pub fn yaml_error(error: &serde_saphyr::Error) -> String {
     let message = error.to_string();
-    // serde_yaml puts the field's path first (`clusters[0].token: ...`).
     let kind = KINDS.iter().find(|k| message.contains(*k)).copied();
     let missing = message.split_once("missing field `").and_then(|(_, rest)| rest.split_once('`')).map(|(field, _)| field);
     let what = match (missing, kind) {
@@ -228,9 +227,13 @@ pub fn yaml_error(error: &serde_yaml::Error) -> String {
 }
 
 /// Kinds of serde and YAML errors named by [`yaml_error`].
-const KINDS: [&str; 7] = [
+const KINDS: [&str; 11] = [
     "unknown field",
     "invalid type",
+    "invalid boolean",
+    "invalid number",
+    "invalid integer",
+    "invalid float",
     "invalid value",
     "invalid length",
     "unknown variant",
@@ -243,7 +246,7 @@ impl Config {
     /// never its contents.
     pub fn load(path: &std::path::Path) -> anyhow::Result<Config> {
         let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read config {}: {e}", path.display()))?;
-        let config: Config = serde_yaml::from_str(&text).map_err(|e| anyhow::anyhow!("config {}: {}", path.display(), yaml_error(&e)))?;
+        let config: Config = serde_saphyr::from_str(&text).map_err(|e| anyhow::anyhow!("config {}: {}", path.display(), yaml_error(&e)))?;
         config.validate()?;
         Ok(config)
     }
@@ -291,7 +294,7 @@ mod tests {
     #[test]
     fn example_config_parses_and_defaults_hold() {
         let text = include_str!("../ops/kubefold.example.yaml");
-        let config: Config = serde_yaml::from_str(text).unwrap();
+        let config: Config = serde_saphyr::from_str(text).unwrap();
         config.validate().unwrap();
         assert_eq!(config.clusters.len(), 2);
         assert_eq!(config.admin.kubeconfig_dirs(&config.clusters), [PathBuf::from("/etc/kubefold")]);
@@ -327,25 +330,25 @@ mod tests {
 
     #[test]
     fn invalid_resource_selections_are_refused() {
-        let c: Config = serde_yaml::from_str("resources: [{resourceSelectors: [{apiVersion: v1, kind: Pod, namespace: Bad_NS}]}]").unwrap();
+        let c: Config = serde_saphyr::from_str("resources: [{resourceSelectors: [{apiVersion: v1, kind: Pod, namespace: Bad_NS}]}]").unwrap();
         let error = c.validate().unwrap_err().to_string();
         assert!(error.contains("rules[0].resourceSelectors[0].namespace"), "{error}");
-        assert!(serde_yaml::from_str::<Config>("resources: [{resourceSelector: []}]").is_err());
+        assert!(serde_saphyr::from_str::<Config>("resources: [{resourceSelector: []}]").is_err());
     }
 
     #[test]
     fn invalid_placement_rules_are_refused() {
-        let c: Config = serde_yaml::from_str("placement: [{labelSelector: 'a in ((', cluster: member1}]").unwrap();
+        let c: Config = serde_saphyr::from_str("placement: [{labelSelector: 'a in ((', cluster: member1}]").unwrap();
         let error = c.validate().unwrap_err().to_string();
         assert!(error.contains("placement[0]") && error.contains("labelSelector"), "{error}");
-        assert!(serde_yaml::from_str::<Config>("placement: [{namespace: shop, cluster: member1}]").is_err());
+        assert!(serde_saphyr::from_str::<Config>("placement: [{namespace: shop, cluster: member1}]").is_err());
     }
 
     #[test]
     fn plain_http_needs_loopback_or_consent() {
-        let c: Config = serde_yaml::from_str("listen: 0.0.0.0:8080").unwrap();
+        let c: Config = serde_saphyr::from_str("listen: 0.0.0.0:8080").unwrap();
         assert!(c.validate().unwrap_err().to_string().contains("plain HTTP"));
-        let c: Config = serde_yaml::from_str("listen: 0.0.0.0:8080\nallowPlainHttp: true").unwrap();
+        let c: Config = serde_saphyr::from_str("listen: 0.0.0.0:8080\nallowPlainHttp: true").unwrap();
         c.validate().unwrap();
         Config::default().validate().unwrap();
     }
@@ -356,9 +359,9 @@ mod tests {
         let path = dir.path().join("kubefold.yaml");
         let secret = "cfg-s3cr3t-token-4d5e";
         for (text, line, kind) in [
-            (format!("clusters:\n- name: a\n  url: http://x\n  token: {secret}\n  insecureSkipTlsVerify: {secret}\n"), 5, "invalid type"),
+            (format!("clusters:\n- name: a\n  url: http://x\n  token: {secret}\n  insecureSkipTlsVerify: {secret}\n"), 5, "invalid boolean"),
             (format!("clusters:\n- name: a\n  {secret}: x\n"), 3, "unknown field"),
-            (format!("auth:\n  tokenAuthFile: \"{secret}\n"), 3, "not valid YAML"),
+            (format!("auth:\n  tokenAuthFile: \"{secret}\n"), 2, "not valid YAML"),
             (format!("clusters:\n- url: {secret}\n"), 2, "missing field `name`"),
             (format!("durability: {secret}\n"), 1, "unknown variant"),
         ] {
@@ -372,10 +375,10 @@ mod tests {
 
     #[test]
     fn unknown_fields_and_bad_clusters_are_refused() {
-        assert!(serde_yaml::from_str::<Config>("listn: 1.2.3.4:5").is_err());
-        let c: Config = serde_yaml::from_str("clusters: [{name: Bad_Name, url: 'http://x'}]").unwrap();
+        assert!(serde_saphyr::from_str::<Config>("listn: 1.2.3.4:5").is_err());
+        let c: Config = serde_saphyr::from_str("clusters: [{name: Bad_Name, url: 'http://x'}]").unwrap();
         assert!(c.validate().is_err());
-        let c: Config = serde_yaml::from_str("clusters: [{name: a}]").unwrap();
+        let c: Config = serde_saphyr::from_str("clusters: [{name: a}]").unwrap();
         assert!(c.validate().is_err());
     }
 
@@ -384,10 +387,11 @@ mod tests {
     /// names the ones it expects); `None` when `yaml` is not refused that
     /// way (the value under the key is not a struct).
     fn fields_named_by_serde(yaml: &str) -> Option<Vec<String>> {
-        let error = serde_yaml::from_str::<Config>(yaml).err()?.to_string();
+        let error = serde_saphyr::from_str::<Config>(yaml).err()?.to_string();
         let listed = error.split("unknown field `kubefold_probe`, expected ").nth(1)?;
-        let listed = listed.split(" at line").next().unwrap_or(listed);
-        Some(listed.split('`').skip(1).step_by(2).map(String::from).collect())
+        let listed = listed.lines().next().unwrap_or(listed);
+        let listed = listed.strip_prefix("one of ").unwrap_or(listed);
+        Some(listed.split(", ").flat_map(|f| f.split(" or ")).map(|f| f.trim_matches('`').to_string()).collect())
     }
 
     /// Every option of the configuration file as a dotted path

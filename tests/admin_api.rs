@@ -52,7 +52,7 @@ impl Contract {
     fn load() -> Contract {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("ops/admin-openapi.yaml");
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let doc: Value = serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let doc: Value = serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         Contract { doc, answered: Mutex::new(BTreeSet::new()) }
     }
 
@@ -911,7 +911,7 @@ fn kubefold_admin_wraps_every_operation_over_tls() {
         let status = api("/admin/v1/clusters/extra")["status"].clone();
         status["phase"] == "Synced" && status["resources"].as_object().unwrap().values().filter(|w| w["state"] == "synced").count() == 10
     });
-    let yaml: serde_yaml::Value = serde_yaml::from_str(&admin(&["clusters", "get", "extra"])).unwrap();
+    let yaml: serde_json::Value = serde_saphyr::from_str(&admin(&["clusters", "get", "extra"])).unwrap();
     assert_eq!(yaml["spec"]["name"].as_str(), Some("extra"));
     assert_eq!(yaml["spec"]["url"].as_str(), Some(url.as_str()));
     assert_eq!(yaml["spec"]["token"].as_str(), Some("<redacted>"));
@@ -935,9 +935,9 @@ fn kubefold_admin_wraps_every_operation_over_tls() {
 
     // resources get / set: the selection, replaced from a file (here only
     // pods, of the clusters labelled env=test, plus nodes everywhere).
-    let shown: serde_yaml::Value = serde_yaml::from_str(&admin(&["resources", "get"])).unwrap();
+    let shown: serde_json::Value = serde_saphyr::from_str(&admin(&["resources", "get"])).unwrap();
     assert_eq!(shown["source"].as_str(), Some("default"));
-    assert_eq!(shown["selection"]["rules"][0]["resourceSelectors"].as_sequence().map(Vec::len), Some(10));
+    assert_eq!(shown["selection"]["rules"][0]["resourceSelectors"].as_array().map(Vec::len), Some(10));
     let selection_file = tmp.path().join("selection.yaml");
     std::fs::write(
         &selection_file,
@@ -959,12 +959,12 @@ fn kubefold_admin_wraps_every_operation_over_tls() {
     assert_eq!(stdout, format!("resource selection set: 2 types served, 0 waiting for discovery, {} objects deleted\n", member_pods + others));
     let table = parse_table(&admin(&["resources"]));
     assert_eq!(table.iter().skip(1).map(|r| r[2].as_str()).collect::<Vec<_>>(), ["pods", "nodes"]);
-    let shown: serde_yaml::Value = serde_yaml::from_str(&admin(&["resources", "get"])).unwrap();
+    let shown: serde_json::Value = serde_saphyr::from_str(&admin(&["resources", "get"])).unwrap();
     assert_eq!(shown["source"].as_str(), Some("api"));
     std::fs::write(&selection_file, "rules: [{resourceSelectors: [{apiVersion: v1, kind: Pod, namespace: Bad_NS}]}]\n").unwrap();
     let stderr = admin_fails(&["resources", "set", "-f", selection_file.to_str().unwrap()]);
     assert!(stderr.contains("PUT /admin/v1/resources: 422 Invalid: resource selection is invalid: rules[0].resourceSelectors[0].namespace"), "{stderr}");
-    let defaults = serde_yaml::to_string(&serde_json::json!({"rules": kubefold_default_rules()})).unwrap();
+    let defaults = serde_saphyr::to_string(&serde_json::json!({"rules": kubefold_default_rules()})).unwrap();
     std::fs::write(&selection_file, defaults).unwrap();
     admin(&["resources", "set", "-f", selection_file.to_str().unwrap()]);
     wait_for(Duration::from_secs(60), "the default selection synced again", || {
