@@ -1,6 +1,8 @@
 """Draws how kubefold's cost grows with the number of pods, from the
 benchmark driver's JSON (raw.curve): list and get latency, RSS, disk per
-object, each beside its reference. Usage: plot.py latest.json plot.png"""
+object and initial sync, each beside its reference; then the watch fan-out's
+delivery latency per case (raw.watch) and the warm restarts (raw.restartN).
+Usage: plot.py latest.json plot.png"""
 
 import json
 import sys
@@ -20,7 +22,7 @@ def main(src: str, dst: str) -> None:
         sys.exit(1)
     pods = [p["pods"] for p in curve]
     mib = 1024 * 1024
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
+    fig, axes = plt.subplots(4, 2, figsize=(12, 17))
     machine = doc.get("machine", {})
     fig.suptitle(
         "kubefold cost vs pods ({} mode, {} cores, {} GiB, load average {} at the start; {})".format(
@@ -66,15 +68,69 @@ def main(src: str, dst: str) -> None:
     ax.set_title("disk per object")
     ax.set_ylabel("bytes")
 
-    for row in axes:
-        for ax in row:
-            ax.set_xscale("log")
-            ax.set_yscale("log")
-            ax.set_xlabel("pods (over {} members)".format(doc.get("plan", {}).get("sims")))
-            ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=8)
-    fig.tight_layout()
+    ax = axes[2][0]
+    ax.plot(pods, [p["syncSeconds"] for p in curve], "o-", label="kubefold: spawn to /readyz")
+    refs = [(p["pods"], p["sledInsertSeconds"]) for p in curve if p.get("sledInsertSeconds") is not None]
+    if refs:
+        ax.plot([r[0] for r in refs], [r[1] for r in refs], "^--", label="sled batch insert, same records")
+    ax.axhline(60, color="red", linewidth=0.8, linestyle=":", label="target at 1M: 60 s")
+    ax.set_title("initial sync")
+    ax.set_ylabel("s")
+
+    curve_axes = [axes[0][0], axes[0][1], axes[1][0], axes[1][1], axes[2][0]]
+    for ax in curve_axes:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("pods (over {} members)".format(doc.get("plan", {}).get("sims")))
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+
+    watch_panel(axes[2][1], doc.get("raw", {}).get("watch"))
+    restart_panel(axes[3][0], doc.get("raw", {}))
+    axes[3][1].axis("off")
+    fig.tight_layout(rect=(0, 0, 1, 0.985))
     fig.savefig(dst, dpi=110)
+
+
+def watch_panel(ax, watch) -> None:
+    """Delivery latency of each watch case, p50 and p99, from the member's
+    own watch event to the client (the run's watch phase)."""
+    cases = (watch or {}).get("cases") or []
+    if not cases:
+        ax.text(0.5, 0.5, "no watch phase in this run", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return
+    names = ["{}\n({} clients)".format(c["case"], c["clients"]) for c in cases]
+    lat = [c.get("latencyFromMemberWatch") or {} for c in cases]
+    x = range(len(cases))
+    ax.bar([i - 0.2 for i in x], [l.get("p50", 0) for l in lat], width=0.4, label="p50")
+    ax.bar([i + 0.2 for i in x], [l.get("p99", 0) for l in lat], width=0.4, label="p99")
+    ax.set_xticks(list(x))
+    ax.set_xticklabels(names, fontsize=8)
+    ax.set_title("watch: member's event to client, {:.0f} events/s".format(cases[0].get("eventsPerSecond", 0)))
+    ax.set_ylabel("ms")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def restart_panel(ax, raw) -> None:
+    """Each warm restart of the run: seconds to listening, to the first list
+    served, and to /readyz."""
+    restarts = sorted(((int(k[len("restart"):]), v) for k, v in raw.items() if k.startswith("restart") and k[len("restart"):].isdigit()))
+    if not restarts:
+        ax.text(0.5, 0.5, "no restart phase in this run", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return
+    x = range(len(restarts))
+    for offset, key, label in [(-0.27, "listenSeconds", "listening"), (0, "firstListSeconds", "first list served"), (0.27, "readySeconds", "/readyz 200")]:
+        ax.bar([i + offset for i in x], [r.get(key) or 0 for _, r in restarts], width=0.27, label=label)
+    ax.axhline(5, color="red", linewidth=0.8, linestyle=":", label="target at 1M: first list < 5 s")
+    ax.set_xticks(list(x))
+    ax.set_xticklabels(["{:,} objects".format(r.get("objectsAfter") or n) for n, r in restarts], fontsize=8)
+    ax.set_title("warm restart")
+    ax.set_ylabel("s")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
 
 
 if __name__ == "__main__":
