@@ -38,13 +38,13 @@ use actix_web::http::header::{HeaderMap, AUTHORIZATION};
 use actix_web::http::Method;
 use actix_web::HttpMessage;
 use futures::future::{ready, LocalBoxFuture, Ready};
-use kubefold_engine::names::{self, RequestedName};
 use kubefold_engine::status::Status;
 use rustls::pki_types::CertificateDer;
 use serde::Deserialize;
 use tracing::{debug, info, warn};
 
-use crate::path::{ApiPath, ResourcePath};
+use crate::path::ApiPath;
+use crate::request::{RequestInfo, RESOURCE_VERBS};
 
 /// Group whose members may do everything, admin API and metrics included.
 pub const ADMINS: &str = "kubefold:admins";
@@ -61,8 +61,6 @@ pub const AUTHENTICATED_GROUP: &str = "system:authenticated";
 
 /// Paths served to anyone, without authentication or limits.
 const OPEN_PATHS: [&str; 3] = ["/livez", "/readyz", "/healthz"];
-/// Verbs of Kubernetes resource requests.
-const RESOURCE_VERBS: [&str; 8] = ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"];
 /// Verbs of requests to other paths (lowercase HTTP methods, as RBAC's nonResourceURLs).
 const NON_RESOURCE_VERBS: [&str; 7] = ["get", "post", "put", "patch", "delete", "head", "options"];
 /// Verbs of `kubefold:viewers`.
@@ -75,9 +73,6 @@ const SELF_REVIEWS: [(&str, &str); 3] = [
     ("authorization.k8s.io", "selfsubjectrulesreviews"),
     ("authentication.k8s.io", "selfsubjectreviews"),
 ];
-/// Path segments after `/namespaces/{name}/` that are subresources of the
-/// namespace rather than a namespaced resource (kube-apiserver's RequestInfo).
-const NAMESPACE_SUBRESOURCES: [&str; 2] = ["status", "finalize"];
 
 /// Authentication and authorization settings (`auth:` in the config file).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -514,46 +509,31 @@ impl ResourceAttributes {
 }
 
 /// Maps an HTTP request to authorization attributes (pure: no catalog
-/// needed; `/namespaces/{ns}/{r}` is a namespaced resource unless `r` is
-/// `status` or `finalize`, as kube-apiserver decides).
+/// needed; see [`RequestInfo`]).
 pub fn attributes(method: &Method, raw_path: &str, query: &str) -> RequestAttributes {
-    let http_verb = method.as_str().to_ascii_lowercase();
-    let non_resource = |path: &str| RequestAttributes {
-        verb: http_verb.clone(),
-        target: Target::NonResource { path: path.to_string() },
-    };
-    let Some(path) = decode_path(raw_path) else {
-        return non_resource(raw_path);
-    };
-    let parsed = crate::path::parse(&path, |_, _, r| !NAMESPACE_SUBRESOURCES.contains(&r));
-    let resource_path = match parsed {
-        None => return non_resource(raw_path),
-        Some(ApiPath::Version) => return RequestAttributes { verb: http_verb, target: Target::Version },
-        Some(ApiPath::Resource(p)) => p,
-        Some(_) => return RequestAttributes { verb: http_verb, target: Target::Discovery { path } },
-    };
-    let ResourcePath { cluster, group, version, mut namespace, resource, name, subresource } = resource_path;
-    let verb = match *method {
-        Method::GET | Method::HEAD if name.is_none() && is_watch(query) => "watch".to_string(),
-        Method::GET | Method::HEAD if name.is_none() => "list".to_string(),
-        Method::GET | Method::HEAD => "get".to_string(),
-        Method::POST => "create".to_string(),
-        Method::PUT => "update".to_string(),
-        Method::PATCH => "patch".to_string(),
-        Method::DELETE if name.is_none() => "deletecollection".to_string(),
-        Method::DELETE => "delete".to_string(),
-        _ => http_verb,
-    };
-    let cluster = cluster.or_else(|| match name.as_deref().map(names::parse) {
-        Some(RequestedName::Qualified { cluster, .. }) => Some(cluster.to_string()),
-        _ => None,
-    });
-    if resource == "namespaces" && namespace.is_none() {
-        namespace = name.clone();
-    }
-    RequestAttributes {
-        verb,
-        target: Target::Resource(ResourceAttributes { group, version, resource, subresource, namespace, name, cluster }),
+    RequestAttributes::of(&RequestInfo::new(method, raw_path, query))
+}
+
+impl RequestAttributes {
+    /// The authorization attributes of a parsed request: a resource
+    /// request's verb, resource and member; `/version`; a discovery
+    /// document (by its decoded path); any other path as requested.
+    pub fn of(info: &RequestInfo) -> RequestAttributes {
+        let target = match (&info.api_path, &info.decoded_path) {
+            (Some(ApiPath::Resource(_)), _) => Target::Resource(ResourceAttributes {
+                group: info.api_group.clone(),
+                version: info.api_version.clone(),
+                resource: info.resource.clone(),
+                subresource: info.subresource.clone(),
+                namespace: info.namespace.clone(),
+                name: info.name.clone(),
+                cluster: info.member().map(str::to_string),
+            }),
+            (Some(ApiPath::Version), _) => Target::Version,
+            (Some(_), Some(path)) => Target::Discovery { path: path.clone() },
+            _ => Target::NonResource { path: info.path.clone() },
+        };
+        RequestAttributes { verb: info.verb.clone(), target }
     }
 }
 
@@ -562,45 +542,10 @@ pub fn attributes(method: &Method, raw_path: &str, query: &str) -> RequestAttrib
 /// with the verbs `watch` and `proxy` and the subresources `attach`,
 /// `exec`, `proxy`, `log` and `portforward`): any watch (also of kubefold's
 /// admin streams) and those subresources.
-pub fn is_long_running(attributes: &RequestAttributes, query: &str) -> bool {
+pub fn is_long_running(info: &RequestInfo) -> bool {
     const SUBRESOURCES: [&str; 5] = ["attach", "exec", "proxy", "log", "portforward"];
-    let subresource = match &attributes.target {
-        Target::Resource(r) => r.subresource.as_deref(),
-        _ => None,
-    };
-    attributes.verb == "watch" || attributes.verb == "proxy" || subresource.is_some_and(|s| SUBRESOURCES.contains(&s)) || is_watch(query)
-}
-
-/// Whether the query asks for a watch (`watch=true`, `watch=1`, or another
-/// value Go's strconv.ParseBool reads as true).
-fn is_watch(query: &str) -> bool {
-    serde_urlencoded::from_str::<Vec<(String, String)>>(query)
-        .map(|pairs| {
-            pairs.iter().any(|(k, v)| k == "watch" && matches!(v.as_str(), "1" | "t" | "T" | "true" | "TRUE" | "True"))
-        })
-        .unwrap_or(false)
-}
-
-/// Percent-decodes a path as the router does, refusing encoded slashes.
-fn decode_path(raw: &str) -> Option<String> {
-    let bytes = raw.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            let b = u8::from_str_radix(hex, 16).ok()?;
-            if b == b'/' {
-                return None;
-            }
-            out.push(b);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
+    let subresource = info.subresource.as_deref().filter(|_| info.is_resource_request);
+    info.verb == "watch" || info.verb == "proxy" || subresource.is_some_and(|s| SUBRESOURCES.contains(&s)) || info.watch
 }
 
 /// Whether `value` matches `pattern`, where `*` matches any run of characters.
@@ -990,11 +935,12 @@ impl Auth {
                 asked.user()
             }
         };
-        let attributes = attributes(req.method(), req.path(), req.query_string());
+        let info = RequestInfo::of(&req.extensions(), req.method(), req.path(), req.query_string());
+        let attributes = RequestAttributes::of(&info);
         if !self.allows(&user, &attributes) {
             return Err(Rejection::Forbidden(Box::new((user, attributes))));
         }
-        let long_running = match is_long_running(&attributes, req.query_string()) {
+        let long_running = match is_long_running(&info) {
             true => Some(self.inner.long_running.acquire(client.clone()).ok_or(Rejection::TooManyLongRunning)?),
             false => None,
         };
@@ -1419,7 +1365,7 @@ mod tests {
 
     #[test]
     fn watches_logs_and_streams_are_long_running_lists_and_gets_are_not() {
-        let long = |method: Method, path: &str, query: &str| is_long_running(&attrs(method, path, query), query);
+        let long = |method: Method, path: &str, query: &str| is_long_running(&RequestInfo::new(&method, path, query));
         assert!(long(Method::GET, "/api/v1/pods", "watch=1"));
         assert!(long(Method::GET, "/clusters/m1/apis/apps/v1/namespaces/a/deployments", "watch=true&resourceVersion=5"));
         assert!(long(Method::GET, "/api/v1/namespaces/a/pods/p_m1/log", "follow=true"));
