@@ -4,7 +4,8 @@
 //!
 //! - [`request`]: what a request asks for ([`RequestInfo`]), parsed once for every layer.
 //! - [`path`]: parsing of Kubernetes API paths.
-//! - [`query`]: list, get and watch parameters.
+//! - [`query`]: reads below the HTTP layer: list, get and watch parameters,
+//!   scopes and selectors, paging, list bodies, snapshots of the past, watches.
 //! - [`admin`]: `/admin/v1` (clusters, resources, stats, compaction, backup).
 //! - [`connections`]: open connections against the descriptors the process may open.
 //! - [`discovery`]: `/version`, `/api`, `/apis` documents.
@@ -55,8 +56,7 @@ pub mod watch;
 pub mod watch_budget;
 
 use std::net::SocketAddr;
-use std::num::NonZeroUsize;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::dev::Server;
@@ -162,61 +162,31 @@ pub struct ApiState {
     pub estimators: Arc<kubefold_actors::resolver::Estimators>,
     /// The OpenAPI documents, merged from the members'.
     pub openapi: Arc<openapi::OpenApi>,
-    snapshots: Mutex<lru::LruCache<u64, Arc<Index>>>,
+    snapshots: query::snapshot::Snapshots,
 }
 
 impl ApiState {
     /// State over `fleet`.
     pub fn new(fleet: Arc<Fleet>, config: ApiConfig, token_secret: Vec<u8>, metrics: Option<PrometheusHandle>) -> ApiState {
-        let cache = lru::LruCache::new(NonZeroUsize::new(8).unwrap_or(NonZeroUsize::MIN));
-        ApiState { fleet, config, token_secret, metrics, control: None, estimators: kubefold_actors::resolver::Estimators::new(), openapi: openapi::OpenApi::new(), snapshots: Mutex::new(cache) }
+        ApiState { fleet, config, token_secret, metrics, control: None, estimators: kubefold_actors::resolver::Estimators::new(), openapi: openapi::OpenApi::new(), snapshots: query::snapshot::Snapshots::new() }
     }
 
     /// Waits until the index reaches `rv`, up to `rv_wait`; 504 Timeout
     /// "Too large resource version" with Retry-After after that.
     pub async fn wait_for_rv(&self, rv: u64) -> Result<(), Status> {
-        let deadline = tokio::time::Instant::now() + self.config.rv_wait;
-        loop {
-            let head = self.fleet.snapshot().head_rv();
-            if head >= rv {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(Status::too_large_resource_version(rv, head, 1));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        query::snapshot::wait_for_rv(&self.fleet, rv, self.config.rv_wait).await
     }
 
     /// The index as of `rv`: the live snapshot, a cached one, or the live one
     /// rewound through the event log. 410 when `rv` left the retained history.
     pub fn snapshot_at(&self, rv: u64) -> Result<Arc<Index>, Status> {
-        let current = self.fleet.snapshot();
-        if current.head_rv() == rv {
-            return Ok(current);
-        }
-        if rv > current.head_rv() {
-            return Err(Status::too_large_resource_version(rv, current.head_rv(), 1));
-        }
-        let expired = || Status::expired(format!("too old resource version: {rv} ({})", self.fleet.compacted_rv() + 1));
-        if rv < self.fleet.compacted_rv() {
-            return Err(expired());
-        }
-        let mut cache = self.snapshots.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(s) = cache.get(&rv) {
-            return Ok(s.clone());
-        }
-        let store = self.fleet.store();
-        let mut newer: Vec<_> = store
-            .events_after(rv)
-            .take_while(|e| e.as_ref().map_or(true, |e| e.rv <= current.head_rv()))
-            .collect::<Result<_, _>>()
-            .map_err(|e| Status::internal(e.to_string()))?;
-        newer.reverse();
-        let rewound = current.rewind(rv, newer, |r| store.event(r).ok().flatten()).ok_or_else(expired)?;
-        let rewound = Arc::new(rewound);
-        cache.put(rv, rewound.clone());
-        Ok(rewound)
+        self.snapshots.at(&self.fleet, rv)
+    }
+
+    /// What lists read: the fleet, the snapshots of the past, the
+    /// continue tokens' key.
+    pub fn reader(&self) -> query::Reader<'_> {
+        query::Reader { fleet: &self.fleet, snapshots: &self.snapshots, token_secret: &self.token_secret }
     }
 }
 
@@ -406,7 +376,7 @@ async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath, 
     let query = Query::parse(req.query_string())?;
     req.extensions_mut().insert(ServedType);
     let member = path.cluster.clone();
-    let scope = read::Scope::new(state, resource, &path);
+    let scope = query::Scope::new(resource, &path, state.fleet.name_style());
     match (req.method().clone(), path.name.as_deref(), path.subresource.as_deref()) {
         (Method::GET, None, None) if query.is_watch()? => {
             let send_initial = query.watch_send_initial_events()?;
