@@ -9,8 +9,11 @@
 //! - [`admin`]: `/admin/v1` (clusters, resources, stats, compaction, backup).
 //! - [`connections`]: open connections against the descriptors the process may open.
 //! - [`discovery`]: `/version`, `/api`, `/apis` documents.
-//! - [`read`]: list and get (JSON and Table).
-//! - [`watch`]: watch streams.
+//! - [`openapi`]: the OpenAPI documents, merged from the members'.
+//! - [`estimators`]: `/admin/v1/estimators`, the scheduler-estimator endpoints.
+//! - [`read`]: list and get over HTTP (JSON and Table, gzip).
+//! - [`gzip`]: gzip response encoding of lists.
+//! - [`watch`]: watch streams over HTTP.
 //! - [`watch_budget`]: what the watches of one client may hold unread.
 //! - [`edit`]: edits forwarded to the owning member, read-your-writes.
 //! - [`members`]: kube clients of the members and raw forwarding.
@@ -18,6 +21,7 @@
 //! - [`passthrough`]: what kubefold does not serve under `/clusters/{c}`, proxied to the member.
 //! - [`decode`]: request bodies decoded off the HTTP workers, within a budget.
 //! - [`auth`]: authentication, authorization, per-client limits.
+//! - [`tls`]: the HTTPS listener's certificates and client-certificate verification.
 //! - [`impersonate`]: `Impersonate-*` headers (`kubectl --as`).
 //! - [`health`]: `/healthz`, `/livez`, `/readyz`, `/metrics`.
 //! - [`series`]: the catalog of metric series, their zeros and the scrape-time ones.
@@ -89,7 +93,7 @@ pub struct ApiConfig {
     pub bookmark_interval: Duration,
     /// A watch takes newly committed events at most once per this interval
     /// and writes them together (zero: each commit at once); see
-    /// `watch::Watch::run`.
+    /// `query::watch::Watch::run`.
     pub watch_flush_interval: Duration,
     /// Lower bound of the randomised default watch timeout.
     pub min_watch_timeout: Duration,

@@ -241,7 +241,7 @@ pub(super) fn cluster_of(key: &ObjectKey, scope: &Scope, clusters: &mut Vec<List
     at
 }
 
-/// The rest of a whole list's scan, after the objects [`list`] scanned
+/// The rest of a whole list's scan, after the objects [`list()`] scanned
 /// itself: done on the thread that hands out the list's batches, so that
 /// the first batches are written at once.
 pub(super) struct ListScan {
@@ -249,7 +249,7 @@ pub(super) struct ListScan {
     pub(super) resource_key: String,
     pub(super) scope: Scope,
     pub(super) filter: Filter,
-    /// The last object scanned by [`list`].
+    /// The last object scanned by [`list()`].
     pub(super) after: ObjectKey,
     /// The places of the clusters in the list's [`ListCluster`]s so far.
     pub(super) cluster_at: std::collections::BTreeMap<String, u32>,

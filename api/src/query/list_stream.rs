@@ -134,8 +134,8 @@ impl List {
     /// from [`feed`] on a blocking thread (which also scans the rest of a
     /// whole list). A JSON list sent as it is is written by the HTTP worker
     /// itself, a chunk each time the response asks for one: see
-    /// [`ListBody::rest_on_worker`]. A Table or a gzip list is made by
-    /// producers beside the worker: see [`ListBody::rest_produced`].
+    /// [`List::rest_on_worker`]. A Table or a gzip list is made by
+    /// producers beside the worker: see [`List::rest_produced`].
     pub(super) fn rest(self, member: Option<crate::gzip::Member>) -> impl futures::Stream<Item = Result<Bytes, ListFailed>> {
         match (member, &*self.writer) {
             (None, ItemWriter::Json) => self.rest_on_worker().left_stream(),
