@@ -34,7 +34,7 @@ impl PeerCertificate {
 
 /// The connection hook of the HTTPS listener: stores the verified client
 /// certificate, if any, as a [`PeerCertificate`] in the connection data,
-/// where [`Auth`] finds it. Pass it to `HttpServer::on_connect` before binding.
+/// where [`super::Auth`] finds it. Pass it to `HttpServer::on_connect` before binding.
 pub fn on_connect(connection: &dyn Any, data: &mut Extensions) {
     type Tls = actix_tls::accept::rustls_0_23::TlsStream<actix_web::rt::net::TcpStream>;
     let Some(tls) = connection.downcast_ref::<Tls>() else {
