@@ -2,13 +2,18 @@
 //! index, health endpoints and metrics. Handlers translate only: request →
 //! snapshot read → response or Kubernetes `Status`.
 //!
+//! - [`request`]: what a request asks for ([`RequestInfo`]), parsed once for every layer.
 //! - [`path`]: parsing of Kubernetes API paths.
-//! - [`query`]: list, get and watch parameters.
+//! - [`query`]: reads below the HTTP layer: list, get and watch parameters,
+//!   scopes and selectors, paging, list bodies, snapshots of the past, watches.
 //! - [`admin`]: `/admin/v1` (clusters, resources, stats, compaction, backup).
 //! - [`connections`]: open connections against the descriptors the process may open.
 //! - [`discovery`]: `/version`, `/api`, `/apis` documents.
-//! - [`read`]: list and get (JSON and Table).
-//! - [`watch`]: watch streams.
+//! - [`openapi`]: the OpenAPI documents, merged from the members'.
+//! - [`estimators`]: `/admin/v1/estimators`, the scheduler-estimator endpoints.
+//! - [`read`]: list and get over HTTP (JSON and Table, gzip).
+//! - [`gzip`]: gzip response encoding of lists.
+//! - [`watch`]: watch streams over HTTP.
 //! - [`watch_budget`]: what the watches of one client may hold unread.
 //! - [`edit`]: edits forwarded to the owning member, read-your-writes.
 //! - [`members`]: kube clients of the members and raw forwarding.
@@ -16,6 +21,7 @@
 //! - [`passthrough`]: what kubefold does not serve under `/clusters/{c}`, proxied to the member.
 //! - [`decode`]: request bodies decoded off the HTTP workers, within a budget.
 //! - [`auth`]: authentication, authorization, per-client limits.
+//! - [`tls`]: the HTTPS listener's certificates and client-certificate verification.
 //! - [`impersonate`]: `Impersonate-*` headers (`kubectl --as`).
 //! - [`health`]: `/healthz`, `/livez`, `/readyz`, `/metrics`.
 //! - [`series`]: the catalog of metric series, their zeros and the scrape-time ones.
@@ -47,6 +53,7 @@ pub mod query;
 pub mod read;
 pub mod respond;
 pub mod series;
+pub mod request;
 pub mod starting;
 pub mod reviews;
 pub mod tls;
@@ -55,8 +62,7 @@ pub mod watch;
 pub mod watch_budget;
 
 use std::net::SocketAddr;
-use std::num::NonZeroUsize;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::dev::Server;
@@ -69,6 +75,7 @@ use kubefold_engine::status::Status;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::path::{ApiPath, ResourcePath};
+pub use crate::request::RequestInfo;
 use crate::query::{Query, ReadAt};
 
 /// Seconds an idle kept-alive connection stays open (see [`server`]).
@@ -88,7 +95,7 @@ pub struct ApiConfig {
     pub bookmark_interval: Duration,
     /// A watch takes newly committed events at most once per this interval
     /// and writes them together (zero: each commit at once); see
-    /// `watch::Watch::run`.
+    /// `query::watch::Watch::run`.
     pub watch_flush_interval: Duration,
     /// Lower bound of the randomised default watch timeout.
     pub min_watch_timeout: Duration,
@@ -161,95 +168,38 @@ pub struct ApiState {
     pub estimators: Arc<kubefold_actors::resolver::Estimators>,
     /// The OpenAPI documents, merged from the members'.
     pub openapi: Arc<openapi::OpenApi>,
-    snapshots: Mutex<lru::LruCache<u64, Arc<Index>>>,
+    snapshots: query::snapshot::Snapshots,
 }
 
 impl ApiState {
     /// State over `fleet`.
     pub fn new(fleet: Arc<Fleet>, config: ApiConfig, token_secret: Vec<u8>, metrics: Option<PrometheusHandle>) -> ApiState {
-        let cache = lru::LruCache::new(NonZeroUsize::new(8).unwrap_or(NonZeroUsize::MIN));
-        ApiState { fleet, config, token_secret, metrics, control: None, estimators: kubefold_actors::resolver::Estimators::new(), openapi: openapi::OpenApi::new(), snapshots: Mutex::new(cache) }
+        ApiState { fleet, config, token_secret, metrics, control: None, estimators: kubefold_actors::resolver::Estimators::new(), openapi: openapi::OpenApi::new(), snapshots: query::snapshot::Snapshots::new() }
     }
 
     /// Waits until the index reaches `rv`, up to `rv_wait`; 504 Timeout
     /// "Too large resource version" with Retry-After after that.
     pub async fn wait_for_rv(&self, rv: u64) -> Result<(), Status> {
-        let deadline = tokio::time::Instant::now() + self.config.rv_wait;
-        loop {
-            let head = self.fleet.snapshot().head_rv();
-            if head >= rv {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(Status::too_large_resource_version(rv, head, 1));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        query::snapshot::wait_for_rv(&self.fleet, rv, self.config.rv_wait).await
     }
 
     /// The index as of `rv`: the live snapshot, a cached one, or the live one
     /// rewound through the event log. 410 when `rv` left the retained history.
     pub fn snapshot_at(&self, rv: u64) -> Result<Arc<Index>, Status> {
-        let current = self.fleet.snapshot();
-        if current.head_rv() == rv {
-            return Ok(current);
-        }
-        if rv > current.head_rv() {
-            return Err(Status::too_large_resource_version(rv, current.head_rv(), 1));
-        }
-        let expired = || Status::expired(format!("too old resource version: {rv} ({})", self.fleet.compacted_rv() + 1));
-        if rv < self.fleet.compacted_rv() {
-            return Err(expired());
-        }
-        let mut cache = self.snapshots.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(s) = cache.get(&rv) {
-            return Ok(s.clone());
-        }
-        let store = self.fleet.store();
-        let mut newer: Vec<_> = store
-            .events_after(rv)
-            .take_while(|e| e.as_ref().map_or(true, |e| e.rv <= current.head_rv()))
-            .collect::<Result<_, _>>()
-            .map_err(|e| Status::internal(e.to_string()))?;
-        newer.reverse();
-        let rewound = current.rewind(rv, newer, |r| store.event(r).ok().flatten()).ok_or_else(expired)?;
-        let rewound = Arc::new(rewound);
-        cache.put(rv, rewound.clone());
-        Ok(rewound)
+        self.snapshots.at(&self.fleet, rv)
+    }
+
+    /// What lists read: the fleet, the snapshots of the past, the
+    /// continue tokens' key.
+    pub fn reader(&self) -> query::Reader<'_> {
+        query::Reader { fleet: &self.fleet, snapshots: &self.snapshots, token_secret: &self.token_secret }
     }
 }
 
-/// The Kubernetes verb and resource of a request, for metrics and logs.
-#[derive(Debug, Clone)]
-pub struct RequestInfo {
-    /// get, list, watch, create, update, patch, delete, deletecollection.
-    pub verb: &'static str,
-    /// The resource type key (`v1/pods`).
-    pub resource: String,
-}
-
-/// Percent-decodes a path, refusing encoded slashes (as kube-apiserver's
-/// router does not treat them as separators).
-fn decode_path(raw: &str) -> Option<String> {
-    let bytes = raw.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            let b = u8::from_str_radix(hex, 16).ok()?;
-            if b == b'/' {
-                return None;
-            }
-            out.push(b);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
+/// Marks a request routed to a type kubefold serves: its metrics carry
+/// its verb and type ([`RequestInfo::metrics_verb`], [`RequestInfo::type_key`]).
+#[derive(Debug, Clone, Copy)]
+struct ServedType;
 
 /// Reads a request body up to [`MAX_BODY_BYTES`]; 413 RequestEntityTooLarge
 /// beyond, as kube-apiserver answers.
@@ -282,7 +232,8 @@ async fn dispatch(req: HttpRequest, payload: web::Payload, state: web::Data<ApiS
         .get(actix_web::http::header::UPGRADE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("websocket"));
-    let result = match decode_path(req.path()).and_then(|p| unserved::streaming(&p)) {
+    let info = RequestInfo::of(&req.extensions(), req.method(), req.path(), req.query_string());
+    let result = match info.decoded_path.as_deref().and_then(unserved::streaming) {
         Some(status) => Err(status),
         None => {
             let body = if websocket || req.method() == Method::CONNECT {
@@ -292,7 +243,7 @@ async fn dispatch(req: HttpRequest, payload: web::Payload, state: web::Data<ApiS
                 read_body(payload).await
             };
             match body {
-                Ok(body) => route(&req, &state, &body).await,
+                Ok(body) => route(&req, &state, &info, &body).await,
                 Err(status) => Err(status),
             }
         }
@@ -308,11 +259,8 @@ async fn dispatch(req: HttpRequest, payload: web::Payload, state: web::Data<ApiS
             respond::status(&status)
         }
     };
-    let (verb, resource) = req
-        .extensions()
-        .get::<RequestInfo>()
-        .map(|i| (i.verb, i.resource.clone()))
-        .unwrap_or(("other", String::new()));
+    let served = req.extensions().get::<ServedType>().is_some();
+    let (verb, resource) = if served { (info.metrics_verb(req.method()), info.type_key()) } else { ("other", String::new()) };
     let code = response.status().as_u16().to_string();
     metrics::counter!("kubefold_requests_total", "verb" => verb, "resource" => resource.clone(), "code" => code).increment(1);
     if verb != "watch" {
@@ -321,19 +269,25 @@ async fn dispatch(req: HttpRequest, payload: web::Payload, state: web::Data<ApiS
     response
 }
 
-async fn route(req: &HttpRequest, state: &Arc<ApiState>, body: &web::Bytes) -> Result<HttpResponse, Status> {
-    let path = decode_path(req.path()).ok_or_else(|| Status::bad_request("invalid path: encoded slashes and bad escapes are not allowed"))?;
+async fn route(req: &HttpRequest, state: &Arc<ApiState>, info: &RequestInfo, body: &web::Bytes) -> Result<HttpResponse, Status> {
+    if info.decoded_path.is_none() {
+        return Err(Status::bad_request("invalid path: encoded slashes and bad escapes are not allowed"));
+    }
     let served = state.fleet.catalog();
     let catalog: &[resources::ResourceType] = &served;
     let is_namespaced = |g: &str, v: &str, r: &str| resources::find(catalog, g, v, r).is_some_and(|t| t.namespaced);
-    let scoped_cluster = passthrough::cluster_scope(req.path()).map(|(c, _)| c.to_string());
+    let scoped_cluster = info.cluster.clone();
     if let Some(cluster) = &scoped_cluster {
         if state.fleet.member(cluster).is_none() {
             return Err(Status::new(404, "NotFound", format!("cluster \"{cluster}\" is not a member of this kubefold"))
                 .with_details("", "clusters", cluster));
         }
     }
-    let Some(parsed) = path::parse(&path, is_namespaced) else {
+    let parsed = match &info.api_path {
+        Some(ApiPath::Resource(_)) => info.resource_path(is_namespaced).map(ApiPath::Resource),
+        other => other.clone(),
+    };
+    let Some(parsed) = parsed else {
         return match &scoped_cluster {
             Some(cluster) => passthrough::forward(req, state, cluster, body).await,
             None => Err(Status::path_not_found()),
@@ -391,9 +345,9 @@ async fn route(req: &HttpRequest, state: &Arc<ApiState>, body: &web::Bytes) -> R
             if !protobuf::wanted(req, &served_type) {
                 return Ok(response);
             }
-            let served = match req.extensions().get::<RequestInfo>().map(|i| i.verb) {
-                Some("watch") => protobuf::Served::Watch,
-                Some("list") => protobuf::Served::List,
+            let served = match info.metrics_verb(req.method()) {
+                "watch" => protobuf::Served::Watch,
+                "list" => protobuf::Served::List,
                 _ => protobuf::Served::Object,
             };
             Ok(protobuf::response(req, response, served, state.config.compress_lists).await)
@@ -426,20 +380,9 @@ async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath, 
         )));
     }
     let query = Query::parse(req.query_string())?;
-    let verb = match (req.method().clone(), path.name.is_some()) {
-        (Method::GET, false) if query.is_watch().unwrap_or(false) => "watch",
-        (Method::GET, false) => "list",
-        (Method::GET, true) => "get",
-        (Method::POST, _) => "create",
-        (Method::PUT, _) => "update",
-        (Method::PATCH, _) => "patch",
-        (Method::DELETE, true) => "delete",
-        (Method::DELETE, false) => "deletecollection",
-        _ => "other",
-    };
-    req.extensions_mut().insert(RequestInfo { verb, resource: resource.key() });
+    req.extensions_mut().insert(ServedType);
     let member = path.cluster.clone();
-    let scope = read::Scope::new(state, resource, &path);
+    let scope = query::Scope::new(resource, &path, state.fleet.name_style());
     match (req.method().clone(), path.name.as_deref(), path.subresource.as_deref()) {
         (Method::GET, None, None) if query.is_watch()? => {
             let send_initial = query.watch_send_initial_events()?;
@@ -538,6 +481,8 @@ pub fn server(state: Arc<ApiState>, listener: Option<std::net::TcpListener>) -> 
             .wrap(authenticator.clone())
             // Reviews are answered by the same authorizer.
             .app_data(web::Data::new(authenticator.clone()))
+            // Every request is described once, before authentication reads it.
+            .wrap(actix_web::middleware::from_fn(request::describe))
             .wrap(actix_web::middleware::from_fn(connections::overflow_lane))
             .route("/healthz", web::get().to(health::healthz))
             .route("/livez", web::get().to(health::healthz))
@@ -643,8 +588,6 @@ fn tcp_of(connection: &dyn std::any::Any) -> Option<&actix_web::rt::net::TcpStre
 
 #[cfg(test)]
 mod tests {
-    use super::decode_path;
-
     #[actix_web::test]
     async fn accepted_connections_are_closed_when_their_client_stalls() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -659,13 +602,5 @@ mod tests {
         // Another kind of connection is left alone.
         super::limit_stalls(&"not a socket", Some(std::time::Duration::from_secs(7)));
         assert_eq!(timeout(&client), None);
-    }
-
-    #[test]
-    fn paths_are_decoded_and_encoded_slashes_refused() {
-        assert_eq!(decode_path("/api/v1/namespaces/a%2Db/pods").as_deref(), Some("/api/v1/namespaces/a-b/pods"));
-        assert_eq!(decode_path("/api/v1/namespaces/a%2Fb/pods"), None);
-        assert_eq!(decode_path("/api/v1/namespaces/a%2fb/pods"), None);
-        assert_eq!(decode_path("/api/%zz"), None);
     }
 }

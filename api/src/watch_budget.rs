@@ -3,7 +3,7 @@
 //! lines it queued and its client has not taken yet, into its own count
 //! and, for lines that are its own, its client's. A JSON line is encoded
 //! once per worker thread and shared by every watch that sends it while it
-//! is cached (`watch::encoded_line`): it is the own line of the watch that
+//! is cached (`query::watch::encoded_line`): it is the own line of the watch that
 //! encoded it, and costs the others nothing, so a thousand watches behind
 //! on the same live events count one copy. Table rows, bookmarks and
 //! errors are always the watch's own. A watch that would take its client past the budget

@@ -1,0 +1,178 @@
+//! Authentication, authorization and per-client request limits, as one
+//! actix-web middleware ([`Auth`]) in front of every path except `/livez`,
+//! `/readyz` and `/healthz`, reading each request's
+//! [`crate::request::RequestInfo`].
+//!
+//! - [`authn`]: who a request is: client certificates, bearer tokens,
+//!   anonymous access.
+//! - [`authz`]: what a user may do: the built-in groups and the extra
+//!   [`Rule`]s; denials worded as kube-apiserver's.
+//! - [`limits`]: requests and long-running requests per client.
+//! - [`connection`]: the listener's connection hook keeping the verified
+//!   client certificate.
+//! - [`middleware`]: the middleware itself ([`Auth`]).
+//!
+//! With no authenticator configured, authentication is off: every request is
+//! served as `system:anonymous` with full access (a warning is logged).
+//! Impersonation (`kubectl --as`) is [`crate::impersonate`].
+
+pub mod authn;
+pub mod authz;
+pub mod connection;
+pub mod limits;
+pub mod middleware;
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+pub use authn::{parse_token_file, unauthorized, TokenFileError, User};
+pub use authz::{attributes, authorize, default_rule_clusters, forbidden, RequestAttributes, ResourceAttributes, Rule, Target};
+pub use connection::{on_connect, PeerCertificate};
+pub use limits::{is_long_running, too_many_long_running, too_many_requests, Counted};
+pub use middleware::{Auth, AuthMiddleware, Client};
+
+/// Group whose members may do everything, admin API and metrics included.
+pub const ADMINS: &str = "kubefold:admins";
+/// Group whose members may use every resource verb on every resource.
+pub const EDITORS: &str = "kubefold:editors";
+/// Group whose members may get, list and watch every resource but secrets.
+pub const VIEWERS: &str = "kubefold:viewers";
+/// The user of requests without credentials, when anonymous access is on.
+pub const ANONYMOUS_USER: &str = "system:anonymous";
+/// The group of [`ANONYMOUS_USER`].
+pub const UNAUTHENTICATED_GROUP: &str = "system:unauthenticated";
+/// The group every authenticated user is in.
+pub const AUTHENTICATED_GROUP: &str = "system:authenticated";
+
+/// Authentication and authorization settings (`auth:` in the config file).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AuthConfig {
+    /// Static bearer tokens (`--token-auth-file`), kube-apiserver's CSV format:
+    /// `token,user,uid,"group1,group2"` per line; lines starting with `#` and
+    /// blank lines are ignored. Read once at start.
+    #[serde(default)]
+    pub token_auth_file: Option<PathBuf>,
+    /// CA bundle for client certificates (`--client-ca-file`). When set, a
+    /// client certificate verified against it (by the TLS listener, which must
+    /// be configured with the same file) authenticates its CN as the user and
+    /// its O values as the groups. Requires TLS.
+    #[serde(default)]
+    pub client_ca_file: Option<PathBuf>,
+    /// Serve requests without credentials as `system:anonymous` (group
+    /// `system:unauthenticated`; `--anonymous-auth`). Default: false when an
+    /// authenticator is configured, true otherwise (and then with full access:
+    /// authentication is off).
+    #[serde(default = "default_anonymous")]
+    pub anonymous: Option<bool>,
+    /// Extra authorization rules, beside the built-in groups
+    /// `kubefold:viewers`, `kubefold:editors` and `kubefold:admins`.
+    #[serde(default)]
+    pub rules: Vec<Rule>,
+    /// Most requests of one client (a user, or the client IP for anonymous
+    /// requests) being handled at once; more get 429 TooManyRequests with
+    /// `Retry-After: 1`. A request counts until its whole response is sent
+    /// (a long list while it streams); a long-running one (a watch, a log,
+    /// [`is_long_running`]) only until its response starts, as
+    /// kube-apiserver's max-in-flight exempts long-running requests.
+    /// 0: no limit.
+    #[serde(default = "default_max_requests_in_flight_per_client")]
+    pub max_requests_in_flight_per_client: usize,
+    /// Most long-running requests ([`is_long_running`]: watches, logs,
+    /// exec and other streams) one client (as for
+    /// `maxRequestsInFlightPerClient`) may hold open at once, each counted
+    /// until its response ends; more get 429 TooManyRequests with
+    /// `Retry-After: 1`, as kube-apiserver's max-in-flight filter answers.
+    /// Each open watch holds a connection (a descriptor or two) and its
+    /// buffer, so one client cannot take them all. 0: no limit.
+    #[serde(default = "default_max_long_running_per_client")]
+    pub max_long_running_per_client: usize,
+    /// Bytes of events all the watches of one client (as for
+    /// `maxRequestsInFlightPerClient`) may hold unread together, counting
+    /// what each holds of its own: a JSON event line shared by several
+    /// watches counts once, for the watch that encoded it. A watch
+    /// that would take its client past it waits, as for its own buffer;
+    /// when the client stays over it, its watch with the most unread bytes
+    /// is closed with a 410 Expired ERROR event (it resumes from the last
+    /// resourceVersion it read) and counted in
+    /// `kubefold_watch_slow_closed_total{reason="client_budget"}`, as
+    /// kube-apiserver closes a watcher that does not keep up. So one user's
+    /// watches that never read cannot grow kubefold's memory beyond it.
+    /// 0: no bound beyond each watch's own (4 MiB).
+    #[serde(default = "default_watch_buffer_bytes_per_client")]
+    pub watch_buffer_bytes_per_client: u64,
+}
+
+/// The same defaults as an empty `auth:` section.
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            token_auth_file: None,
+            client_ca_file: None,
+            anonymous: default_anonymous(),
+            rules: Vec::new(),
+            max_requests_in_flight_per_client: default_max_requests_in_flight_per_client(),
+            max_long_running_per_client: default_max_long_running_per_client(),
+            watch_buffer_bytes_per_client: default_watch_buffer_bytes_per_client(),
+        }
+    }
+}
+
+/// Unset: decided by whether an authenticator is configured.
+pub fn default_anonymous() -> Option<bool> {
+    None
+}
+
+/// 100 requests.
+pub fn default_max_requests_in_flight_per_client() -> usize {
+    100
+}
+
+/// 2,000 requests: far more watches than a controller or a dashboard
+/// opens, and a tenth of a usual 20,000 open-files limit.
+pub fn default_max_long_running_per_client() -> usize {
+    2000
+}
+
+/// 256 MiB.
+pub fn default_watch_buffer_bytes_per_client() -> u64 {
+    256 << 20
+}
+
+/// What can go wrong building [`Auth`] from its configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The token file could not be read.
+    #[error("cannot read token file {path}")]
+    TokenFileUnreadable {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A line of the token file is malformed.
+    #[error("token file {path}: {source}")]
+    TokenFileInvalid {
+        /// The file.
+        path: PathBuf,
+        /// Which line and why.
+        #[source]
+        source: TokenFileError,
+    },
+    /// A rule of the configuration is malformed.
+    #[error("auth rule {index}: {reason}")]
+    InvalidRule {
+        /// Position of the rule in `rules`, from 0.
+        index: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Anonymous access is off and nothing can authenticate a request.
+    #[error("anonymous access is disabled but no authenticator (tokenAuthFile, clientCaFile) is configured: every request would be refused")]
+    NoAuthenticator,
+}
+
+/// Result of this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
