@@ -1817,8 +1817,8 @@ mod tests {
                 .collect();
             assert_eq!(load_pod_labels(i), labels);
             assert_eq!(
-                kubefold_engine::fields::extract("", "pods", &load_pod_selectable(&cluster(), i)),
-                kubefold_engine::fields::extract("", "pods", &slow)
+                crate::sim::fields::extract("", "pods", &load_pod_selectable(&cluster(), i)),
+                crate::sim::fields::extract("", "pods", &slow)
             );
         }
         assert!(load_pod_json(&cluster(), 3, None).starts_with(r#"{"kind":"Pod","apiVersion":"v1","metadata":"#));

@@ -971,7 +971,7 @@ pub fn scale_of(rt: &ResourceType, object: &Value) -> Result<Value> {
         return Err(ApiError::PathNotFound);
     }
     let meta = &object["metadata"];
-    let selector = kubefold_engine::selector::LabelSelector::from_label_selector(&object["spec"]["selector"])
+    let selector = super::selector::LabelSelector::from_object(&object["spec"]["selector"])
         .map(|s| s.to_string())
         .unwrap_or_default();
     let mut scale_meta = json!({
