@@ -12,6 +12,7 @@
 //! - [`selector`]: label and field selectors.
 //! - [`fields`]: per-type selectable fields.
 //! - [`check`]: checking JSON text without reading it (watch lines).
+//! - [`skip`]: skipping over JSON text byte by byte (under `check` and `scan`).
 //! - [`scan`]: walking JSON text that has been validated already.
 //! - [`json`]: reading parsed JSON, serde_json's or the walk's.
 //! - [`table`]: server-side printing (`meta.k8s.io/v1` Table).
@@ -31,6 +32,7 @@ pub mod resources;
 pub mod scan;
 pub mod selection;
 pub mod selector;
+pub mod skip;
 pub mod status;
 pub mod table;
 

@@ -455,7 +455,7 @@ fn scan_for_decoding(raw: &[u8]) -> Scan {
             b'"' => {
                 i += 1;
                 loop {
-                    let Some(at) = crate::scan::quote_or_backslash(raw, i) else {
+                    let Some(at) = crate::skip::quote_or_backslash(raw, i) else {
                         return stop;
                     };
                     i = at;
@@ -662,7 +662,7 @@ fn push_compact(json: &mut Vec<u8>, text: &[u8]) {
     let (mut run, mut i) = (0, 0);
     while let Some(&b) = text.get(i) {
         match b {
-            b'"' => i = crate::scan::string_end(text, i).unwrap_or(text.len()),
+            b'"' => i = crate::skip::string_end(text, i).unwrap_or(text.len()),
             b' ' | b'\n' | b'\r' | b'\t' => {
                 json.extend_from_slice(&text[run..i]);
                 i += 1;
