@@ -14,7 +14,7 @@ use std::borrow::Cow;
 
 use crate::json::Node;
 use crate::skip::{skip_ws, string_end_escaped, value_end, DOUBTFUL_DEPTH};
-use crate::table::Keep;
+use crate::keep::Keep;
 
 /// Text whose structure breaks (valid JSON never gets here).
 fn broken() -> serde_json::Error {
