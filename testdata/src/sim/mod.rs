@@ -20,6 +20,7 @@
 //! - [`faults`]: fault injection (latency, errors, resets, offline, 410
 //!   storms, corrupt events, clock skew), switchable at runtime.
 //! - [`protobuf`]: protobuf bodies of built-in types (reads and writes).
+//! - [`openapi`]: the OpenAPI v2 and v3 documents of the served types.
 //! - [`server`]: the HTTP layer and the request log.
 //!
 //! With [`SimConfig::crds`] (`kubefold sim --crds`; the demo's members) it
