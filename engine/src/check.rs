@@ -12,7 +12,7 @@
 //! are searched eight bytes at a time.
 //! <https://www.rfc-editor.org/rfc/rfc8259>
 
-use crate::scan::{bytes_equal, skip_ws, HIGHS, ONES};
+use crate::skip::{bytes_equal, skip_ws, HIGHS, ONES};
 
 /// The high bit of each byte of `word` below `limit` (at most 128; exact up
 /// to the first such byte).
@@ -131,7 +131,7 @@ pub(crate) fn check_value_doubting(text: &[u8], i: usize, depth: usize, doubt: &
                     j += 1;
                 } else {
                     open.push(object);
-                    *doubt |= depth + open.len() >= crate::scan::DOUBTFUL_DEPTH;
+                    *doubt |= depth + open.len() >= crate::skip::DOUBTFUL_DEPTH;
                     if object {
                         j = check_name(text, j)?;
                     }
@@ -144,7 +144,7 @@ pub(crate) fn check_value_doubting(text: &[u8], i: usize, depth: usize, doubt: &
             b'n' => j = literal(text, j, b"null")?,
             b'-' | b'0'..=b'9' => {
                 let end = check_number(text, j)?;
-                *doubt |= crate::scan::doubtful_number(&text[j..end]);
+                *doubt |= crate::skip::doubtful_number(&text[j..end]);
                 j = end;
             }
             _ => return None,
@@ -219,7 +219,7 @@ pub fn split_watch_line(line: &[u8]) -> Option<(&str, &str)> {
             let start = skip_ws(line, j + 1);
             let end = match name {
                 // Found, not checked (see above).
-                b"object" => crate::scan::value_end(line, start, 1, &mut false)?,
+                b"object" => crate::skip::value_end(line, start, 1, &mut false)?,
                 _ => check_value(line, start)?,
             };
             let value = &text[start..end];

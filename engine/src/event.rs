@@ -4,6 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::object::{Ingested, ServedBody};
+/// Where [`IndexEntry`]'s label bits come from; it lives with the selectors that use it.
+pub use crate::selector::label_bit;
 
 /// The type of a committed event, as a watch stream names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -142,16 +144,6 @@ pub struct IndexEntry {
     /// `text` (a list with a selector over 100,000 entries spent most of its
     /// time waiting for each entry's strings to reach the cache).
     label_bits: u64,
-}
-
-/// The bit of `key=value` in an entry's label bits.
-pub fn label_bit(key: &str, value: &str) -> u64 {
-    // FNV-1a over key, a separator no label key contains, and value.
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in key.bytes().chain(std::iter::once(b'=')).chain(value.bytes()) {
-        hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-    }
-    1 << (hash >> 58)
 }
 
 impl IndexEntry {

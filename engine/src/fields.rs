@@ -14,7 +14,7 @@
 use crate::json::Json;
 
 use crate::selector::{FieldSelector, Result, SelectorError};
-use crate::table::Keep;
+use crate::keep::Keep;
 
 /// Types that accept only object metadata fields.
 const METADATA_ONLY: &[&str] = &["metadata.name", "metadata.namespace"];
@@ -98,7 +98,7 @@ fn registered(group: &str, plural: &str) -> Option<&'static [&'static str]> {
 }
 
 /// What [`extract`] reads of an object of a type, for a pruned parse
-/// ([`crate::table::parse_for_row`] of each top-level member named here);
+/// ([`crate::scan::prune`] of each top-level member named here);
 /// `metadata.name` and `metadata.namespace` are read apart.
 pub fn keep(group: &str, plural: &str) -> &'static Keep {
     use Keep::{All, Fields};

@@ -12,10 +12,13 @@
 //! - [`selector`]: label and field selectors.
 //! - [`fields`]: per-type selectable fields.
 //! - [`check`]: checking JSON text without reading it (watch lines).
+//! - [`skip`]: skipping over JSON text byte by byte (under `check` and `scan`).
 //! - [`scan`]: walking JSON text that has been validated already.
 //! - [`json`]: reading parsed JSON, serde_json's or the walk's.
-//! - [`table`]: server-side printing (`meta.k8s.io/v1` Table).
+//! - [`keep`]: what a parse keeps of an object, and the parsers that keep only that.
+//! - [`table`]: server-side printing (`meta.k8s.io/v1` Table): printers by API group, row templates.
 //! - [`status`]: Kubernetes `Status` errors.
+//! - [`openapi`]: the OpenAPI documents of the served types.
 
 pub mod check;
 pub mod estimator;
@@ -23,6 +26,7 @@ pub mod event;
 pub mod fields;
 pub mod index;
 pub mod json;
+pub mod keep;
 pub mod names;
 pub mod object;
 pub mod openapi;
@@ -31,6 +35,7 @@ pub mod resources;
 pub mod scan;
 pub mod selection;
 pub mod selector;
+pub mod skip;
 pub mod status;
 pub mod table;
 

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use base64::Engine as _;
 use bytes::{BufMut, Bytes, BytesMut};
 use kubefold_engine::resources::ResourceType;
-use kubefold_engine::selector::{FieldSelector, LabelSelector};
 use serde_json::json;
 
+use super::selector::{FieldSelector, LabelSelector};
 use super::status::{ApiError, Cause, Result};
 use super::store::{self, Object, Store};
 
@@ -83,7 +83,7 @@ impl ListOptions {
         }
         if let Some(selector) = get("fieldSelector") {
             let parsed = FieldSelector::parse(selector).map_err(|e| ApiError::BadRequest(e.to_string()))?;
-            kubefold_engine::fields::validate(&resource.group, &resource.plural, &parsed)
+            super::fields::validate(&resource.group, &resource.plural, &parsed)
                 .map_err(|e| ApiError::BadRequest(e.to_string()))?;
             options.field_selector = parsed;
         }

@@ -7,6 +7,9 @@
 //! - [`discovery`]: `/version`, `/api`, `/apis`, resource lists.
 //! - [`store`]: objects, the cluster-wide resource version, history, fan-out.
 //! - [`list`]: list options, continue tokens, pages, list bodies.
+//! - [`selector`], [`fields`]: label and field selectors and the selectable
+//!   fields of each type, the simulator's own (not kubefold's engine), so
+//!   that end-to-end tests compare two independent answers.
 //! - [`watch`]: watch streams (resume, 410, bookmarks, selectors).
 //! - [`ops`]: create, update, patch, delete with the registry's semantics.
 //! - [`patch`], [`strategic`], [`apply`]: merge/JSON patch, strategic merge
@@ -17,6 +20,7 @@
 //! - [`faults`]: fault injection (latency, errors, resets, offline, 410
 //!   storms, corrupt events, clock skew), switchable at runtime.
 //! - [`protobuf`]: protobuf bodies of built-in types (reads and writes).
+//! - [`openapi`]: the OpenAPI v2 and v3 documents of the served types.
 //! - [`server`]: the HTTP layer and the request log.
 //!
 //! With [`SimConfig::crds`] (`kubefold sim --crds`; the demo's members) it
@@ -40,6 +44,7 @@ pub mod churn;
 pub mod controllers;
 pub mod discovery;
 pub mod faults;
+pub mod fields;
 pub mod list;
 pub mod logs;
 pub mod managed;
@@ -49,6 +54,7 @@ pub mod patch;
 pub mod path;
 pub mod protobuf;
 pub mod schema;
+pub mod selector;
 pub mod server;
 pub mod status;
 pub mod store;
@@ -332,7 +338,7 @@ fn load_pods(store: &mut Store, cluster: &workload::Cluster, count: usize) {
                                 .and_then(|(_, rest)| rest.split_once('"'))
                                 .map(|(uid, _)| uid.to_string())
                                 .unwrap_or_default();
-                            let fields = kubefold_engine::fields::extract(
+                            let fields = fields::extract(
                                 &resource.group,
                                 &resource.plural,
                                 &workload::load_pod_selectable(cluster, i),

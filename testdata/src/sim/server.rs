@@ -543,8 +543,8 @@ async fn start_watch(
     let mut options = ListOptions::parse(query, true, &rt)?;
     if let Some(name) = name {
         let selector = format!("metadata.name={name}");
-        let extra = kubefold_engine::selector::FieldSelector::parse(&selector).map_err(|e| ApiError::BadRequest(e.to_string()))?;
-        options.field_selector.requirements.extend(extra.requirements);
+        let extra = super::selector::FieldSelector::parse(&selector).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        options.field_selector.terms.extend(extra.terms);
     }
     if options.send_initial_events == Some(true) && options.resource_version_match == Some(RvMatch::NotOlderThan) {
         if let Some(rv) = options.resource_version.as_deref().filter(|rv| *rv != "0") {

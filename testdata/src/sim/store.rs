@@ -39,7 +39,7 @@ pub struct Object {
     pub uid: String,
     /// `metadata.labels`.
     pub labels: Vec<(String, String)>,
-    /// The selectable fields of its type (`kubefold_engine::fields`).
+    /// The selectable fields of its type ([`super::fields`]).
     pub fields: Vec<(String, String)>,
     /// The uids of its `ownerReferences`.
     pub owners: Vec<String>,
@@ -64,7 +64,7 @@ impl Object {
             rv,
             uid: meta["uid"].as_str().unwrap_or_default().to_string(),
             labels,
-            fields: kubefold_engine::fields::extract(&resource.group, &resource.plural, value),
+            fields: super::fields::extract(&resource.group, &resource.plural, value),
             owners,
         }
     }
@@ -570,7 +570,7 @@ mod tests {
             9,
             value["metadata"]["uid"].as_str().unwrap().to_string(),
             crate::workload::load_pod_labels(5),
-            kubefold_engine::fields::extract("", "pods", &crate::workload::load_pod_selectable(&cluster, 5)),
+            crate::sim::fields::extract("", "pods", &crate::workload::load_pod_selectable(&cluster, 5)),
         );
         assert_eq!(fast.list_offset, slow.list_offset);
         assert_eq!(fast.fields, slow.fields);

@@ -200,7 +200,7 @@ pub fn type_causes(group: &str, plural: &str, object: &Value) -> Vec<Cause> {
             let selector = &spec["selector"];
             if !selector.is_object() {
                 causes.push(Cause::required("spec.selector", ""));
-            } else if let Ok(parsed) = kubefold_engine::selector::LabelSelector::from_label_selector(selector) {
+            } else if let Ok(parsed) = super::selector::LabelSelector::from_object(selector) {
                 if parsed.is_empty() {
                     causes.push(Cause::invalid("spec.selector", &selector.to_string(), "empty selector is invalid for deployment"));
                 }

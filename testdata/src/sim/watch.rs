@@ -352,7 +352,7 @@ impl Watcher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kubefold_engine::selector::LabelSelector;
+    use crate::sim::selector::LabelSelector;
     use serde_json::{json, Value};
 
     fn setup() -> (Store, usize) {

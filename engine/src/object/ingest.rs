@@ -1,217 +1,14 @@
-//! Turning a member's object into the form kubefold serves, and back.
-//!
-//! An object is transformed once, when it is ingested: the `kubefold.io/`
-//! annotations are added and the result is serialised to bytes with two holes
-//! left open, one after `metadata.name` (where `_<cluster>` goes for qualified
-//! names) and one inside `metadata.resourceVersion` (where the global RV goes,
-//! known only when the aggregator numbers the event). Serving an object is then
-//! a splice of byte slices, with no JSON parsing on the read path.
+//! Ingest: reading a member's object once, checking what decoding would
+//! refuse, and writing the served body with its holes.
 
 use std::borrow::Cow;
 
 use serde_json::value::RawValue;
-use serde_json::Value;
-use thiserror::Error;
 
+use super::write::{push_compact, string_of, write_metadata, write_str, Members};
+use super::{Error, Ingested, Result, ServedBody, TableRow, MAX_OBJECT_BYTES};
 use crate::json::Node;
 use crate::resources::ResourceType;
-
-/// Annotation naming the member cluster that owns an object.
-pub const CLUSTER_ANNOTATION: &str = "kubefold.io/cluster";
-/// Annotation holding the member's own resourceVersion of the object.
-pub const MEMBER_RV_ANNOTATION: &str = "kubefold.io/member-resource-version";
-/// Prefix of every annotation kubefold owns; stripped from bodies forwarded to members.
-pub const KUBEFOLD_ANNOTATION_PREFIX: &str = "kubefold.io/";
-
-
-/// Errors of ingesting a member's object.
-#[derive(Debug, Error)]
-pub enum Error {
-    /// The bytes are not a JSON object.
-    #[error("object is not valid JSON: {0}")]
-    InvalidJson(#[source] serde_json::Error),
-    /// The object has no `metadata.name`.
-    #[error("object has no metadata.name")]
-    MissingName,
-    /// The object is larger than kubefold accepts.
-    #[error("object is {size} bytes, over the limit of {limit}")]
-    TooLarge {
-        /// Size of the object.
-        size: usize,
-        /// The limit.
-        limit: usize,
-    },
-}
-
-/// `Result` of this module.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// Largest object accepted from a member: etcd's default request limit
-/// (1.5 MiB) plus room for kubefold's annotations.
-pub const MAX_OBJECT_BYTES: usize = 3 * 1024 * 1024 / 2 + 4096;
-
-/// An object of a member, transformed for serving, not yet numbered.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Ingested {
-    /// Namespace; empty for cluster-scoped objects.
-    pub namespace: String,
-    /// The member's name of the object.
-    pub name: String,
-    /// The member's resourceVersion of the object.
-    pub member_rv: String,
-    /// `metadata.uid`.
-    pub uid: String,
-    /// `metadata.labels`, sorted by key.
-    pub labels: Vec<(String, String)>,
-    /// The type's selectable fields (see [`crate::fields`]).
-    pub fields: Vec<(String, String)>,
-    /// The served body with its holes; see [`ServedBody`].
-    pub body: ServedBody,
-}
-
-/// Served JSON bytes with the two holes (name suffix, resourceVersion).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ServedBody {
-    /// The JSON, holes closed (nothing between the name and its quote, nothing
-    /// between the resourceVersion's quotes).
-    pub json: Vec<u8>,
-    /// Byte offset right after the name's last character.
-    pub name_end: u32,
-    /// Byte offset between the resourceVersion's quotes.
-    pub rv_at: u32,
-    /// The object's Table row, computed when it was ingested (`None` for
-    /// types whose rows are printed from the body each time).
-    pub row: Option<TableRow>,
-}
-
-/// What a Table row of an object needs, kept with its body so that a Table
-/// is printed without parsing objects.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct TableRow {
-    /// The row's cells and conditions ([`crate::table::row_template`]).
-    pub template: Vec<u8>,
-    /// Where the body's `metadata` starts.
-    pub metadata_start: u32,
-    /// Where the body's `metadata` ends (exclusive).
-    pub metadata_end: u32,
-}
-
-impl ServedBody {
-    /// Writes the object as served: `name_suffix` (e.g. `_member1`) after the
-    /// name, `rv` as its resourceVersion.
-    pub fn write(&self, out: &mut Vec<u8>, name_suffix: Option<&str>, rv: u64) {
-        let json = &self.json[..];
-        let (name_end, rv_at) = (self.name_end as usize, self.rv_at as usize);
-        let mut rv_buf = itoa_u64(rv);
-        let rv_bytes = rv_buf.as_bytes_mut();
-        let suffix = name_suffix.unwrap_or("").as_bytes();
-        out.reserve(json.len() + suffix.len() + rv_bytes.len());
-        if name_end <= rv_at {
-            out.extend_from_slice(&json[..name_end]);
-            out.extend_from_slice(suffix);
-            out.extend_from_slice(&json[name_end..rv_at]);
-            out.extend_from_slice(rv_bytes);
-            out.extend_from_slice(&json[rv_at..]);
-        } else {
-            out.extend_from_slice(&json[..rv_at]);
-            out.extend_from_slice(rv_bytes);
-            out.extend_from_slice(&json[rv_at..name_end]);
-            out.extend_from_slice(suffix);
-            out.extend_from_slice(&json[name_end..]);
-        }
-    }
-
-    /// Writes the object's `metadata` as served (see [`ServedBody::write`]);
-    /// false, having written nothing, when the body has no [`TableRow`] or
-    /// its bounds are not within the body.
-    pub fn write_metadata(&self, out: &mut Vec<u8>, name_suffix: Option<&str>, rv: u64) -> bool {
-        let Some(row) = &self.row else { return false };
-        let (start, end) = (row.metadata_start as usize, row.metadata_end as usize);
-        if start > end || end > self.json.len() {
-            return false;
-        }
-        let mut rv_buf = itoa_u64(rv);
-        let mut holes = [(self.name_end as usize, name_suffix.unwrap_or("").as_bytes()), (self.rv_at as usize, rv_buf.as_bytes_mut())];
-        holes.sort_by_key(|(at, _)| *at);
-        let mut copied = start;
-        for (at, text) in holes {
-            if at < start || at > end {
-                continue;
-            }
-            out.extend_from_slice(&self.json[copied..at]);
-            out.extend_from_slice(text);
-            copied = at;
-        }
-        out.extend_from_slice(&self.json[copied..end]);
-        true
-    }
-
-    /// The object as served, as bytes.
-    pub fn to_bytes(&self, name_suffix: Option<&str>, rv: u64) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.json.len() + 32);
-        self.write(&mut out, name_suffix, rv);
-        out
-    }
-}
-
-/// Bytes [`open_holes`] needs before a body: the suffix and the RV's digits.
-pub fn hole_bytes(name_suffix: Option<&str>, rv: u64) -> usize {
-    name_suffix.map_or(0, str::len) + itoa_u64(rv).as_bytes_mut().len()
-}
-
-/// Serves a body decompressed in place: `out[at..]` holds
-/// [`hole_bytes`] bytes of room, then the body's JSON with its holes closed
-/// (as [`ServedBody::json`]); afterwards `out[at..]` is the object as
-/// [`ServedBody::write`] writes it. Only the JSON before the later hole
-/// moves (the start of `metadata`), not the whole body. Holes beyond the
-/// JSON are treated as at its end.
-pub fn open_holes(out: &mut [u8], at: usize, name_end: u32, rv_at: u32, name_suffix: Option<&str>, rv: u64) {
-    let mut rv_buf = itoa_u64(rv);
-    let rv_bytes = rv_buf.as_bytes_mut();
-    let suffix = name_suffix.unwrap_or("").as_bytes();
-    let gap = suffix.len() + rv_bytes.len();
-    if out.len() < at + gap {
-        return;
-    }
-    let len = out.len() - (at + gap);
-    let (name_end, rv_at) = ((name_end as usize).min(len), (rv_at as usize).min(len));
-    let (first, first_text, second, second_text) =
-        if name_end <= rv_at { (name_end, suffix, rv_at, rv_bytes) } else { (rv_at, rv_bytes, name_end, suffix) };
-    let json = at + gap;
-    // JSON before the first hole, the first hole's text, JSON up to the
-    // second hole, its text; the rest is where it belongs already.
-    out.copy_within(json..json + first, at);
-    out[at + first..at + first + first_text.len()].copy_from_slice(first_text);
-    let moved = at + first + first_text.len();
-    out.copy_within(json + first..json + second, moved);
-    let second_at = moved + (second - first);
-    out[second_at..second_at + second_text.len()].copy_from_slice(second_text);
-}
-
-struct RvDigits {
-    buf: [u8; 20],
-    start: usize,
-}
-
-impl RvDigits {
-    fn as_bytes_mut(&mut self) -> &[u8] {
-        &self.buf[self.start..]
-    }
-}
-
-fn itoa_u64(mut n: u64) -> RvDigits {
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    RvDigits { buf, start: i }
-}
 
 /// Transforms a member's object (raw JSON) of type `resource` from `cluster`
 /// into its served form.
@@ -231,12 +28,12 @@ pub fn ingest(resource: &ResourceType, cluster: &str, raw: &[u8]) -> Result<Inge
     // What the type's field selectors and (when its rows have templates)
     // its Table row read, in one pruned parse.
     let parsed = match crate::table::ingest_keep(resource) {
-        keep @ crate::table::Keep::All => crate::scan::prune(raw, keep).map_err(Error::InvalidJson)?,
-        crate::table::Keep::Fields(kept) => {
+        keep @ crate::keep::Keep::All => crate::scan::prune(raw, keep).map_err(Error::InvalidJson)?,
+        crate::keep::Keep::Fields(kept) => {
             let mut members = Vec::new();
             for (member, keep) in kept.iter() {
                 if let Some(raw) = top.get(member) {
-                    members.push((Cow::Borrowed(*member), crate::table::parse_for_row(raw, keep).map_err(Error::InvalidJson)?));
+                    members.push((Cow::Borrowed(*member), crate::scan::prune(raw, keep).map_err(Error::InvalidJson)?));
                 }
             }
             Node::Object(members)
@@ -455,7 +252,7 @@ fn scan_for_decoding(raw: &[u8]) -> Scan {
             b'"' => {
                 i += 1;
                 loop {
-                    let Some(at) = crate::scan::quote_or_backslash(raw, i) else {
+                    let Some(at) = crate::skip::quote_or_backslash(raw, i) else {
                         return stop;
                     };
                     i = at;
@@ -554,336 +351,16 @@ impl<'de> serde::de::Visitor<'de> for DecodedVisitor {
     }
 }
 
-/// Writes the served `metadata`: the name with its hole for the cluster
-/// suffix, an empty resourceVersion with its hole for the global RV, and the
-/// annotations with kubefold's two; returns where the holes are.
-fn write_metadata(json: &mut Vec<u8>, meta: &Members<'_>, name: &str, cluster: &str, member_rv: &str) -> Result<(usize, usize)> {
-    let mut name_end = 0;
-    let mut rv_at = 0;
-    let mut write_rv = |json: &mut Vec<u8>| {
-        json.extend_from_slice(b"\"resourceVersion\":\"");
-        rv_at = json.len();
-        json.push(b'"');
-    };
-    json.push(b'{');
-    for (i, (key, value)) in meta.0.iter().enumerate() {
-        if i > 0 {
-            json.push(b',');
-        }
-        match key.as_ref() {
-            "name" => {
-                json.extend_from_slice(b"\"name\":");
-                write_str(json, name);
-                json.pop();
-                name_end = json.len();
-                json.push(b'"');
-            }
-            "resourceVersion" => write_rv(json),
-            "annotations" => {
-                json.extend_from_slice(b"\"annotations\":");
-                write_annotations(json, Members::of_valid(value)?.as_ref(), cluster, member_rv);
-            }
-            _ => {
-                write_str(json, key);
-                json.push(b':');
-                push_compact(json, value);
-            }
-        }
-    }
-    // Members kubefold adds go last, in the order a `Value` would append them.
-    if meta.get("resourceVersion").is_none() {
-        json.push(b',');
-        write_rv(json);
-    }
-    if meta.get("annotations").is_none() {
-        json.extend_from_slice(b",\"annotations\":");
-        write_annotations(json, None, cluster, member_rv);
-    }
-    json.push(b'}');
-    Ok((name_end, rv_at))
-}
-
-/// Writes the annotations (`None` or not an object: none) with kubefold's
-/// two set: in place when the member's object has them, else last.
-fn write_annotations(json: &mut Vec<u8>, annotations: Option<&Members<'_>>, cluster: &str, member_rv: &str) {
-    let ours = [(CLUSTER_ANNOTATION, cluster), (MEMBER_RV_ANNOTATION, member_rv)];
-    let mut written = [false; 2];
-    json.push(b'{');
-    let mut first = true;
-    let mut member = |json: &mut Vec<u8>, key: &str| {
-        if !std::mem::take(&mut first) {
-            json.push(b',');
-        }
-        write_str(json, key);
-        json.push(b':');
-    };
-    for (key, value) in annotations.map_or(&[][..], |a| &a.0[..]) {
-        member(json, key);
-        match ours.iter().position(|(k, _)| k == key) {
-            Some(i) => {
-                write_str(json, ours[i].1);
-                written[i] = true;
-            }
-            None => push_compact(json, value),
-        }
-    }
-    for (i, (key, value)) in ours.iter().enumerate() {
-        if !written[i] {
-            member(json, key);
-            write_str(json, value);
-        }
-    }
-    json.push(b'}');
-}
-
-/// Writes `s` as a JSON string.
-fn write_str(json: &mut Vec<u8>, s: &str) {
-    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
-        json.push(b'"');
-        json.extend_from_slice(s.as_bytes());
-        json.push(b'"');
-    } else {
-        serde_json::to_writer(&mut *json, s).expect("a string serializes");
-    }
-}
-
-/// Appends valid JSON text without the whitespace between its tokens (a
-/// served body is one line: watch events are newline-delimited).
-fn push_compact(json: &mut Vec<u8>, text: &[u8]) {
-    // Most text has no whitespace at all (Kubernetes writes JSON compact),
-    // which SIMD searches tell quickly.
-    if memchr::memchr3(b' ', b'\n', b'\t', text).is_none() && memchr::memchr(b'\r', text).is_none() {
-        json.extend_from_slice(text);
-        return;
-    }
-    json.reserve(text.len());
-    // Runs between whitespace are copied whole; strings are skipped eight
-    // bytes at a time (see `scan`).
-    let (mut run, mut i) = (0, 0);
-    while let Some(&b) = text.get(i) {
-        match b {
-            b'"' => i = crate::scan::string_end(text, i).unwrap_or(text.len()),
-            b' ' | b'\n' | b'\r' | b'\t' => {
-                json.extend_from_slice(&text[run..i]);
-                i += 1;
-                run = i;
-            }
-            _ => i += 1,
-        }
-    }
-    json.extend_from_slice(&text[run..]);
-}
-
-/// The string that valid JSON text `raw` is (`None` for other values):
-/// taken as it is when it has no escapes, else decoded by serde_json.
-fn string_of(raw: &[u8]) -> Option<String> {
-    match raw {
-        [b'"', inner @ .., b'"'] if !inner.contains(&b'\\') => std::str::from_utf8(inner).ok().map(str::to_string),
-        [b'"', ..] => serde_json::from_slice(raw).ok(),
-        _ => None,
-    }
-}
-
-/// The members of a JSON object as written: keys decoded, values as raw
-/// text borrowed from the input, in order; a repeated key keeps its first
-/// place and takes its last value.
-struct Members<'a>(Vec<(Cow<'a, str>, &'a [u8])>);
-
-impl<'a> Members<'a> {
-    /// Parses `json`: `None` when it is valid JSON but not an object.
-    fn parse(json: &'a [u8]) -> Result<Option<Members<'a>>> {
-        use serde::Deserializer as _;
-        let mut de = serde_json::Deserializer::from_slice(json);
-        let members = (&mut de).deserialize_any(MembersVisitor).map_err(Error::InvalidJson)?;
-        de.end().map_err(Error::InvalidJson)?;
-        Ok(members)
-    }
-
-    /// [`Members::parse`] of text known to be valid JSON (a part of text
-    /// read already), by walking it (see [`crate::scan`]) instead of
-    /// parsing it again.
-    fn of_valid(json: &'a [u8]) -> Result<Option<Members<'a>>> {
-        static NONE: crate::table::Keep = crate::table::Keep::Fields(&[]);
-        Ok(crate::scan::split_pruned(json, &NONE, false).map_err(Error::InvalidJson)?.map(|(members, ..)| Members(members)))
-    }
-
-    /// The value of a member.
-    fn get(&self, key: &str) -> Option<&'a [u8]> {
-        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
-    }
-}
-
-struct MembersVisitor;
-
-impl<'de> serde::de::Visitor<'de> for MembersVisitor {
-    type Value = Option<Members<'de>>;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a JSON value")
-    }
-
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut members = crate::scan::MemberList::new();
-        while let Some(key) = map.next_key_seed(KeySeed)? {
-            let value: &'de RawValue = map.next_value()?;
-            members.push(key, value.get().as_bytes());
-        }
-        Ok(Some(Members(members.members)))
-    }
-
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
-        Ok(None)
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-}
-
-/// A member name, borrowed from the input when it has no escapes.
-struct KeySeed;
-
-impl<'de> serde::de::DeserializeSeed<'de> for KeySeed {
-    type Value = Cow<'de, str>;
-
-    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Cow<'de, str>, D::Error> {
-        deserializer.deserialize_str(self)
-    }
-}
-
-impl<'de> serde::de::Visitor<'de> for KeySeed {
-    type Value = Cow<'de, str>;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a member name")
-    }
-
-    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Cow<'de, str>, E> {
-        Ok(Cow::Borrowed(v))
-    }
-
-    fn visit_str<E>(self, v: &str) -> Result<Cow<'de, str>, E> {
-        Ok(Cow::Owned(v.to_string()))
-    }
-
-    fn visit_string<E>(self, v: String) -> Result<Cow<'de, str>, E> {
-        Ok(Cow::Owned(v))
-    }
-}
-
-/// Prepares a client's object for its member: the name unqualified, the
-/// `kubefold.io/` annotations removed (and `annotations` dropped when that
-/// empties it), `metadata.resourceVersion` set to `member_rv` (or removed when
-/// `None`).
-pub fn to_member(object: &mut Value, member_name: &str, member_rv: Option<&str>) {
-    let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
-        return;
-    };
-    meta.insert("name".into(), Value::String(member_name.to_string()));
-    match member_rv {
-        Some(rv) => {
-            meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
-        }
-        None => {
-            meta.remove("resourceVersion");
-        }
-    }
-    let empty = match meta.get_mut("annotations").and_then(Value::as_object_mut) {
-        Some(a) => {
-            a.retain(|k, _| !k.starts_with(KUBEFOLD_ANNOTATION_PREFIX));
-            a.is_empty()
-        }
-        None => false,
-    };
-    if empty {
-        meta.remove("annotations");
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    /// The compact form of pretty-printed JSON is serde_json's compact
-    /// serialisation of the same value: whitespace between tokens goes,
-    /// whitespace, quotes and backslashes inside strings stay.
-    #[test]
-    fn push_compact_drops_only_whitespace_between_tokens() {
-        let long = "y".repeat(37);
-        let mut values: Vec<serde_json::Value> =
-            crate::fixtures::API_TYPES.iter().map(|(file, _, _)| serde_json::from_slice(&crate::fixtures::read(file)).unwrap()).collect();
-        for text in [
-            r#"{"a":"x y","b":[1, 2,{"c":" \" "}],"d":"\\\\","e":"\t\n","f":"ü é \u2028","g":[],"h":{}}"#.to_string(),
-            format!(r#"{{"{long}":"1234567\"","k":"12345678\\\\","m":["  ","\"\"\"\"\"\"\"\"\"", null, true, -1.5e3]}}"#),
-            r#""just a string with spaces""#.to_string(),
-            "[ ]".to_string(),
-        ] {
-            values.push(serde_json::from_str(&text).unwrap());
-        }
-        for value in &values {
-            let compact = serde_json::to_vec(value).unwrap();
-            for text in [serde_json::to_vec_pretty(value).unwrap(), compact.clone()] {
-                let mut got = b"prefix".to_vec();
-                super::push_compact(&mut got, &text);
-                assert_eq!(String::from_utf8_lossy(&got[6..]), String::from_utf8_lossy(&compact));
-            }
-        }
-        // Whitespace of every kind, at every place of an eight-byte word.
-        for pad in 0..9 {
-            let text = format!("{{{}\"a\"\t:\r\n[ 1 ,\"{}\" ] }}", " ".repeat(pad), " ".repeat(pad));
-            let mut got = Vec::new();
-            super::push_compact(&mut got, text.as_bytes());
-            assert_eq!(String::from_utf8(got).unwrap(), format!("{{\"a\":[1,\"{}\"]}}", " ".repeat(pad)));
-        }
-    }
+    use super::*;
+    use crate::object::{CLUSTER_ANNOTATION, MEMBER_RV_ANNOTATION};
+    use serde_json::Value;
+    use crate::resources;
+    use serde_json::json;
 
-    /// The name, namespace, version, UID and labels ingested are what
-    /// serde_json reads of the metadata: escapes decoded, a repeated key's
-    /// last value, a label that is not a string empty, either way in.
-    #[test]
-    fn metadata_is_read_as_serde_json_reads_it() {
-        let texts = [
-            r#"{"metadata":{"name":"a\u002fb","namespace":"n\"s","resourceVersion":"7","uid":"u-1","labels":{"k\u0031":"v\n1","k2":"x","k2":"y","num":3,"e":"","\u00e9":"\u00e9t\u00e9"}}}"#,
-            r#"{"metadata":{"labels":{"z":"1","a":"2"},"name":"plain","name":"last"}}"#,
-            r#"{"metadata":{"name":"c","labels":["not","an","object"]}}"#,
-            r#"{ "metadata" : { "name" : "spaced" , "labels" : { "a b" : "c d" } } }"#,
-        ];
-        for text in texts {
-            let full: Value = serde_json::from_str(text).unwrap();
-            let meta = &full["metadata"];
-            let mut labels: Vec<(String, String)> = meta["labels"]
-                .as_object()
-                .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string())).collect())
-                .unwrap_or_default();
-            labels.sort();
-            let raw: &RawValue = serde_json::from_str(text).unwrap();
-            for got in [ingest(&pods(), "m1", text.as_bytes()).unwrap(), ingest_read(&pods(), "m1", raw).unwrap()] {
-                assert_eq!(got.name, meta["name"].as_str().unwrap(), "{text}");
-                assert_eq!(got.namespace, meta["namespace"].as_str().unwrap_or(""), "{text}");
-                assert_eq!(got.member_rv, meta["resourceVersion"].as_str().unwrap_or(""), "{text}");
-                assert_eq!(got.uid, meta["uid"].as_str().unwrap_or(""), "{text}");
-                assert_eq!(got.labels, labels, "{text}");
-            }
-        }
+    fn pods() -> ResourceType {
+        resources::find(&resources::builtin(), "", "v1", "pods").unwrap().clone()
     }
 
     /// Ingesting text read as a raw value (one walk) gives what ingesting
@@ -1046,75 +523,6 @@ mod tests {
         }
     }
 
-    use super::*;
-    use crate::resources;
-    use serde_json::json;
-
-    fn pods() -> ResourceType {
-        resources::find(&resources::builtin(), "", "v1", "pods").unwrap().clone()
-    }
-
-    #[test]
-    fn holes_opened_in_place_give_what_write_gives() {
-        let json: Vec<u8> = (0..200u8).map(|i| b'a' + i % 26).collect();
-        for (name_end, rv_at) in [(0, 0), (10, 40), (40, 10), (7, 7), (0, 200), (200, 0), (199, 200), (150, 250)] {
-            for suffix in [None, Some(""), Some("_member1")] {
-                for rv in [0, 7, 1234567, u64::MAX] {
-                    let body = ServedBody { json: json.clone(), name_end, rv_at, row: None };
-                    let mut expected = b"prefix".to_vec();
-                    if name_end as usize <= json.len() && rv_at as usize <= json.len() {
-                        body.write(&mut expected, suffix, rv);
-                    } else {
-                        // Out of range holes are at the end.
-                        let clamped = ServedBody { name_end: name_end.min(200), rv_at: rv_at.min(200), ..body.clone() };
-                        clamped.write(&mut expected, suffix, rv);
-                    }
-                    let mut out = b"prefix".to_vec();
-                    out.resize(6 + hole_bytes(suffix, rv), 0);
-                    out.extend_from_slice(&json);
-                    open_holes(&mut out, 6, name_end, rv_at, suffix, rv);
-                    assert_eq!(String::from_utf8(out).unwrap(), String::from_utf8(expected).unwrap(), "{name_end} {rv_at} {suffix:?} {rv}");
-                }
-            }
-        }
-        // Too short to hold the room: left as it is.
-        let mut short = b"ab".to_vec();
-        open_holes(&mut short, 1, 0, 0, Some("_m"), 5);
-        assert_eq!(short, b"ab");
-    }
-
-    #[test]
-    fn served_form_has_qualified_name_global_rv_and_annotations() {
-        let raw = br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-0","namespace":"default","resourceVersion":"812","uid":"u1","labels":{"app":"web","tier":"a"}},"spec":{"nodeName":"n1","zzz":1,"aaa":2}}"#;
-        let ing = ingest(&pods(), "member1", raw).unwrap();
-        assert_eq!(ing.name, "web-0");
-        assert_eq!(ing.namespace, "default");
-        assert_eq!(ing.member_rv, "812");
-        assert_eq!(ing.labels, vec![("app".into(), "web".into()), ("tier".into(), "a".into())]);
-        let served: Value = serde_json::from_slice(&ing.body.to_bytes(Some("_member1"), 42)).unwrap();
-        assert_eq!(served["metadata"]["name"], "web-0_member1");
-        assert_eq!(served["metadata"]["resourceVersion"], "42");
-        assert_eq!(served["metadata"]["annotations"][CLUSTER_ANNOTATION], "member1");
-        assert_eq!(served["metadata"]["annotations"][MEMBER_RV_ANNOTATION], "812");
-        // Field order of unknown fields is kept.
-        let keys: Vec<_> = served["spec"].as_object().unwrap().keys().cloned().collect();
-        assert_eq!(keys, vec!["nodeName", "zzz", "aaa"]);
-        let plain: Value = serde_json::from_slice(&ing.body.to_bytes(None, 7)).unwrap();
-        assert_eq!(plain["metadata"]["name"], "web-0");
-        assert_eq!(plain["metadata"]["resourceVersion"], "7");
-    }
-
-    #[test]
-    fn rv_hole_before_name_hole_is_handled() {
-        let raw = br#"{"metadata":{"resourceVersion":"5","name":"a"}}"#;
-        let ing = ingest(&pods(), "c", raw).unwrap();
-        let served: Value = serde_json::from_slice(&ing.body.to_bytes(Some("_c"), 123456)).unwrap();
-        assert_eq!(served["metadata"]["name"], "a_c");
-        assert_eq!(served["metadata"]["resourceVersion"], "123456");
-        assert_eq!(served["kind"], "Pod");
-        assert_eq!(served["apiVersion"], "v1");
-    }
-
     #[test]
     fn objects_without_names_or_json_are_rejected() {
         assert!(matches!(ingest(&pods(), "c", b"{\"metadata\":{}}"), Err(Error::MissingName)));
@@ -1146,6 +554,7 @@ mod tests {
         );
         assert_eq!(ing.labels, vec![("x".to_string(), "2".to_string())]);
     }
+
     /// The fields a type's selectors read, from the pruned parse, equal
     /// those of the whole object, and the served body is the object with
     /// only kubefold's changes: every fixture (kubernetes/api testdata) and
@@ -1205,22 +614,5 @@ mod tests {
             annotations[MEMBER_RV_ANNOTATION] = member_rv.into();
             assert_eq!(serde_json::from_slice::<Value>(&served).unwrap(), want, "{} served", resource.plural);
         }
-    }
-
-    #[test]
-    fn to_member_strips_what_kubefold_owns() {
-        let raw = br#"{"metadata":{"name":"web-0","resourceVersion":"9","annotations":{"keep":"1"}}}"#;
-        let ing = ingest(&pods(), "m1", raw).unwrap();
-        let mut v: Value = serde_json::from_slice(&ing.body.to_bytes(Some("_m1"), 100)).unwrap();
-        to_member(&mut v, "web-0", Some("9"));
-        assert_eq!(v["metadata"]["name"], "web-0");
-        assert_eq!(v["metadata"]["resourceVersion"], "9");
-        assert_eq!(v["metadata"]["annotations"], serde_json::json!({"keep": "1"}));
-        let raw = br#"{"metadata":{"name":"x","resourceVersion":"9"}}"#;
-        let ing = ingest(&pods(), "m1", raw).unwrap();
-        let mut v: Value = serde_json::from_slice(&ing.body.to_bytes(None, 1)).unwrap();
-        to_member(&mut v, "x", None);
-        assert!(v["metadata"].get("annotations").is_none());
-        assert!(v["metadata"].get("resourceVersion").is_none());
     }
 }
