@@ -173,15 +173,9 @@ impl ApiState {
     /// "Too large resource version" with Retry-After after that.
     pub async fn wait_for_rv(&self, rv: u64) -> Result<(), Status> {
         let deadline = tokio::time::Instant::now() + self.config.rv_wait;
-        loop {
-            let head = self.fleet.snapshot().head_rv();
-            if head >= rv {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(Status::too_large_resource_version(rv, head, 1));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        match self.fleet.wait_for(deadline, |index| (index.head_rv() >= rv).then_some(())).await {
+            Some(()) => Ok(()),
+            None => Err(Status::too_large_resource_version(rv, self.fleet.snapshot().head_rv(), 1)),
         }
     }
 

@@ -170,3 +170,45 @@ impl Publisher {
         self.fleet.published.compacted_rv.fetch_max(rv, Ordering::AcqRel);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use kubefold_engine::names::NameStyle;
+    use kubefold_engine::resources;
+    use kubefold_store::{Options, Store};
+
+    use super::*;
+
+    /// A wait ends with the publication that satisfies it, or at its
+    /// deadline after one last look; the fleet has one publisher.
+    #[tokio::test]
+    async fn waits_end_with_the_publication_they_wait_for_or_at_their_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), &Options::default()).unwrap();
+        let fleet = Fleet::new(resources::builtin(), NameStyle::Qualified, store, Index::at(7), 0);
+        let publisher = fleet.take_publisher().unwrap();
+        assert!(fleet.take_publisher().is_none(), "one publisher per fleet");
+        let later = || tokio::time::Instant::now() + Duration::from_secs(30);
+        let head_at_least = |rv: u64| move |index: &Index| (index.head_rv() >= rv).then_some(index.head_rv());
+        assert_eq!(fleet.wait_for(later(), head_at_least(7)).await, Some(7), "already published");
+
+        let waiter = {
+            let fleet = fleet.clone();
+            tokio::spawn(async move { fleet.wait_for(later(), head_at_least(9)).await })
+        };
+        tokio::task::yield_now().await;
+        publisher.publish(Index::at(8), Vec::new());
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "8 is not 9");
+        publisher.publish(Index::at(9), Vec::new());
+        assert_eq!(waiter.await.unwrap(), Some(9));
+
+        // Nothing publishes 10: the wait ends at its deadline.
+        let started = tokio::time::Instant::now();
+        let deadline = started + Duration::from_millis(50);
+        assert_eq!(fleet.wait_for(deadline, head_at_least(10)).await, None);
+        assert!(started.elapsed() >= Duration::from_millis(50));
+    }
+}
