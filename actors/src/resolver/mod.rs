@@ -679,6 +679,37 @@ mod tests {
         assert_eq!(left, strings(&["member9"]));
     }
 
+    /// The control plane's Services listed in parts are resolved once the
+    /// list ends, as a list in one batch is; a Service that the next list
+    /// (in parts too) no longer has is deleted at its end, and its member
+    /// falls back to the DNS names.
+    #[test]
+    fn lists_in_parts_are_resolved_at_their_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let estimators = Estimators::new();
+        let members = strings(&["member1", "member2"]);
+        let mut resolver = Resolver::new(config_with_control_plane(), members, estimators.clone(), fleet(dir.path())).unwrap();
+        let m1 = service_object("member1", json!({"type": "ExternalName", "externalName": "127.0.0.1", "ports": [{"port": 10352, "targetPort": 4000}]}));
+        let m2 = service_object("member2", json!({"type": "ClusterIP", "clusterIP": "127.0.0.42", "ports": [{"port": 10352}]}));
+        let rule = |cluster: &str| estimators.get(cluster).map(|row| row.endpoint.rule);
+
+        let (applied, changed) = resolver.ingest(batch(SERVICES, WatchBatch::RelistPart { first: true, objects: vec![m1.clone()] }));
+        assert_eq!((applied, changed), (1, Vec::new()));
+        assert!(!estimators.control_plane_synced(), "half a list resolves nothing");
+        assert_eq!(rule("member1"), None);
+        let (_, changed) = resolver.ingest(batch(SERVICES, WatchBatch::RelistEnd(vec![m2])));
+        assert_eq!(changed, strings(&["member1", "member2"]));
+        assert!(estimators.control_plane_synced());
+        assert_eq!((rule("member1"), rule("member2")), (Some(Rule::ExternalName), Some(Rule::ClusterIp)));
+
+        // The next list has member1's Service only.
+        resolver.ingest(batch(SERVICES, WatchBatch::RelistPart { first: true, objects: vec![m1] }));
+        assert_eq!(rule("member2"), Some(Rule::ClusterIp), "nothing is deleted before the end");
+        let (_, changed) = resolver.ingest(batch(SERVICES, WatchBatch::RelistEnd(Vec::new())));
+        assert_eq!(changed, strings(&["member2"]));
+        assert_eq!((rule("member1"), rule("member2")), (Some(Rule::ExternalName), Some(Rule::DnsFallback)));
+    }
+
     #[test]
     fn probes_update_the_row_and_publish_only_new_outcomes() {
         let dir = tempfile::tempdir().unwrap();
