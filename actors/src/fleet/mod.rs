@@ -1,4 +1,5 @@
-//! The fleet's shared read view, in three parts with one writer each:
+//! The fleet's shared read view, in three parts, each written through the
+//! handles of its writers (kept in [`supervision`] and [`published`]):
 //!
 //! - [`published`]: the latest index snapshot, the live event fan-out, the
 //!   recent events and the compaction floor. Written by the aggregator
@@ -10,7 +11,7 @@
 //! - [`catalog`]: the types known (built in or discovered from members), the
 //!   resource selection and the catalog served from them. The selection is
 //!   the supervisor's; discovered types come from watchers.
-//! - [`supervision`]: the write handles of the last two.
+//! - [`supervision`]: the write handles of the members' status and of the catalog.
 //!
 //! A [`Fleet`] holds them with the store (object bodies, event log) and how
 //! names are served. Everyone reads it at once, and HTTP workers never wait

@@ -177,3 +177,60 @@ impl WatcherReport {
         self.fleet.catalog.learn_type(&self.fleet.store, resource);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use kubefold_engine::index::Index;
+    use kubefold_engine::names::NameStyle;
+    use kubefold_engine::resources;
+    use kubefold_engine::selection::NamespaceFilter;
+    use kubefold_store::{Options, Store};
+
+    use super::*;
+    use crate::fleet::SyncState;
+
+    /// Each handle is taken once; a watcher writes its own row until the
+    /// supervisor replaces it, and the replaced one's late reports are
+    /// dropped; control-plane watchers always report.
+    #[test]
+    fn watchers_write_their_own_rows_while_they_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), &Options::default()).unwrap();
+        let fleet = Fleet::new(resources::builtin(), NameStyle::Qualified, store, Index::default(), 0);
+        let supervision = fleet.take_supervision().unwrap();
+        assert!(fleet.take_supervision().is_none(), "one supervisor per fleet");
+        supervision.set_member(ClusterSpec::from_url("m1", "http://127.0.0.1:1"));
+        assert_eq!(fleet.member_names(), ["m1"]);
+
+        let pods = TypeRef::new("v1", "Pod");
+        let scope = |generation| WatchScope { generation, namespaces: NamespaceFilter::All };
+        let state = |fleet: &Fleet| fleet.status().get("m1").and_then(|w| w.get("v1/pods")).map(|s| (s.state, s.relists));
+        supervision.set_scope("m1", &pods, scope(1));
+        let first = supervision.report("m1", ScopeTicket { type_ref: pods.clone(), generation: 1 });
+        first.update_status("v1/pods", |s| {
+            s.state = SyncState::Synced;
+            s.relists = 1;
+        });
+        assert_eq!(state(&fleet), Some((SyncState::Synced, 1)));
+
+        // Replaced (its namespaces changed): the old watcher's reports are dropped.
+        supervision.set_scope("m1", &pods, scope(2));
+        let second = supervision.report("m1", ScopeTicket { type_ref: pods.clone(), generation: 2 });
+        assert!(!first.is_current() && second.is_current());
+        first.update_status("v1/pods", |s| s.relists = 99);
+        second.update_status("v1/pods", |s| s.relists = 2);
+        assert_eq!(state(&fleet), Some((SyncState::Synced, 2)));
+        supervision.remove_scopes("m1");
+        second.update_status("v1/pods", |s| s.relists = 3);
+        assert_eq!(state(&fleet), Some((SyncState::Synced, 2)), "stopped");
+
+        let reporting = fleet.take_control_plane_reporting().unwrap();
+        assert!(fleet.take_control_plane_reporting().is_none());
+        let restores = fleet.restores("karmada");
+        let control_plane = reporting.report("karmada");
+        control_plane.update_status("v1/services", |s| s.state = SyncState::Stale);
+        assert_eq!(fleet.status()["karmada"]["v1/services"].state, SyncState::Stale);
+        control_plane.member_restored();
+        assert!(restores.has_changed().unwrap());
+    }
+}
