@@ -192,11 +192,14 @@ pub fn run(
             }
             None => config.resource_selection(),
         };
-        fleet.set_selection(selection);
+        // The fleet's writers: the aggregator publishes, the supervisor
+        // (seeded here first) keeps the members and the selection.
+        let publisher = fleet.take_publisher().context("the fleet's publisher is taken")?;
+        let supervision = fleet.take_supervision().context("the fleet's supervision is taken")?;
+        supervision.set_selection(selection);
         let aggregator_arbiter = Arbiter::new();
-        let fleet2 = fleet.clone();
         let retention = config.retention;
-        let aggregator = Aggregator::start_in_arbiter(&aggregator_arbiter.handle(), move |_| Aggregator::new(fleet2, retention));
+        let aggregator = Aggregator::start_in_arbiter(&aggregator_arbiter.handle(), move |_| Aggregator::new(publisher, retention));
         // Members: the configured ones and those registered through the admin API.
         let mut clusters = config.clusters.clone();
         for spec in kubefold_api::admin::read_registry(&store).map_err(|s| anyhow::anyhow!(s.message))? {
@@ -208,11 +211,11 @@ pub fn run(
         }
         // readyz lists every member (Connecting) before any is contacted.
         for cluster in &clusters {
-            fleet.set_member(cluster.clone());
+            supervision.set_member(cluster.clone());
             for type_ref in fleet.selection().plan(&cluster.name, &cluster.labels).keys() {
                 let Some(resource) = fleet.known_type(type_ref).filter(|r| r.is_builtin()) else { continue };
                 let checkpoint = recovered.checkpoints.get(&(cluster.name.clone(), resource.key())).cloned();
-                fleet.update_status(&cluster.name, &resource.key(), |s| s.checkpoint = checkpoint);
+                supervision.update_status(&cluster.name, &resource.key(), |s| s.checkpoint = checkpoint);
             }
         }
         let configured: std::collections::BTreeSet<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
@@ -223,7 +226,7 @@ pub fn run(
             .filter(|c| !configured.contains(c.as_str()))
             .collect();
         let supervisor =
-            Supervisor::new(fleet.clone(), aggregator.clone(), config.watcher_threads, recovered.checkpoints).start();
+            Supervisor::new(supervision, aggregator.clone(), config.watcher_threads, recovered.checkpoints).start();
         for cluster in removed {
             // A cluster that left the configuration is removed: its objects become DELETED events.
             warn!(cluster = %cluster, "Cluster is no longer configured; removing its objects.");

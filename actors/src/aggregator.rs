@@ -1,19 +1,52 @@
-//! The `Aggregator` actor owns the merged index and the write side of the
-//! store: it numbers every event with the next global resource version,
-//! commits each batch (events, checkpoints, head RV) atomically,
-//! and then publishes the new snapshot and the events.
+//! The `Aggregator` actor owns the merged index, through its
+//! [`Reflector`], and the write side of the store: for each watcher's batch
+//! it checks the watcher's scope, lets the reflector turn the batch into
+//! events numbered with the next global resource versions, stamps them,
+//! commits them (events, checkpoints, head RV) atomically, and then
+//! publishes the new snapshot and the events. It also owns the log's upkeep
+//! (compaction, index snapshots, backups), which runs off its thread.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler};
-use kubefold_engine::event::{Change, EventType};
-use kubefold_engine::index::{plan_change, plan_relist, plan_relist_end, plan_relist_part, plan_watch_change, Index, Relisting, Tombstones};
+use actix::{Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, ResponseActFuture, WrapFuture};
+use kubefold_engine::reflector::Reflector;
 use kubefold_store::{Commit, Store};
+use thiserror::Error;
 use tracing::{debug, error, info};
 
-use crate::fleet::Fleet;
-use crate::messages::{Ingest, Prune, RemoveCluster, WatchBatch};
+use crate::fleet::{Fleet, Publisher};
+pub use crate::messages::{Backup, Compact};
+use crate::messages::{Ingest, IngestError, Prune, RemoveCluster};
+
+/// Errors of the aggregator's requests.
+#[derive(Debug, Error)]
+pub enum Error {
+    /// Events could not be committed, or the objects to delete read.
+    #[error(transparent)]
+    CommitFailed(#[from] kubefold_store::Error),
+    /// The compaction floor could not be computed, or compaction failed.
+    #[error("{0}")]
+    CompactionFailed(#[source] kubefold_store::Error),
+    /// The backup file could not be created.
+    #[error("cannot create {}: {source}", path.display())]
+    BackupFileFailed {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The backup could not be written.
+    #[error("{0}")]
+    BackupFailed(#[source] kubefold_store::Error),
+    /// The thread doing the work stopped before it finished.
+    #[error("the {0} thread failed")]
+    ThreadFailed(&'static str),
+}
+
+/// `Result` of this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Retention of the event log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -56,21 +89,6 @@ impl Default for Retention {
     }
 }
 
-/// Compacts the log now, as retention allows; replies with what was done.
-#[derive(Debug, actix::Message)]
-#[rtype(result = "Result<kubefold_store::CompactStats, String>")]
-pub struct Compact;
-
-/// Writes a consistent backup (between two commits) to a temporary file;
-/// replies with its path.
-#[derive(Debug, actix::Message)]
-#[rtype(result = "Result<std::path::PathBuf, String>")]
-pub struct Backup {
-    /// Keep the credentials of registered members (tokens, inline
-    /// kubeconfigs); without it they are left out.
-    pub include_credentials: bool,
-}
-
 /// An index snapshot is written once this many events were committed
 /// after the last one: a restart after a crash then replays at most about
 /// this many events of the log on top of the snapshot.
@@ -84,9 +102,11 @@ const SNAPSHOT_CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs
 
 /// The aggregator's state.
 pub struct Aggregator {
-    index: Index,
+    /// The index, with the tombstones and lists in progress that apply batches to it.
+    reflector: Reflector,
     store: Store,
     fleet: Arc<Fleet>,
+    publisher: Publisher,
     retention: Retention,
     compacting: bool,
     /// The RV of the last index snapshot written (0: none since start).
@@ -95,26 +115,23 @@ pub struct Aggregator {
     snapshot_at: Instant,
     /// A snapshot is being written.
     snapshotting: bool,
-    /// Recent deletions, against late changes of deleted objects.
-    tombstones: Tombstones,
-    /// Lists being received in parts: what each listed so far, by (cluster, resource).
-    relisting: std::collections::HashMap<(String, String), Relisting>,
 }
 
 impl Aggregator {
-    /// An aggregator continuing from the fleet's current snapshot.
-    pub fn new(fleet: Arc<Fleet>, retention: Retention) -> Aggregator {
+    /// An aggregator continuing from the current snapshot of the fleet it
+    /// publishes to.
+    pub fn new(publisher: Publisher, retention: Retention) -> Aggregator {
+        let fleet = publisher.fleet().clone();
         Aggregator {
-            index: (*fleet.snapshot()).clone(),
+            reflector: Reflector::new((*fleet.snapshot()).clone()),
             store: fleet.store().clone(),
             fleet,
+            publisher,
             retention,
             compacting: false,
             snapshot_rv: 0,
             snapshot_at: Instant::now(),
             snapshotting: false,
-            tombstones: Tombstones::default(),
-            relisting: std::collections::HashMap::new(),
         }
     }
 
@@ -127,16 +144,16 @@ impl Aggregator {
     /// one per 100,000 events of a sync would write it about ten times
     /// over during a 1M sync; the one after the sync covers it all.
     fn snapshot_due(&self) -> bool {
-        let head = self.index.head_rv();
+        let head = self.reflector.index().head_rv();
         let every = SNAPSHOT_AFTER_EVENTS.min(self.retention.max_events / 2).max(1);
-        let by_events = self.relisting.is_empty() && (head - self.snapshot_rv.min(head) >= every || self.snapshot_rv == 0);
+        let by_events = !self.reflector.is_relisting() && (head - self.snapshot_rv.min(head) >= every || self.snapshot_rv == 0);
         !self.snapshotting && head > self.snapshot_rv && (by_events || self.snapshot_at.elapsed() >= SNAPSHOT_AFTER)
     }
 
     /// Writes an index snapshot off the actor thread (the clone is O(1)).
     fn start_snapshot(&mut self, ctx: &mut Context<Self>) {
         self.snapshotting = true;
-        let (store, index) = (self.store.clone(), self.index.clone());
+        let (store, index) = (self.store.clone(), self.reflector.index().clone());
         let started = Instant::now();
         let write = tokio::task::spawn_blocking(move || store.write_snapshot(&index));
         ctx.spawn(actix::WrapFuture::into_actor(write, self).map(move |result, this: &mut Aggregator, _| {
@@ -163,7 +180,8 @@ impl Aggregator {
         self.store.retention_floor(self.retention.max_events, self.retention.max_age_seconds.saturating_mul(1000), now)
     }
 
-    /// Plans, commits and publishes one batch; returns the number of events.
+    /// Scope check, reflector, stamp, commit, publish: one batch; returns
+    /// the number of events.
     pub fn ingest(&mut self, msg: Ingest) -> Result<usize, kubefold_store::Error> {
         let started = Instant::now();
         let Ingest { cluster, resource, mut batch, checkpoint, scope } = msg;
@@ -175,94 +193,44 @@ impl Aggregator {
                 debug!(cluster = %cluster, resource = %resource, "Batch of a stopped watcher dropped.");
                 return Ok(0);
             };
-            let keep = |i: &kubefold_engine::object::Ingested| current.namespaces.allows(&i.namespace);
-            match &mut batch {
-                WatchBatch::Changes(changes) => changes.retain(|c| match c {
-                    Change::Upsert(i) | Change::Delete(i) => keep(i),
-                }),
-                WatchBatch::Relist(objects) | WatchBatch::RelistPart { objects, .. } | WatchBatch::RelistEnd(objects) => {
-                    objects.retain(keep)
-                }
-                WatchBatch::Bookmark => {}
-            }
+            batch.retain(|i| current.namespaces.allows(&i.namespace));
         }
-        let mut working = self.index.clone();
-        let mut events = Vec::new();
-        let is_part = matches!(batch, WatchBatch::RelistPart { .. });
-        match batch {
-            WatchBatch::Changes(changes) => {
-                for change in changes {
-                    if let Some(event) = plan_watch_change(&working, &self.tombstones, &resource, &cluster, change, working.head_rv() + 1) {
-                        if event.event_type == EventType::Deleted {
-                            self.tombstones.record(&resource, &event.key, &event.member_rv);
-                        }
-                        working.apply(&event);
-                        events.push(event);
-                    }
-                }
-            }
-            WatchBatch::Relist(objects) => {
-                self.relisting.remove(&(cluster.clone(), resource.clone()));
-                self.tombstones.forget(&resource, &cluster);
-                let store = &self.store;
-                let first_rv = working.head_rv() + 1;
-                events = plan_relist(&mut working, &resource, &cluster, objects, first_rv, |rv| store.body(rv).ok().flatten());
-            }
-            WatchBatch::RelistPart { first, objects } => {
-                let first_rv = working.head_rv() + 1;
-                if first {
-                    self.relisting.insert((cluster.clone(), resource.clone()), Relisting::starting_at(first_rv));
-                    self.tombstones.forget(&resource, &cluster);
-                }
-                let relisting = self.relisting.entry((cluster.clone(), resource.clone())).or_insert_with(|| Relisting::starting_at(first_rv));
-                events = plan_relist_part(&mut working, &resource, &cluster, objects, relisting, first_rv);
-            }
-            WatchBatch::RelistEnd(objects) => {
-                let first_rv = working.head_rv() + 1;
-                let mut relisting =
-                    self.relisting.remove(&(cluster.clone(), resource.clone())).unwrap_or_else(|| Relisting::starting_at(first_rv));
-                self.tombstones.forget(&resource, &cluster);
-                events = plan_relist_part(&mut working, &resource, &cluster, objects, &mut relisting, first_rv);
-                let store = &self.store;
-                let deleted = plan_relist_end(&working, &resource, &cluster, &relisting, working.head_rv() + 1, |rv| {
-                    store.body(rv).ok().flatten()
-                });
-                for event in &deleted {
-                    working.apply(event);
-                }
-                events.extend(deleted);
-            }
-            WatchBatch::Bookmark => {}
-        }
-        stamp(&mut events);
         // A part of a list moves no checkpoint: a restart before the list's
         // end lists again.
-        let checkpoints = match is_part {
+        let checkpoints = match batch.is_part() {
             true => Vec::new(),
             false => vec![(cluster.clone(), resource.clone(), checkpoint)],
         };
+        let before = self.reflector.index().clone();
+        let store = &self.store;
+        let mut events = self.reflector.apply(&cluster, &resource, batch, |rv| store.body(rv).ok().flatten());
+        stamp(&mut events);
         let commit = Commit { events, checkpoints };
-        self.store.commit(&commit)?;
+        if let Err(e) = self.store.commit(&commit) {
+            self.reflector.restore_index(before);
+            return Err(e);
+        }
         let count = commit.events.len();
+        let index = self.reflector.index().clone();
         metrics::counter!("kubefold_events_ingested_total", "cluster" => cluster.clone(), "resource" => resource.clone())
             .increment(count as u64);
         metrics::histogram!("kubefold_commit_duration_seconds").record(started.elapsed().as_secs_f64());
         metrics::histogram!("kubefold_commit_batch_events").record(count as f64);
-        metrics::gauge!("kubefold_head_resource_version").set(working.head_rv() as f64);
-        self.index = working.clone();
-        self.fleet.publish(working, commit.events);
+        metrics::gauge!("kubefold_head_resource_version").set(index.head_rv() as f64);
+        self.publisher.publish(index, commit.events);
         if count > 0 {
-            debug!(cluster = %cluster, resource = %resource, events = count, head_rv = self.index.head_rv(), "Batch committed.");
+            debug!(cluster = %cluster, resource = %resource, events = count, head_rv = self.head_rv(), "Batch committed.");
         }
         Ok(count)
     }
 
     /// Turns every object of `cluster` into a DELETED event.
     pub fn remove_cluster(&mut self, cluster: &str) -> Result<usize, kubefold_store::Error> {
-        self.relisting.retain(|(c, _), _| c != cluster);
-        let count = self.delete_where(|_, key| key.cluster == cluster)?;
+        let before = self.reflector.index().clone();
+        let store = &self.store;
+        let events = self.reflector.remove_cluster(cluster, |rv| Ok::<_, kubefold_store::Error>(store.event(rv)?.map(|e| e.body)))?;
+        let count = self.commit_deletions(before, events)?;
         self.store.remove_checkpoints(cluster)?;
-        self.fleet.remove_status(cluster);
         info!(cluster = %cluster, deleted = count, "Cluster removed.");
         Ok(count)
     }
@@ -275,7 +243,7 @@ impl Aggregator {
         let fleet = self.fleet.clone();
         let mut unwatched: std::collections::BTreeSet<(String, String)> = std::collections::BTreeSet::new();
         let mut types: std::collections::HashMap<String, Option<kubefold_engine::resources::TypeRef>> = Default::default();
-        let count = self.delete_where(|resource, key| {
+        let doomed = |resource: &str, key: &kubefold_engine::event::ObjectKey| {
             if !clusters.contains(&key.cluster) {
                 return false;
             }
@@ -288,7 +256,11 @@ impl Aggregator {
                     true
                 }
             }
-        })?;
+        };
+        let before = self.reflector.index().clone();
+        let store = &self.store;
+        let events = self.reflector.remove_where(doomed, |rv| Ok::<_, kubefold_store::Error>(store.event(rv)?.map(|e| e.body)))?;
+        let count = self.commit_deletions(before, events)?;
         for (cluster, resource) in unwatched.iter().chain(forget) {
             self.store.remove_checkpoint(cluster, resource)?;
         }
@@ -298,51 +270,26 @@ impl Aggregator {
         Ok(count)
     }
 
-    /// Turns every object for which `doomed(resource, key)` holds into a
-    /// DELETED event, committed and published as one batch.
-    fn delete_where(&mut self, mut doomed: impl FnMut(&str, &kubefold_engine::event::ObjectKey) -> bool) -> Result<usize, kubefold_store::Error> {
-        let mut working = self.index.clone();
-        let mut events = Vec::new();
-        for resource in working.resource_keys() {
-            let doomed: Vec<_> = working
-                .range(&resource, None, None)
-                .filter(|(k, _)| doomed(&resource, k))
-                .map(|(k, e)| (k.clone(), e.clone()))
-                .collect();
-            for (key, entry) in doomed {
-                let Some(last) = self.store.event(entry.rv)? else { continue };
-                let ingested = kubefold_engine::object::Ingested {
-                    namespace: key.namespace.clone(),
-                    name: key.name.clone(),
-                    member_rv: entry.member_rv().to_string(),
-                    uid: entry.uid().to_string(),
-                    labels: entry.labels_owned(),
-                    fields: entry.fields_owned(),
-                    body: last.body,
-                };
-                let rv = working.head_rv() + 1;
-                if let Some(event) = plan_change(&working, &resource, &key.cluster, Change::Delete(ingested), rv) {
-                    debug_assert_eq!(event.event_type, EventType::Deleted);
-                    working.apply(&event);
-                    events.push(event);
-                }
-            }
-        }
+    /// Stamps, commits and publishes the deletions the reflector made from
+    /// the index `before`, as one batch; puts `before` back when the commit fails.
+    fn commit_deletions(&mut self, before: kubefold_engine::index::Index, mut events: Vec<kubefold_engine::event::StoredEvent>) -> Result<usize, kubefold_store::Error> {
         if events.is_empty() {
             return Ok(0);
         }
         stamp(&mut events);
         let commit = Commit { events, checkpoints: Vec::new() };
-        self.store.commit(&commit)?;
+        if let Err(e) = self.store.commit(&commit) {
+            self.reflector.restore_index(before);
+            return Err(e);
+        }
         let count = commit.events.len();
-        self.index = working.clone();
-        self.fleet.publish(working, commit.events);
+        self.publisher.publish(self.reflector.index().clone(), commit.events);
         Ok(count)
     }
 
-    /// The committed events of a batch, for tests.
+    /// The RV of the last event committed.
     pub fn head_rv(&self) -> u64 {
-        self.index.head_rv()
+        self.reflector.index().head_rv()
     }
 }
 
@@ -381,11 +328,11 @@ impl Actor for Aggregator {
             // Readers older than the floor get 410 from now on; the deletion
             // itself runs off the actor thread (see Store::compact for why
             // that is safe while commits go on).
-            this.fleet.set_compacted_rv(floor);
-            let (store, live) = (this.store.clone(), this.index.clone());
+            this.publisher.set_compacted_rv(floor);
+            let (store, live) = (this.store.clone(), this.reflector.index().clone());
             let wait = tokio::task::spawn_blocking(move || store.compact(floor, &live));
             _ctx.spawn(
-                actix::WrapFuture::into_actor(wait, this).map(|result, this: &mut Aggregator, _| {
+                wait.into_actor(this).map(|result, this: &mut Aggregator, _| {
                     this.compacting = false;
                     match result {
                         Ok(Ok(stats)) => {
@@ -404,7 +351,8 @@ impl Actor for Aggregator {
                 this.start_snapshot(ctx);
             }
         });
-        info!(head_rv = self.index.head_rv(), objects = self.index.total(), "Aggregator started.");
+        let index = self.reflector.index();
+        info!(head_rv = index.head_rv(), objects = index.total(), "Aggregator started.");
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
@@ -415,71 +363,90 @@ impl Actor for Aggregator {
 }
 
 impl Handler<Ingest> for Aggregator {
-    type Result = Result<usize, String>;
+    type Result = Result<usize, IngestError>;
 
     fn handle(&mut self, msg: Ingest, _ctx: &mut Self::Context) -> Self::Result {
         let (cluster, resource) = (msg.cluster.clone(), msg.resource.clone());
         self.ingest(msg).map_err(|e| {
             error!(cluster = %cluster, resource = %resource, error = %e, "Commit failed.");
             metrics::counter!("kubefold_commit_failures_total").increment(1);
-            e.to_string()
+            IngestError::CommitFailed(e)
         })
     }
 }
 
 impl Handler<Compact> for Aggregator {
-    type Result = Result<kubefold_store::CompactStats, String>;
+    type Result = ResponseActFuture<Self, Result<kubefold_store::CompactStats>>;
 
+    /// Readers older than the floor get 410 at once; the deletion runs off
+    /// the actor's thread while commits go on (see `Store::compact`).
     fn handle(&mut self, _msg: Compact, _ctx: &mut Self::Context) -> Self::Result {
-        let floor = self.floor().map_err(|e| e.to_string())?;
-        self.fleet.set_compacted_rv(floor);
-        let stats = self.store.compact(floor, &self.index).map_err(|e| e.to_string())?;
-        info!(floor = stats.floor, removed = stats.removed, kept = stats.kept, "Event log compacted.");
-        Ok(stats)
+        let floor = match self.floor() {
+            Ok(floor) => floor,
+            Err(e) => return Box::pin(actix::fut::ready(Err(Error::CompactionFailed(e)))),
+        };
+        self.publisher.set_compacted_rv(floor);
+        let (store, live) = (self.store.clone(), self.reflector.index().clone());
+        let compact = tokio::task::spawn_blocking(move || store.compact(floor, &live));
+        Box::pin(compact.into_actor(self).map(|result, _, _| {
+            let stats = result.map_err(|_| Error::ThreadFailed("compaction"))?.map_err(Error::CompactionFailed)?;
+            info!(floor = stats.floor, removed = stats.removed, kept = stats.kept, "Event log compacted.");
+            Ok(stats)
+        }))
     }
 }
 
 impl Handler<Backup> for Aggregator {
-    type Result = Result<std::path::PathBuf, String>;
+    type Result = AtomicResponse<Self, Result<std::path::PathBuf>>;
 
+    /// The backup is written off the actor's thread, and the actor handles
+    /// no other message (no commit) until it is done: a consistent copy.
     fn handle(&mut self, msg: Backup, _ctx: &mut Self::Context) -> Self::Result {
-        let path = std::env::temp_dir().join(format!("kubefold-backup-{}-{}.bin", std::process::id(), self.index.head_rv()));
-        // A backup may hold member credentials: readable by kubefold's user only.
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let file = options.open(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-        let mut writer = std::io::BufWriter::new(file);
-        let records = crate::cluster::backup(&self.store, &mut writer, msg.include_credentials).map_err(|e| e.to_string())?;
-        info!(records, head_rv = self.index.head_rv(), include_credentials = msg.include_credentials, "Backup written.");
-        Ok(path)
+        let head_rv = self.head_rv();
+        let store = self.store.clone();
+        let include_credentials = msg.include_credentials;
+        let write = tokio::task::spawn_blocking(move || {
+            let path = std::env::temp_dir().join(format!("kubefold-backup-{}-{head_rv}.bin", std::process::id()));
+            // A backup may hold member credentials: readable by kubefold's user only.
+            let mut options = std::fs::OpenOptions::new();
+            options.write(true).create_new(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+            let file = options.open(&path).map_err(|source| Error::BackupFileFailed { path: path.clone(), source })?;
+            let mut writer = std::io::BufWriter::new(file);
+            let records = crate::cluster::backup(&store, &mut writer, include_credentials).map_err(Error::BackupFailed)?;
+            info!(records, head_rv, include_credentials, "Backup written.");
+            Ok(path)
+        });
+        AtomicResponse::new(Box::pin(write.into_actor(self).map(|result, _, _| result.map_err(|_| Error::ThreadFailed("backup"))?)))
     }
 }
 
 impl Handler<Prune> for Aggregator {
-    type Result = Result<usize, String>;
+    type Result = Result<usize>;
 
     fn handle(&mut self, msg: Prune, _ctx: &mut Self::Context) -> Self::Result {
         self.prune(&msg.clusters, &msg.forget).map_err(|e| {
             error!(error = %e, "Pruning deselected objects failed.");
-            e.to_string()
+            Error::CommitFailed(e)
         })
     }
 }
 
 impl Handler<RemoveCluster> for Aggregator {
-    type Result = Result<usize, String>;
+    type Result = Result<usize>;
 
     fn handle(&mut self, msg: RemoveCluster, _ctx: &mut Self::Context) -> Self::Result {
-        self.remove_cluster(&msg.cluster).map_err(|e| e.to_string())
+        Ok(self.remove_cluster(&msg.cluster)?)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kubefold_engine::event::StoredEvent;
+    use kubefold_engine::event::{Change, EventType, StoredEvent};
+    use kubefold_engine::index::Index;
+    use crate::messages::WatchBatch;
     use kubefold_engine::names::NameStyle;
     use kubefold_engine::object::{ingest, Ingested};
     use kubefold_engine::resources;
@@ -497,7 +464,7 @@ mod tests {
     }
 
     fn names(aggregator: &Aggregator) -> Vec<String> {
-        aggregator.index.range("v1/pods", None, None).map(|(k, _)| k.name.clone()).collect()
+        aggregator.reflector.index().range("v1/pods", None, None).map(|(k, _)| k.name.clone()).collect()
     }
 
     /// kubefold starting on `dir`: the store recovered, its fleet and aggregator.
@@ -505,7 +472,7 @@ mod tests {
         let store = kubefold_store::Store::open(dir, &Options::default()).unwrap();
         let recovered = store.recover().unwrap();
         let fleet = Fleet::new(resources::builtin(), NameStyle::Qualified, store, recovered.index, recovered.compacted_rv);
-        let aggregator = Aggregator::new(fleet.clone(), Retention::default());
+        let aggregator = Aggregator::new(fleet.take_publisher().unwrap(), Retention::default());
         (fleet, aggregator)
     }
 
@@ -533,7 +500,7 @@ mod tests {
             assert_eq!(events, 1, "b unchanged, e added");
             send(&mut aggregator, WatchBatch::RelistPart { first: false, objects: vec![pod("c", "13"), pod("b", "14")] }, "");
             assert_eq!(names(&aggregator), ["a", "b", "c", "d", "e"], "nothing is deleted before the end");
-            let b = |a: &Aggregator| a.index.range("v1/pods", None, None).find(|(k, _)| k.name == "b").unwrap().1.member_rv().to_string();
+            let b = |a: &Aggregator| a.reflector.index().range("v1/pods", None, None).find(|(k, _)| k.name == "b").unwrap().1.member_rv().to_string();
             assert_eq!(b(&aggregator), "1", "an object listed twice keeps its first version");
             let events = send(&mut aggregator, WatchBatch::RelistEnd(vec![pod("f", "15")]), "20");
             // f added; a and d (only in the broken-off list) deleted.
@@ -570,7 +537,7 @@ mod tests {
             // More events than are kept: the oldest are no longer offered.
             let n = RECENT_EVENTS + 10;
             send(&mut aggregator, WatchBatch::Changes((0..n).map(|i| Change::Upsert(pod(&format!("q{i}"), &(10 + i).to_string()))).collect()), "");
-            let head = aggregator.index.head_rv();
+            let head = aggregator.head_rv();
             assert_eq!(head, 12 + n as u64);
             assert!(fleet.recent_events(0, head).is_none(), "the first events were let go");
             assert!(fleet.recent_events(head - RECENT_EVENTS as u64 - 1, head).is_none());
@@ -596,20 +563,20 @@ mod tests {
         let fleet = Fleet::new(resources::builtin(), NameStyle::Qualified, store, Index::default(), 0);
         // A snapshot every 2 events.
         let retention = Retention { max_events: 4, ..Retention::default() };
-        let mut aggregator = Aggregator::new(fleet, retention);
+        let mut aggregator = Aggregator::new(fleet.take_publisher().unwrap(), retention);
         aggregator.snapshot_rv = 1;
         send(&mut aggregator, WatchBatch::RelistPart { first: true, objects: (0..5).map(|i| pod(&format!("p{i}"), "1")).collect() }, "");
         send(&mut aggregator, WatchBatch::RelistPart { first: false, objects: (5..9).map(|i| pod(&format!("p{i}"), "1")).collect() }, "");
-        assert_eq!(aggregator.index.head_rv(), 9);
+        assert_eq!(aggregator.head_rv(), 9);
         assert!(!aggregator.snapshot_due(), "not while the list is received");
         send(&mut aggregator, WatchBatch::RelistEnd(vec![]), "5");
         assert!(aggregator.snapshot_due(), "due once it ended");
         // Events after a list (watch changes) count as before.
-        aggregator.snapshot_rv = aggregator.index.head_rv();
+        aggregator.snapshot_rv = aggregator.head_rv();
         send(&mut aggregator, WatchBatch::Changes(vec![Change::Upsert(pod("p1", "2")), Change::Upsert(pod("p2", "2"))]), "6");
         assert!(aggregator.snapshot_due());
         // The time limit holds even while a list is received.
-        aggregator.snapshot_rv = aggregator.index.head_rv();
+        aggregator.snapshot_rv = aggregator.head_rv();
         send(&mut aggregator, WatchBatch::RelistPart { first: true, objects: vec![pod("q", "7")] }, "");
         assert!(!aggregator.snapshot_due());
         aggregator.snapshot_at = Instant::now() - SNAPSHOT_AFTER;

@@ -1,12 +1,15 @@
 //! kubefold's actors: they own the moving parts of the engine.
 //!
-//! - [`cluster`]: member cluster connection settings and kube clients.
-//! - [`fleet`]: the shared read view (snapshot, event fan-out, store, status)
-//!   that HTTP workers read concurrently while the aggregator alone writes.
-//! - [`aggregator`]: numbers events, commits them to the store, publishes them.
+//! - [`cluster`]: member cluster connection settings, kube clients, backups.
+//! - [`fleet`]: the shared read view (published snapshot, members' status,
+//!   type catalog), each part with its one writer's handle.
+//! - [`aggregator`]: applies batches through the reflector, commits the
+//!   events to the store, publishes them.
 //! - [`machine`]: the cluster watcher's sans-I/O state machine.
 //! - [`watcher`]: the `ClusterWatcher` actor (one per cluster × resource type).
-//! - [`supervisor`]: starts the aggregator and the watchers and stops them.
+//! - [`supervisor`]: starts the watchers and stops them.
+//! - [`resolver`]: the `Resolver` actor (scheduler-estimator endpoints).
+//! - [`probe`]: the resolver's probes of estimator endpoints.
 //! - [`messages`]: the messages between them.
 
 pub mod aggregator;
@@ -14,6 +17,7 @@ pub mod cluster;
 pub mod fleet;
 pub mod machine;
 pub mod messages;
+pub mod probe;
 pub mod resolver;
 pub mod supervisor;
 pub mod watcher;

@@ -1,38 +1,21 @@
-//! Messages between the actors.
+//! Messages between the actors, by the actor that handles them. Each reply
+//! that can fail carries the error enum of that boundary.
 
 use actix::Message;
-use kubefold_engine::event::Change;
-use kubefold_engine::object::Ingested;
 use kubefold_engine::resources::TypeRef;
+use kubefold_engine::selection::ResourceSelection;
 
-/// What a watcher hands the aggregator for one (cluster, resource type).
-#[derive(Debug)]
-pub enum WatchBatch {
-    /// Changes seen on the watch stream, in order.
-    Changes(Vec<Change>),
-    /// The complete state from a fresh list: applied as a diff.
-    Relist(Vec<Ingested>),
-    /// A part of a fresh list too large for one batch, committed as it
-    /// arrives (upserts only; no checkpoint): `first` starts a new list. A
-    /// list's first part is applied before the member has sent the rest, so
-    /// neither the whole list nor its events are ever held at once.
-    RelistPart {
-        /// This part starts a list (parts of an unfinished one are forgotten).
-        first: bool,
-        /// The objects.
-        objects: Vec<Ingested>,
-    },
-    /// The last part of a list sent in parts: applied with the parts before
-    /// it as [`WatchBatch::Relist`] (objects in none of them are deleted).
-    RelistEnd(Vec<Ingested>),
-    /// A bookmark: nothing changed up to the checkpoint.
-    Bookmark,
-}
+pub use kubefold_engine::reflector::WatchBatch;
+
+use crate::cluster::ClusterSpec;
+use crate::resolver::EstimatorConfig;
+
+// To a watcher's sink (the aggregator, or the resolver for its control plane).
 
 /// A watcher's batch, with the member RV it reached. The reply comes once the
 /// batch is committed, so a watcher awaiting it gets backpressure.
 #[derive(Debug, Message)]
-#[rtype(result = "Result<usize, String>")]
+#[rtype(result = "Result<usize, IngestError>")]
 pub struct Ingest {
     /// The member cluster.
     pub cluster: String,
@@ -49,6 +32,14 @@ pub struct Ingest {
     pub scope: Option<ScopeTicket>,
 }
 
+/// Why a watcher's batch was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    /// The batch's events could not be committed to the store.
+    #[error(transparent)]
+    CommitFailed(#[from] kubefold_store::Error),
+}
+
 /// The identity of a selected watcher: the type it watches for the
 /// selection and its generation ([`crate::fleet::WatchScope`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,11 +50,13 @@ pub struct ScopeTicket {
     pub generation: u64,
 }
 
+// To the aggregator.
+
 /// The selection changed (or a cluster was added): objects of the
 /// `clusters` that no running watcher's scope keeps become DELETED events,
 /// and their checkpoints go.
 #[derive(Debug, Message)]
-#[rtype(result = "Result<usize, String>")]
+#[rtype(result = "Result<usize, crate::aggregator::Error>")]
 pub struct Prune {
     /// The clusters to check.
     pub clusters: Vec<String>,
@@ -74,11 +67,70 @@ pub struct Prune {
 
 /// A cluster was removed: its objects become DELETED events.
 #[derive(Debug, Message)]
-#[rtype(result = "Result<usize, String>")]
+#[rtype(result = "Result<usize, crate::aggregator::Error>")]
 pub struct RemoveCluster {
     /// The cluster.
     pub cluster: String,
 }
+
+/// Compacts the log now, as retention allows; replies with what was done.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<kubefold_store::CompactStats, crate::aggregator::Error>")]
+pub struct Compact;
+
+/// Writes a consistent backup (between two commits) to a temporary file;
+/// replies with its path.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<std::path::PathBuf, crate::aggregator::Error>")]
+pub struct Backup {
+    /// Keep the credentials of registered members (tokens, inline
+    /// kubeconfigs); without it they are left out.
+    pub include_credentials: bool,
+}
+
+// To the supervisor.
+
+/// Adds (or replaces) a member cluster and starts watching it.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct AddCluster(pub ClusterSpec);
+
+/// Removes a member cluster: its watchers stop and its objects become DELETED events.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<usize, crate::supervisor::Error>")]
+pub struct DropCluster(pub String);
+
+/// Lists the member clusters.
+#[derive(Debug, Message)]
+#[rtype(result = "Vec<ClusterSpec>")]
+pub struct ListClusters;
+
+/// Puts a (validated) resource selection in force: discovery follows at
+/// once, watchers start and stop, and objects no longer selected become
+/// DELETED events. Replies with their number.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<usize, crate::supervisor::Error>")]
+pub struct SetSelection(pub ResourceSelection);
+
+// To the resolver.
+
+/// Sets the member clusters whose endpoints are kept.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct SetMembers(pub Vec<String>);
+
+/// Replaces the estimator configuration (restarting the control-plane
+/// watchers when the control plane or the namespace changed).
+#[derive(Debug, Message)]
+#[rtype(result = "Result<(), crate::resolver::Error>")]
+pub struct SetConfig(pub EstimatorConfig);
+
+/// Probes every endpoint now.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct ProbeNow;
+
+// To any actor.
 
 /// Stops an actor.
 #[derive(Debug, Message)]

@@ -21,7 +21,7 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName,
 use tokio_rustls::rustls::{self, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use tokio_rustls::TlsConnector;
 
-use super::EstimatorTls;
+use crate::resolver::EstimatorTls;
 
 /// Errors of setting up TLS for the probes.
 #[derive(Debug, Error)]

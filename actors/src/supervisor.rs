@@ -9,16 +9,29 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use actix::{Actor, Addr, Arbiter, ArbiterHandle, Context, Handler, Message, ResponseFuture};
+use actix::{Actor, Addr, Arbiter, ArbiterHandle, Context, Handler, ResponseFuture};
 use kubefold_engine::resources::TypeRef;
 use kubefold_engine::selection::{NamespaceFilter, ResourceSelection};
+use thiserror::Error;
 use tracing::info;
 
 use crate::aggregator::Aggregator;
 use crate::cluster::ClusterSpec;
-use crate::fleet::{Fleet, WatchScope};
+use crate::fleet::{Fleet, Supervision, WatchScope};
+pub use crate::messages::{AddCluster, DropCluster, ListClusters, SetSelection};
 use crate::messages::{Prune, RemoveCluster, ScopeTicket, Stop};
 use crate::watcher::{ClusterWatcher, WatchTarget};
+
+/// Errors of the supervisor's requests.
+#[derive(Debug, Error)]
+pub enum Error {
+    /// The aggregator did not take the request (it stopped, or its mailbox is closed).
+    #[error(transparent)]
+    AggregatorUnavailable(#[from] actix::MailboxError),
+    /// The aggregator failed to delete the objects.
+    #[error(transparent)]
+    DeletionFailed(#[from] crate::aggregator::Error),
+}
 
 /// One running watcher.
 struct Running {
@@ -29,6 +42,8 @@ struct Running {
 /// The supervisor's state.
 pub struct Supervisor {
     fleet: Arc<Fleet>,
+    /// The members, the selection and the watchers' scopes and status are written through it.
+    supervision: Supervision,
     aggregator: Addr<Aggregator>,
     arbiters: Vec<Arbiter>,
     spread: Spread,
@@ -37,28 +52,6 @@ pub struct Supervisor {
     watchers: HashMap<String, BTreeMap<TypeRef, Running>>,
     checkpoints: BTreeMap<(String, String), String>,
 }
-
-/// Adds (or replaces) a member cluster and starts watching it.
-#[derive(Debug, Message)]
-#[rtype(result = "()")]
-pub struct AddCluster(pub ClusterSpec);
-
-/// Removes a member cluster: its watchers stop and its objects become DELETED events.
-#[derive(Debug, Message)]
-#[rtype(result = "Result<usize, String>")]
-pub struct DropCluster(pub String);
-
-/// Lists the member clusters.
-#[derive(Debug, Message)]
-#[rtype(result = "Vec<ClusterSpec>")]
-pub struct ListClusters;
-
-/// Puts a (validated) resource selection in force: discovery follows at
-/// once, watchers start and stop, and objects no longer selected become
-/// DELETED events. Replies with their number.
-#[derive(Debug, Message)]
-#[rtype(result = "Result<usize, String>")]
-pub struct SetSelection(pub ResourceSelection);
 
 /// Which watcher thread each new watcher runs on: the watchers of one type
 /// go round the threads, each type starting where the previous new type
@@ -113,17 +106,18 @@ pub fn changes(running: &BTreeMap<TypeRef, NamespaceFilter>, plan: &BTreeMap<Typ
 }
 
 impl Supervisor {
-    /// A supervisor over `fleet`, with `threads` watcher threads; `checkpoints`
-    /// are the persisted member RVs to resume from.
+    /// A supervisor of the fleet of `supervision`, with `threads` watcher
+    /// threads; `checkpoints` are the persisted member RVs to resume from.
     pub fn new(
-        fleet: Arc<Fleet>,
+        supervision: Supervision,
         aggregator: Addr<Aggregator>,
         threads: usize,
         checkpoints: BTreeMap<(String, String), String>,
     ) -> Supervisor {
         let arbiters = (0..threads.max(1)).map(|_| Arbiter::new()).collect();
         Supervisor {
-            fleet,
+            fleet: supervision.fleet().clone(),
+            supervision,
             aggregator,
             arbiters,
             spread: Spread::default(),
@@ -163,8 +157,8 @@ impl Supervisor {
             }
         }
         // Every watcher starts as Connecting: readiness waits for all of them.
-        self.fleet.remove_status(&spec.name);
-        self.fleet.set_member(spec.clone());
+        self.supervision.remove_status(&spec.name);
+        self.supervision.set_member(spec.clone());
         self.clusters.insert(spec.name.clone(), spec.clone());
         let plan = self.fleet.selection().plan(&spec.name, &spec.labels);
         for (type_ref, namespaces) in plan {
@@ -179,7 +173,7 @@ impl Supervisor {
     /// Puts `selection` in force; returns what to prune.
     pub fn set_selection(&mut self, selection: ResourceSelection) -> Prune {
         let mut forget = Vec::new();
-        self.fleet.set_selection(selection.clone());
+        self.supervision.set_selection(selection.clone());
         for spec in self.clusters.values().cloned().collect::<Vec<_>>() {
             let running: BTreeMap<TypeRef, NamespaceFilter> = self
                 .watchers
@@ -218,7 +212,7 @@ impl Supervisor {
     fn start_watcher(&mut self, spec: &ClusterSpec, type_ref: TypeRef, namespaces: NamespaceFilter, resume: bool) {
         let generation = self.next_generation;
         self.next_generation += 1;
-        self.fleet.set_scope(&spec.name, &type_ref, WatchScope { generation, namespaces: namespaces.clone() });
+        self.supervision.set_scope(&spec.name, &type_ref, WatchScope { generation, namespaces: namespaces.clone() });
         let known = self.fleet.known_type(&type_ref);
         let key = known.as_ref().map(|r| r.key());
         let checkpoint_key = key.clone().map(|k| (spec.name.clone(), k));
@@ -236,7 +230,7 @@ impl Supervisor {
         let target = match known {
             Some(resource) if resource.is_builtin() => {
                 let rv = checkpoint.clone();
-                self.fleet.update_status(&spec.name, &resource.key(), |s| s.checkpoint = rv);
+                self.supervision.update_status(&spec.name, &resource.key(), |s| s.checkpoint = rv);
                 WatchTarget::Known(resource)
             }
             _ => WatchTarget::Discover(type_ref.clone()),
@@ -244,10 +238,10 @@ impl Supervisor {
         let namespace = namespaces.single().map(str::to_string);
         let ticket = ScopeTicket { type_ref: type_ref.clone(), generation };
         let checkpoint = key.zip(checkpoint);
-        let (spec2, aggregator, fleet) = (spec.clone(), self.aggregator.clone(), self.fleet.clone());
+        let (spec2, aggregator, report) = (spec.clone(), self.aggregator.clone(), self.supervision.report(&spec.name, ticket));
         let arbiter = self.arbiter(&type_ref);
         let addr = ClusterWatcher::start_in_arbiter(&arbiter, move |_| {
-            ClusterWatcher::selected(spec2, target, namespace, ticket, aggregator.recipient(), fleet, checkpoint)
+            ClusterWatcher::selected(spec2, target, namespace, aggregator.recipient(), report, checkpoint)
         });
         self.watchers.entry(spec.name.clone()).or_default().insert(type_ref, Running { addr, namespaces });
     }
@@ -257,10 +251,10 @@ impl Supervisor {
         if let Some(running) = self.watchers.get_mut(cluster).and_then(|w| w.remove(type_ref)) {
             running.addr.do_send(Stop);
         }
-        self.fleet.remove_scope(cluster, type_ref);
+        self.supervision.remove_scope(cluster, type_ref);
         let key = self.fleet.known_type(type_ref)?.key();
         let status = self.fleet.status().get(cluster).and_then(|w| w.get(&key).cloned());
-        self.fleet.remove_watcher_status(cluster, &key);
+        self.supervision.remove_watcher_status(cluster, &key);
         Some(key).zip(status.and_then(|s| s.checkpoint))
     }
 
@@ -268,7 +262,7 @@ impl Supervisor {
         for (_, running) in self.watchers.remove(cluster).unwrap_or_default() {
             running.addr.do_send(Stop);
         }
-        self.fleet.remove_scopes(cluster);
+        self.supervision.remove_scopes(cluster);
     }
 }
 
@@ -295,17 +289,17 @@ impl Handler<AddCluster> for Supervisor {
 }
 
 impl Handler<DropCluster> for Supervisor {
-    type Result = ResponseFuture<Result<usize, String>>;
+    type Result = ResponseFuture<Result<usize, Error>>;
 
     fn handle(&mut self, msg: DropCluster, _ctx: &mut Self::Context) -> Self::Result {
         self.stop_watchers(&msg.0);
         self.clusters.remove(&msg.0);
-        self.fleet.remove_member(&msg.0);
+        self.supervision.remove_member(&msg.0);
+        // Its watchers write no more status (their scopes are gone).
+        self.supervision.remove_status(&msg.0);
         self.checkpoints.retain(|(c, _), _| c != &msg.0);
         let aggregator = self.aggregator.clone();
-        Box::pin(async move {
-            aggregator.send(RemoveCluster { cluster: msg.0 }).await.map_err(|e| e.to_string())?
-        })
+        Box::pin(async move { Ok(aggregator.send(RemoveCluster { cluster: msg.0 }).await??) })
     }
 }
 
@@ -318,12 +312,12 @@ impl Handler<ListClusters> for Supervisor {
 }
 
 impl Handler<SetSelection> for Supervisor {
-    type Result = ResponseFuture<Result<usize, String>>;
+    type Result = ResponseFuture<Result<usize, Error>>;
 
     fn handle(&mut self, msg: SetSelection, _ctx: &mut Self::Context) -> Self::Result {
         let prune = self.set_selection(msg.0);
         let aggregator = self.aggregator.clone();
-        Box::pin(async move { aggregator.send(prune).await.map_err(|e| e.to_string())? })
+        Box::pin(async move { Ok(aggregator.send(prune).await??) })
     }
 }
 

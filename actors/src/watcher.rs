@@ -10,8 +10,6 @@
 //! categories, and its CustomResourceDefinition, when the member shows it,
 //! the printer columns.
 
-use std::sync::Arc;
-
 use actix::{Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Recipient, WrapFuture};
 use futures::{AsyncBufRead, AsyncBufReadExt, FutureExt};
 use kube::api::{ListParams, WatchParams};
@@ -25,9 +23,9 @@ use serde_json::value::RawValue;
 use tracing::{debug, info, warn};
 
 use crate::cluster::ClusterSpec;
-use crate::fleet::{Fleet, SyncState};
+use crate::fleet::{SyncState, WatcherReport};
 use crate::machine::{Input, Machine, Request};
-use crate::messages::{Ingest, ScopeTicket, Stop, WatchBatch};
+use crate::messages::{Ingest, IngestError, Stop, WatchBatch};
 
 /// Page size of the watcher's lists.
 const LIST_PAGE: u32 = 500;
@@ -56,47 +54,57 @@ pub enum WatchTarget {
     Discover(TypeRef),
 }
 
+/// Why a batch was not committed.
+#[derive(Debug, thiserror::Error)]
+enum CommitError {
+    /// The sink stopped.
+    #[error("event sink unavailable: {0}")]
+    SinkUnavailable(#[source] actix::MailboxError),
+    /// The sink refused the batch.
+    #[error(transparent)]
+    Refused(#[from] IngestError),
+}
+
 /// The watcher actor.
 pub struct ClusterWatcher {
     spec: ClusterSpec,
     target: WatchTarget,
     sink: Recipient<Ingest>,
-    fleet: Arc<Fleet>,
+    /// Its status row, its member's restores, the types it discovers.
+    report: WatcherReport,
     /// The resource key and member RV to resume from.
     checkpoint: Option<(String, String)>,
     namespace: Option<String>,
-    ticket: Option<ScopeTicket>,
 }
 
 impl ClusterWatcher {
     /// A watcher of `resource` in the member `spec`, resuming from
     /// `checkpoint`, handing batches to `sink` (the aggregator, or the
-    /// resolver for the control plane's Services).
+    /// resolver for the control plane's Services), reporting through `report`.
     pub fn new(
         spec: ClusterSpec,
         resource: ResourceType,
         sink: Recipient<Ingest>,
-        fleet: Arc<Fleet>,
+        report: WatcherReport,
         checkpoint: Option<String>,
     ) -> ClusterWatcher {
         let checkpoint = checkpoint.map(|rv| (resource.key(), rv));
-        ClusterWatcher { spec, target: WatchTarget::Known(resource), sink, fleet, checkpoint, namespace: None, ticket: None }
+        ClusterWatcher { spec, target: WatchTarget::Known(resource), sink, report, checkpoint, namespace: None }
     }
 
     /// A watcher the resource selection asks for: `target` in the member
-    /// `spec`, in `namespace` only when set, identified by `ticket`,
-    /// resuming from `checkpoint` (resource key and member RV) when the
-    /// type's key is still that one.
+    /// `spec`, in `namespace` only when set, identified by the ticket of
+    /// its `report`, resuming from `checkpoint` (resource key and member
+    /// RV) when the type's key is still that one.
     pub fn selected(
         spec: ClusterSpec,
         target: WatchTarget,
         namespace: Option<String>,
-        ticket: ScopeTicket,
         sink: Recipient<Ingest>,
-        fleet: Arc<Fleet>,
+        report: WatcherReport,
         checkpoint: Option<(String, String)>,
     ) -> ClusterWatcher {
-        ClusterWatcher { spec, target, sink, fleet, checkpoint, namespace, ticket: Some(ticket) }
+        ClusterWatcher { spec, target, sink, report, checkpoint, namespace }
     }
 }
 
@@ -104,8 +112,8 @@ impl Actor for ClusterWatcher {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        let (spec, target, sink, fleet) = (self.spec.clone(), self.target.clone(), self.sink.clone(), self.fleet.clone());
-        let (namespace, ticket, checkpoint) = (self.namespace.clone(), self.ticket.clone(), self.checkpoint.clone());
+        let (spec, target, sink, report) = (self.spec.clone(), self.target.clone(), self.sink.clone(), self.report.clone());
+        let (namespace, checkpoint) = (self.namespace.clone(), self.checkpoint.clone());
         let watch = async move {
             let seed = (spec.name.len() as u64) << 32 ^ std::process::id() as u64;
             let mut machine = Machine::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
@@ -113,7 +121,7 @@ impl Actor for ClusterWatcher {
                 WatchTarget::Known(resource) => resource.clone(),
                 WatchTarget::Discover(type_ref) => {
                     let client = connect(&spec, &mut machine, |e| warn!(cluster = %spec.name, resource = %type_ref, error = e, "Member request failed.")).await;
-                    discover(&client, &spec.name, type_ref, &fleet).await
+                    discover(&client, &spec.name, type_ref, &report).await
                 }
             };
             let checkpoint = checkpoint.filter(|(key, _)| *key == resource.key()).map(|(_, rv)| rv);
@@ -122,9 +130,8 @@ impl Actor for ClusterWatcher {
                 spec,
                 resource,
                 sink,
-                fleet,
+                report,
                 namespace,
-                ticket,
                 heal_at: std::cell::Cell::new(None),
                 heals: std::cell::Cell::new(0),
             };
@@ -155,15 +162,15 @@ async fn connect(spec: &ClusterSpec, machine: &mut Machine, report: impl Fn(&str
 }
 
 /// Discovers `type_ref` from the member until it serves it (a CRD may be
-/// installed later), records it in the fleet, and returns it.
-async fn discover(client: &kube::Client, cluster: &str, type_ref: &TypeRef, fleet: &Fleet) -> ResourceType {
+/// installed later), records it in the fleet's catalog, and returns it.
+async fn discover(client: &kube::Client, cluster: &str, type_ref: &TypeRef, report: &WatcherReport) -> ResourceType {
     let mut delay = std::time::Duration::from_secs(1);
     let mut reported = false;
     loop {
         match discover_once(client, type_ref).await {
             Ok(resource) => {
                 info!(cluster, resource = %resource.key(), kind = %type_ref, printer_columns = resource.printer_columns.len(), "Resource type discovered.");
-                fleet.learn_type(resource.clone());
+                report.learn_type(resource.clone());
                 return resource;
             }
             Err(error) if !reported => {
@@ -309,7 +316,7 @@ struct StatusBody {
     message: String,
 }
 
-/// A member's restore signal ([`Fleet::member_restored`]).
+/// A member's restore signal ([`WatcherReport::member_restored`]).
 type Restores = tokio::sync::watch::Receiver<u64>;
 
 /// The watcher's running loop (the I/O half of the machine).
@@ -318,9 +325,8 @@ struct Run {
     resource: ResourceType,
     key: String,
     sink: Recipient<Ingest>,
-    fleet: Arc<Fleet>,
+    report: WatcherReport,
     namespace: Option<String>,
-    ticket: Option<ScopeTicket>,
     /// Set when a member object was skipped (bad data): a relist at this
     /// time recovers the change that was lost with it.
     heal_at: std::cell::Cell<Option<tokio::time::Instant>>,
@@ -357,7 +363,7 @@ struct RelistParts {
 
 impl RelistParts {
     /// Commits `objects` (emptied) as the next part.
-    async fn send(&mut self, run: &Run, objects: &mut Vec<Ingested>) -> Result<usize, String> {
+    async fn send(&mut self, run: &Run, objects: &mut Vec<Ingested>) -> Result<usize, CommitError> {
         let part = std::mem::take(objects);
         let len = part.len();
         // A part moves no checkpoint (the aggregator writes none for it).
@@ -404,7 +410,7 @@ impl Run {
         // Streaming lists until the member shows it does not serve them.
         let streaming = std::cell::Cell::new(true);
         let client = connect(&self.spec, &mut machine, |e| self.fail(e)).await;
-        let mut restores = self.fleet.restores(&self.spec.name);
+        let mut restores = self.report.restores();
         loop {
             if !action.delay.is_zero() {
                 tokio::time::sleep(action.delay).await;
@@ -434,12 +440,7 @@ impl Run {
 
     /// Updates this watcher's status, unless the selection stopped it.
     fn update_status(&self, f: impl FnOnce(&mut crate::fleet::WatcherStatus)) {
-        if let Some(ticket) = &self.ticket {
-            if self.fleet.scope(&self.spec.name, &ticket.type_ref).is_none_or(|s| s.generation != ticket.generation) {
-                return;
-            }
-        }
-        self.fleet.update_status(&self.spec.name, &self.key, f);
+        self.report.update_status(&self.key, f);
     }
 
     fn fail(&self, error: &str) {
@@ -517,12 +518,9 @@ impl Run {
         }
     }
 
-    async fn commit(&self, batch: WatchBatch, checkpoint: String) -> Result<usize, String> {
-        let msg = Ingest { cluster: self.spec.name.clone(), resource: self.key.clone(), batch, checkpoint, scope: self.ticket.clone() };
-        match self.sink.send(msg).await {
-            Ok(result) => result,
-            Err(e) => Err(format!("event sink unavailable: {e}")),
-        }
+    async fn commit(&self, batch: WatchBatch, checkpoint: String) -> Result<usize, CommitError> {
+        let msg = Ingest { cluster: self.spec.name.clone(), resource: self.key.clone(), batch, checkpoint, scope: self.report.ticket().cloned() };
+        Ok(self.sink.send(msg).await.map_err(CommitError::SinkUnavailable)??)
     }
 
     async fn list(&self, client: &kube::Client) -> Input {
@@ -564,7 +562,7 @@ impl Run {
             }
             if objects.len() >= RELIST_PART_OBJECTS {
                 if let Err(e) = parts.send(self, &mut objects).await {
-                    self.fail(&e);
+                    self.fail(&e.to_string());
                     return Input::Failed { retry_after: None };
                 }
             }
@@ -584,7 +582,7 @@ impl Run {
                 Input::Listed { rv: list_rv }
             }
             Err(e) => {
-                self.fail(&e);
+                self.fail(&e.to_string());
                 Input::Failed { retry_after: None }
             }
         }
@@ -643,7 +641,7 @@ impl Run {
         let current = serde_json::from_str::<ListPage>(&text).ok()?.metadata.resource_version.parse::<u64>().ok()?;
         if current < ours {
             warn!(cluster = %self.spec.name, resource = %self.key, checkpoint = ours, member = current, "Member resourceVersion went back (restored from a backup?); relisting.");
-            self.fleet.member_restored(&self.spec.name);
+            self.report.member_restored();
             return Some(Input::RvWentBack);
         }
         None
@@ -714,7 +712,7 @@ impl Run {
                     if objects.len() >= RELIST_PART_OBJECTS {
                         let mut part: Vec<Ingested> = std::mem::take(&mut objects).into_values().collect();
                         if let Err(e) = parts.send(self, &mut part).await {
-                            self.fail(&e);
+                            self.fail(&e.to_string());
                             return Some(Input::Failed { retry_after: None });
                         }
                     }
@@ -752,7 +750,7 @@ impl Run {
                 });
             }
             Err(e) => {
-                self.fail(&e);
+                self.fail(&e.to_string());
                 return Some(Input::Failed { retry_after: None });
             }
         }
@@ -831,7 +829,7 @@ impl Run {
                     if let (Some(start), Ok(n)) = (start_rv, event_rv.parse::<u64>()) {
                         if n < start && event.event_type != "BOOKMARK" {
                             warn!(cluster = %self.spec.name, resource = %self.key, start, got = n, "Member resourceVersion went back; relisting.");
-                            self.fleet.member_restored(&self.spec.name);
+                            self.report.member_restored();
                             return Input::RvWentBack;
                         }
                     }
@@ -846,7 +844,7 @@ impl Run {
             let n = changes.len();
             let batch = if changes.is_empty() { WatchBatch::Bookmark } else { WatchBatch::Changes(changes) };
             if let Err(e) = self.commit(batch, current.clone()).await {
-                self.fail(&e);
+                self.fail(&e.to_string());
                 return Input::Failed { retry_after: None };
             }
             self.update_status(|s| {

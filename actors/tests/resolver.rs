@@ -134,7 +134,7 @@ async fn the_resolver_follows_its_control_plane_config_and_members() {
 
     // An invalid config is refused and changes nothing.
     let refused = resolver.send(SetConfig(EstimatorConfig { port: 0, ..config(&second) })).await.unwrap();
-    assert_eq!(refused.unwrap_err(), "estimator config: port must be between 1 and 65535");
+    assert_eq!(refused.unwrap_err().to_string(), "estimator config: port must be between 1 and 65535");
     // Probing is disabled (probeIntervalSeconds: 0): no probe result appears.
     resolver.send(ProbeNow).await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;

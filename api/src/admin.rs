@@ -296,7 +296,7 @@ pub async fn remove_cluster(state: web::Data<ApiState>, name: web::Path<String>)
             .send(DropCluster(name.to_string()))
             .await
             .map_err(|e| Status::internal(e.to_string()))?
-            .map_err(Status::internal)?;
+            .map_err(|e| Status::internal(e.to_string()))?;
         control.members_changed(state.fleet.member_names());
         Ok(respond::json(&json!({"name": *name, "deletedObjects": deleted})))
     }
@@ -396,7 +396,7 @@ pub async fn set_resources(state: web::Data<ApiState>, payload: web::Payload) ->
             .send(SetSelection(selection))
             .await
             .map_err(|e| Status::internal(e.to_string()))?
-            .map_err(Status::internal)?;
+            .map_err(|e| Status::internal(e.to_string()))?;
         let mut doc = resources_json(&state)?;
         doc["deletedObjects"] = json!(deleted);
         Ok(respond::json(&doc))
@@ -424,7 +424,7 @@ pub async fn stats(state: web::Data<ApiState>) -> HttpResponse {
 /// `POST /admin/v1/compact`.
 pub async fn compact(state: web::Data<ApiState>) -> HttpResponse {
     let result = async {
-        let stats = control(&state)?.aggregator.send(Compact).await.map_err(|e| Status::internal(e.to_string()))?.map_err(Status::internal)?;
+        let stats = control(&state)?.aggregator.send(Compact).await.map_err(|e| Status::internal(e.to_string()))?.map_err(|e| Status::internal(e.to_string()))?;
         Ok::<_, Status>(respond::json(&json!(stats)))
     }
     .await;
@@ -443,7 +443,7 @@ pub async fn backup(state: web::Data<ApiState>, req: actix_web::HttpRequest) -> 
             Some("true") => true,
             Some(other) => return Err(Status::bad_request(format!("includeCredentials must be true or false, not {other:?}"))),
         };
-        let path = control(&state)?.aggregator.send(Backup { include_credentials }).await.map_err(|e| Status::internal(e.to_string()))?.map_err(Status::internal)?;
+        let path = control(&state)?.aggregator.send(Backup { include_credentials }).await.map_err(|e| Status::internal(e.to_string()))?.map_err(|e| Status::internal(e.to_string()))?;
         let file = tokio::fs::File::open(&path).await.map_err(|e| Status::internal(e.to_string()))?;
         // The file is already open; removing it now frees the space when the stream ends.
         let _ = std::fs::remove_file(&path);

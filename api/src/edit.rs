@@ -6,7 +6,6 @@
 //! has ingested it (read-your-writes) so that the next read shows it.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use actix_web::web::Bytes;
 use actix_web::{HttpRequest, HttpResponse};
@@ -165,18 +164,14 @@ fn reached(seen: &str, wanted: &str) -> bool {
 async fn wait_ingested(state: &ApiState, scope: &Scope, key: &ObjectKey, member_rv: &str, gone: bool) -> Option<Option<Arc<IndexEntry>>> {
     let deadline = tokio::time::Instant::now() + state.config.write_wait;
     let resource = scope.resource.key();
-    loop {
-        let snapshot = state.fleet.snapshot();
-        match snapshot.get(&resource, key) {
-            None if gone => return Some(None),
-            Some(e) if reached(e.member_rv(), member_rv) => return Some(Some(e.clone())),
-            _ => {}
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    state
+        .fleet
+        .wait_for(deadline, |snapshot| match snapshot.get(&resource, key) {
+            None if gone => Some(None),
+            Some(e) if reached(e.member_rv(), member_rv) => Some(Some(e.clone())),
+            _ => None,
+        })
+        .await
 }
 
 /// Whether the request asks for a dry run (`dryRun=All`): the member

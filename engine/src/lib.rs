@@ -6,7 +6,8 @@
 //! - [`object`]: turning a member's object into the served form and back.
 //! - [`estimator`]: scheduler-estimator endpoint resolution (pure rules).
 //! - [`event`]: events, the persisted envelope, and index entries.
-//! - [`index`]: the merged index with its one `apply` and relist diffs.
+//! - [`index`]: the merged index with its one `apply`.
+//! - [`reflector`]: what a watcher's batch does to the index (relists, tombstones).
 //! - [`paging`]: continue tokens.
 //! - [`selection`]: which types are aggregated from which clusters and namespaces.
 //! - [`selector`]: label and field selectors.
@@ -31,6 +32,7 @@ pub mod names;
 pub mod object;
 pub mod openapi;
 pub mod paging;
+pub mod reflector;
 pub mod resources;
 pub mod scan;
 pub mod selection;

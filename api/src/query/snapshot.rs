@@ -75,14 +75,8 @@ impl Snapshots {
 /// "Too large resource version" with Retry-After after that.
 pub async fn wait_for_rv(fleet: &Fleet, rv: u64, wait: Duration) -> Result<(), Status> {
     let deadline = tokio::time::Instant::now() + wait;
-    loop {
-        let head = fleet.snapshot().head_rv();
-        if head >= rv {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(Status::too_large_resource_version(rv, head, 1));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    match fleet.wait_for(deadline, |index| (index.head_rv() >= rv).then_some(())).await {
+        Some(()) => Ok(()),
+        None => Err(Status::too_large_resource_version(rv, fleet.snapshot().head_rv(), 1)),
     }
 }

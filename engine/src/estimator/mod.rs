@@ -39,6 +39,12 @@
 //!   DNS search path in the `{ns}` namespace; the qualified names also work
 //!   from other namespaces and from hosts whose resolver knows the cluster
 //!   domain.
+//!
+//! Its parts: [`objects`] (the Services and EndpointSlices read) and
+//! [`control_plane`] (what is seen of them).
+
+pub mod control_plane;
+pub mod objects;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
@@ -46,6 +52,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
+
+pub use control_plane::ControlPlane;
+pub use objects::{Endpoint, EndpointSlice, Service, ServicePort, SlicePort, TargetPort};
 
 /// The label an EndpointSlice carries naming its Service
 /// (<https://kubernetes.io/docs/concepts/services-networking/endpoint-slices/#ownership>).
@@ -138,11 +147,11 @@ pub struct EndpointEntry {
 }
 
 impl EndpointEntry {
-    fn ok(cluster: &str, rule: Rule, addresses: Vec<String>) -> EndpointEntry {
+    pub(super) fn ok(cluster: &str, rule: Rule, addresses: Vec<String>) -> EndpointEntry {
         EndpointEntry { cluster: cluster.to_string(), addresses, rule, error: None }
     }
 
-    fn failed(cluster: &str, rule: Rule, error: String) -> EndpointEntry {
+    pub(super) fn failed(cluster: &str, rule: Rule, error: String) -> EndpointEntry {
         EndpointEntry { cluster: cluster.to_string(), addresses: Vec::new(), rule, error: Some(error) }
     }
 }
@@ -179,266 +188,6 @@ impl Lookup {
     }
 }
 
-/// A ServicePort's `targetPort` (an IntOrString).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TargetPort {
-    /// A port number.
-    Number(i64),
-    /// A named port of the backing pods.
-    Name(String),
-}
-
-/// One entry of `spec.ports` of a Service.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServicePort {
-    /// `name`; empty when unset (allowed for a Service with one port).
-    pub name: String,
-    /// `port`.
-    pub port: i64,
-    /// `targetPort`; `None` when unset (the API server defaults it to `port`).
-    pub target_port: Option<TargetPort>,
-}
-
-/// What the resolver needs of a `v1` Service.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Service {
-    /// `metadata.namespace`.
-    pub namespace: String,
-    /// `metadata.name`.
-    pub name: String,
-    /// `spec.type`; empty when unset (the API defaults it to `ClusterIP`).
-    pub service_type: String,
-    /// `spec.clusterIP`; `None` (the string) for a headless Service.
-    pub cluster_ip: String,
-    /// `spec.clusterIPs`, primary first (dual-stack).
-    pub cluster_ips: Vec<String>,
-    /// `spec.externalName`.
-    pub external_name: String,
-    /// `spec.ports`.
-    pub ports: Vec<ServicePort>,
-}
-
-/// One entry of `ports` of an EndpointSlice.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SlicePort {
-    /// `name`, the name of the ServicePort it serves; empty when unset.
-    pub name: String,
-    /// `port`; `None` means "all ports" (EndpointSlice API).
-    pub port: Option<i64>,
-}
-
-/// One entry of `endpoints` of an EndpointSlice.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Endpoint {
-    /// `addresses`; fungible, clients may use only the first.
-    pub addresses: Vec<String>,
-    /// `conditions.ready`.
-    pub ready: Option<bool>,
-    /// `conditions.serving`.
-    pub serving: Option<bool>,
-    /// `conditions.terminating`.
-    pub terminating: Option<bool>,
-}
-
-impl Endpoint {
-    /// Whether the endpoint takes new connections: `ready` is not false and
-    /// `terminating` is not true.
-    ///
-    /// The EndpointSlice API (discovery.k8s.io/v1 `EndpointConditions`) says a
-    /// nil `ready` is to be read as ready, a nil `terminating` as not
-    /// terminating, and that `serving` differs from `ready` only for
-    /// terminating endpoints
-    /// (<https://kubernetes.io/docs/concepts/services-networking/endpoint-slices/#conditions>).
-    /// kube-proxy falls back to serving-and-terminating endpoints when a
-    /// Service has no ready one; the estimator is not a data-plane path, so
-    /// terminating endpoints are never handed out here.
-    pub fn is_ready(&self) -> bool {
-        self.ready != Some(false) && self.terminating != Some(true)
-    }
-}
-
-/// What the resolver needs of a `discovery.k8s.io/v1` EndpointSlice.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EndpointSlice {
-    /// `metadata.namespace`.
-    pub namespace: String,
-    /// `metadata.name`.
-    pub name: String,
-    /// The `kubernetes.io/service-name` label.
-    pub service_name: Option<String>,
-    /// `addressType`: `IPv4`, `IPv6` or `FQDN`.
-    pub address_type: String,
-    /// `ports`.
-    pub ports: Vec<SlicePort>,
-    /// `endpoints`.
-    pub endpoints: Vec<Endpoint>,
-}
-
-#[derive(Deserialize, Default)]
-struct MetaJson {
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    namespace: Option<String>,
-    #[serde(default)]
-    labels: Option<BTreeMap<String, String>>,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum IntOrString {
-    Int(i64),
-    Str(String),
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ServicePortJson {
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    port: i64,
-    #[serde(default)]
-    target_port: Option<IntOrString>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-struct ServiceSpecJson {
-    #[serde(default, rename = "type")]
-    service_type: Option<String>,
-    #[serde(default, rename = "clusterIP")]
-    cluster_ip: Option<String>,
-    #[serde(default, rename = "clusterIPs")]
-    cluster_ips: Option<Vec<String>>,
-    #[serde(default)]
-    external_name: Option<String>,
-    #[serde(default)]
-    ports: Option<Vec<ServicePortJson>>,
-}
-
-#[derive(Deserialize)]
-struct ServiceJson {
-    #[serde(default)]
-    metadata: Option<MetaJson>,
-    #[serde(default)]
-    spec: Option<ServiceSpecJson>,
-}
-
-#[derive(Deserialize)]
-struct SlicePortJson {
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    port: Option<i64>,
-}
-
-#[derive(Deserialize, Default)]
-struct ConditionsJson {
-    #[serde(default)]
-    ready: Option<bool>,
-    #[serde(default)]
-    serving: Option<bool>,
-    #[serde(default)]
-    terminating: Option<bool>,
-}
-
-#[derive(Deserialize)]
-struct EndpointJson {
-    #[serde(default)]
-    addresses: Option<Vec<String>>,
-    #[serde(default)]
-    conditions: Option<ConditionsJson>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct EndpointSliceJson {
-    #[serde(default)]
-    metadata: Option<MetaJson>,
-    #[serde(default)]
-    address_type: Option<String>,
-    #[serde(default)]
-    ports: Option<Vec<SlicePortJson>>,
-    #[serde(default)]
-    endpoints: Option<Vec<EndpointJson>>,
-}
-
-impl Service {
-    /// Reads a Service from its JSON.
-    pub fn from_json(bytes: &[u8]) -> Result<Service> {
-        let raw: ServiceJson =
-            serde_json::from_slice(bytes).map_err(|source| Error::InvalidObject { kind: "Service", source })?;
-        let meta = raw.metadata.unwrap_or_default();
-        let name = meta.name.filter(|n| !n.is_empty()).ok_or(Error::MissingName { kind: "Service" })?;
-        let spec = raw.spec.unwrap_or_default();
-        let ports = spec
-            .ports
-            .unwrap_or_default()
-            .into_iter()
-            .map(|p| ServicePort {
-                name: p.name.unwrap_or_default(),
-                port: p.port,
-                target_port: p.target_port.map(|t| match t {
-                    IntOrString::Int(n) => TargetPort::Number(n),
-                    IntOrString::Str(s) => TargetPort::Name(s),
-                }),
-            })
-            .collect();
-        Ok(Service {
-            namespace: meta.namespace.unwrap_or_default(),
-            name,
-            service_type: spec.service_type.unwrap_or_default(),
-            cluster_ip: spec.cluster_ip.unwrap_or_default(),
-            cluster_ips: spec.cluster_ips.unwrap_or_default(),
-            external_name: spec.external_name.unwrap_or_default(),
-            ports,
-        })
-    }
-
-    /// The ServicePort whose `port` is `port` (found by number, as both
-    /// kube-apiserver's and Karmada's `findServicePort` do).
-    pub fn port(&self, port: u16) -> Option<&ServicePort> {
-        self.ports.iter().find(|p| p.port == i64::from(port))
-    }
-}
-
-impl EndpointSlice {
-    /// Reads an EndpointSlice from its JSON.
-    pub fn from_json(bytes: &[u8]) -> Result<EndpointSlice> {
-        let raw: EndpointSliceJson =
-            serde_json::from_slice(bytes).map_err(|source| Error::InvalidObject { kind: "EndpointSlice", source })?;
-        let meta = raw.metadata.unwrap_or_default();
-        let name = meta.name.filter(|n| !n.is_empty()).ok_or(Error::MissingName { kind: "EndpointSlice" })?;
-        let service_name = meta.labels.and_then(|mut l| l.remove(SERVICE_NAME_LABEL));
-        Ok(EndpointSlice {
-            namespace: meta.namespace.unwrap_or_default(),
-            name,
-            service_name,
-            address_type: raw.address_type.unwrap_or_default(),
-            ports: raw
-                .ports
-                .unwrap_or_default()
-                .into_iter()
-                .map(|p| SlicePort { name: p.name.unwrap_or_default(), port: p.port })
-                .collect(),
-            endpoints: raw
-                .endpoints
-                .unwrap_or_default()
-                .into_iter()
-                .map(|e| {
-                    let c = e.conditions.unwrap_or_default();
-                    Endpoint {
-                        addresses: e.addresses.unwrap_or_default(),
-                        ready: c.ready,
-                        serving: c.serving,
-                        terminating: c.terminating,
-                    }
-                })
-                .collect(),
-        })
-    }
-}
 
 /// `host:port`, with an IPv6 literal bracketed (`[::1]:10352`), as Go's
 /// `net.JoinHostPort` writes it.
@@ -612,86 +361,6 @@ fn headless(cluster: &str, port: u16, service: &Service, slices: &[&EndpointSlic
     EndpointEntry::ok(cluster, Rule::Headless, addresses)
 }
 
-/// The control plane's Services and EndpointSlices as last seen, with one
-/// method per kind of change; the resolver actor feeds it from its watchers.
-#[derive(Debug, Clone, Default)]
-pub struct ControlPlane {
-    services: BTreeMap<(String, String), Service>,
-    slices: BTreeMap<(String, String), EndpointSlice>,
-}
-
-impl ControlPlane {
-    /// An empty control plane.
-    pub fn new() -> ControlPlane {
-        ControlPlane::default()
-    }
-
-    /// Adds or replaces a Service.
-    pub fn upsert_service(&mut self, service: Service) {
-        self.services.insert((service.namespace.clone(), service.name.clone()), service);
-    }
-
-    /// Removes a Service.
-    pub fn delete_service(&mut self, namespace: &str, name: &str) {
-        self.services.remove(&(namespace.to_string(), name.to_string()));
-    }
-
-    /// Replaces every Service (after a list).
-    pub fn replace_services(&mut self, services: impl IntoIterator<Item = Service>) {
-        self.services = services.into_iter().map(|s| ((s.namespace.clone(), s.name.clone()), s)).collect();
-    }
-
-    /// Adds or replaces an EndpointSlice.
-    pub fn upsert_slice(&mut self, slice: EndpointSlice) {
-        self.slices.insert((slice.namespace.clone(), slice.name.clone()), slice);
-    }
-
-    /// Removes an EndpointSlice; returns it.
-    pub fn delete_slice(&mut self, namespace: &str, name: &str) -> Option<EndpointSlice> {
-        self.slices.remove(&(namespace.to_string(), name.to_string()))
-    }
-
-    /// Replaces every EndpointSlice (after a list).
-    pub fn replace_slices(&mut self, slices: impl IntoIterator<Item = EndpointSlice>) {
-        self.slices = slices.into_iter().map(|s| ((s.namespace.clone(), s.name.clone()), s)).collect();
-    }
-
-    /// The Service `namespace/name`.
-    pub fn service(&self, namespace: &str, name: &str) -> Option<&Service> {
-        self.services.get(&(namespace.to_string(), name.to_string()))
-    }
-
-    /// The EndpointSlice `namespace/name`.
-    pub fn slice(&self, namespace: &str, name: &str) -> Option<&EndpointSlice> {
-        self.slices.get(&(namespace.to_string(), name.to_string()))
-    }
-
-    /// The EndpointSlices of the Service `namespace/service`.
-    pub fn slices_of(&self, namespace: &str, service: &str) -> Vec<&EndpointSlice> {
-        self.slices
-            .values()
-            .filter(|s| s.namespace == namespace && s.service_name.as_deref() == Some(service))
-            .collect()
-    }
-
-    /// Number of Services and EndpointSlices held.
-    pub fn len(&self) -> (usize, usize) {
-        (self.services.len(), self.slices.len())
-    }
-
-    /// Whether nothing is held.
-    pub fn is_empty(&self) -> bool {
-        self.services.is_empty() && self.slices.is_empty()
-    }
-
-    /// Resolves the endpoint of `cluster`.
-    pub fn resolve(&self, cluster: &str, lookup: &Lookup) -> EndpointEntry {
-        let name = lookup.service_name(cluster);
-        let service = self.service(&lookup.namespace, &name);
-        let slices = self.slices_of(&lookup.namespace, &name);
-        resolve(cluster, lookup, service, &slices)
-    }
-}
 
 /// Parses a timeout: a number of seconds (`3`, `2.5`) or a Go-style duration
 /// (`3s`, `500ms`, `1m30s`; units `ns`, `us`, `µs`, `ms`, `s`, `m`, `h`).
@@ -736,7 +405,7 @@ mod tests {
 
     const P: u16 = 10352;
 
-    fn lookup() -> Lookup {
+    pub(super) fn lookup() -> Lookup {
         Lookup {
             namespace: "karmada-system".into(),
             prefix: "karmada-scheduler-estimator".into(),
@@ -745,7 +414,7 @@ mod tests {
         }
     }
 
-    fn service(spec: serde_json::Value) -> Service {
+    pub(super) fn service(spec: serde_json::Value) -> Service {
         let object = json!({
             "apiVersion": "v1",
             "kind": "Service",
@@ -755,7 +424,7 @@ mod tests {
         Service::from_json(object.to_string().as_bytes()).unwrap()
     }
 
-    fn slice(name: &str, service: &str, ports: serde_json::Value, endpoints: serde_json::Value) -> EndpointSlice {
+    pub(super) fn slice(name: &str, service: &str, ports: serde_json::Value, endpoints: serde_json::Value) -> EndpointSlice {
         let object = json!({
             "apiVersion": "discovery.k8s.io/v1",
             "kind": "EndpointSlice",
@@ -767,13 +436,13 @@ mod tests {
         EndpointSlice::from_json(object.to_string().as_bytes()).unwrap()
     }
 
-    const SVC: &str = "karmada-scheduler-estimator-member1";
+    pub(super) const SVC: &str = "karmada-scheduler-estimator-member1";
 
-    fn ok(rule: Rule, addresses: &[&str]) -> EndpointEntry {
+    pub(super) fn ok(rule: Rule, addresses: &[&str]) -> EndpointEntry {
         EndpointEntry::ok("member1", rule, addresses.iter().map(|s| s.to_string()).collect())
     }
 
-    fn failed(rule: Rule, error: &str) -> EndpointEntry {
+    pub(super) fn failed(rule: Rule, error: &str) -> EndpointEntry {
         EndpointEntry::failed("member1", rule, error.to_string())
     }
 
@@ -982,44 +651,6 @@ mod tests {
     }
 
     #[test]
-    fn control_plane_follows_changes_and_deletion() {
-        let mut cp = ControlPlane::new();
-        let l = lookup();
-        cp.replace_services(vec![service(
-            json!({"type": "ExternalName", "externalName": "127.0.0.1", "ports": [{"port": 10352, "targetPort": 4000}]}),
-        )]);
-        assert_eq!(cp.resolve("member1", &l), ok(Rule::ExternalName, &["127.0.0.1:4000"]));
-        cp.upsert_service(service(json!({"clusterIP": "None", "ports": [{"name": "g", "port": 10352}]})));
-        assert_eq!(
-            cp.resolve("member1", &l),
-            failed(Rule::Headless, "no ready endpoints for service karmada-system/karmada-scheduler-estimator-member1 on port 10352")
-        );
-        cp.upsert_slice(slice("s1", SVC, json!([{"name": "g", "port": 4001}]), json!([{"addresses": ["127.0.0.2"]}])));
-        assert_eq!(cp.resolve("member1", &l), ok(Rule::Headless, &["127.0.0.2:4001"]));
-        cp.upsert_slice(slice("s1", SVC, json!([{"name": "g", "port": 4001}]), json!([{"addresses": ["127.0.0.2"], "conditions": {"ready": false}}])));
-        assert_eq!(cp.resolve("member1", &l).addresses, Vec::<String>::new());
-        assert!(cp.delete_slice("karmada-system", "s1").is_some());
-        // The Service deleted after being resolved: back to the DNS names.
-        cp.delete_service("karmada-system", SVC);
-        assert_eq!(
-            cp.resolve("member1", &l),
-            ok(
-                Rule::DnsFallback,
-                &[
-                    "karmada-scheduler-estimator-member1.karmada-system.svc.cluster.local:10352",
-                    "karmada-scheduler-estimator-member1.karmada-system.svc:10352",
-                ]
-            )
-        );
-        // A Service of the same name in another namespace does not count.
-        let mut elsewhere = service(json!({"type": "ExternalName", "externalName": "x", "ports": [{"port": 10352}]}));
-        elsewhere.namespace = "default".into();
-        cp.upsert_service(elsewhere);
-        assert_eq!(cp.resolve("member1", &l).rule, Rule::DnsFallback);
-        assert_eq!(cp.len(), (1, 0));
-    }
-
-    #[test]
     fn estimator_services_map_to_clusters() {
         let l = lookup();
         assert_eq!(l.service_name("member1"), "karmada-scheduler-estimator-member1");
@@ -1047,16 +678,6 @@ mod tests {
         assert_eq!(serde_json::to_value(&failed).unwrap()["error"], "no service port 10352 found");
     }
 
-    #[test]
-    fn objects_parse_leniently_and_names_are_required() {
-        assert!(matches!(Service::from_json(b"{\"metadata\":{}}"), Err(Error::MissingName { kind: "Service" })));
-        assert!(matches!(Service::from_json(b"[1]"), Err(Error::InvalidObject { .. })));
-        let s = Service::from_json(br#"{"metadata":{"name":"a","namespace":"n"},"spec":{"ports":null,"clusterIPs":null}}"#).unwrap();
-        assert_eq!((s.service_type.as_str(), s.ports.len()), ("", 0));
-        let e = EndpointSlice::from_json(br#"{"metadata":{"name":"s"},"endpoints":null,"ports":[{"port":null}]}"#).unwrap();
-        assert_eq!(e.ports, vec![SlicePort { name: String::new(), port: None }]);
-        assert_eq!(e.service_name, None);
-    }
 
     #[test]
     fn durations_parse_as_seconds_or_go_durations() {
