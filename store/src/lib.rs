@@ -7,8 +7,10 @@
 //! Key layout (all in the tree `kubefold`):
 //! - `e` + big-endian u64 RV → where the event's record is in the record
 //!   log (a [`log::Pointer`]; a data dir of format 3 may still hold records
-//!   in sled itself, read the same way). A record is a bincode head
-//!   (everything of [`StoredEvent`] but the body), the Table row if any,
+//!   in sled itself, read the same way). A record is a head (everything
+//!   of [`StoredEvent`] but the body, in the layout of the `codec` module,
+//!   written and read by hand; records of format 5 and older in bincode's,
+//!   read as they are), the Table row if any,
 //!   then the body's JSON, LZ4 compressed (with its resource type's
 //!   dictionary once there is one) when that makes it smaller;
 //! - `c` + cluster `\0` resource → the member's resourceVersion (checkpoint);
@@ -30,6 +32,8 @@
 
 //!
 //! Modules, by job:
+//! - `codec`: the binary layout of record heads and snapshots, written and
+//!   read by hand (varints, strings, sequences);
 //! - `record`: the record codec (heads, Table rows, bodies, LZ4 and the
 //!   compression dictionaries);
 //! - `log`: the record log, segment files of appended records;
@@ -49,6 +53,7 @@
 //! - `lz4`: LZ4 block compression with a prepared dictionary.
 
 mod backup;
+mod codec;
 mod commit;
 mod compact;
 mod keys;
@@ -72,6 +77,7 @@ use kubefold_engine::index::Index;
 use kubefold_engine::object::{ServedBody, TableRow};
 use thiserror::Error;
 
+use codec::*;
 use keys::*;
 use migrate::*;
 use open::*;
@@ -85,7 +91,7 @@ pub use serve::{write_served_event, ChunkBuf, ReadAhead};
 pub use usage::{RecordBytes, Usage};
 
 /// The on-disk format this build writes and reads.
-pub const FORMAT: &str = "kubefold-store/5";
+pub const FORMAT: &str = "kubefold-store/6";
 
 /// The index snapshot's file name inside the data dir.
 pub const SNAPSHOT_FILE: &str = "index.snapshot";
@@ -119,9 +125,6 @@ pub enum Error {
     /// A write or read failed.
     #[error("store i/o failed: {0}")]
     Io(#[from] sled::Error),
-    /// Encoding an envelope failed.
-    #[error("cannot encode record: {0}")]
-    Encode(#[from] bincode::error::EncodeError),
 }
 
 /// `Result` of the store.

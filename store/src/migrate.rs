@@ -3,7 +3,14 @@
 
 use super::*;
 
-/// The format before: one sled key per event, holding its record's
+/// The format before: record heads and index snapshots in bincode's
+/// layout. This build reads such records as they are ([`codec::Reader::old`])
+/// and ignores such a snapshot (the log is replayed at the next start and
+/// a new snapshot written), so opening a data dir of this format only
+/// renames it (after which an older kubefold refuses it).
+pub(crate) const FORMAT_5: &str = "kubefold-store/5";
+
+/// The format before that: one sled key per event, holding its record's
 /// [`log::Pointer`]. This build reads such pointers as they are and writes
 /// a commit's pointers in groups ([`log::encode_group`]), so opening a
 /// data dir of this format only renames it (after which an older
@@ -30,11 +37,11 @@ pub(crate) const FORMAT_2: &str = "kubefold-store/2";
 pub(crate) fn upgrade(db: &sled::Db, tree: &sled::Tree, path: &Path) -> Result<()> {
     match tree.get(meta_key("format"))? {
         Some(found) if found.as_ref() == FORMAT.as_bytes() => {}
-        Some(found) if found.as_ref() == FORMAT_4.as_bytes() || found.as_ref() == FORMAT_3.as_bytes() => {
+        Some(found) if [FORMAT_5, FORMAT_4, FORMAT_3].iter().any(|old| found.as_ref() == old.as_bytes()) => {
             tree.insert(meta_key("format"), FORMAT.as_bytes())?;
             db.flush()?;
             let from = String::from_utf8_lossy(&found).into_owned();
-            tracing::info!(%from, to = FORMAT, "Store format upgraded: new event records go to the record log, their pointers in groups.");
+            tracing::info!(%from, to = FORMAT, "Store format upgraded: new event records are written in the current layout, older ones read as they are.");
         }
         Some(found) if found.as_ref() == FORMAT_2.as_bytes() => migrate_from_2(db, tree)?,
         Some(found) => {

@@ -4,6 +4,29 @@
 //! there is one) when that makes it smaller. Encoding, decoding whole
 //! records, heads alone (read by hand for serving) and bodies, and the
 //! making of the compression dictionaries.
+//!
+//! A record of format `kubefold-store/6`, in the layout of [`crate::codec`]:
+//!
+//! | field | encoding |
+//! |---|---|
+//! | [`RECORD_TAG`] | byte 0xFE |
+//! | RV | varint |
+//! | event type | varint: 0 ADDED, 1 MODIFIED, 2 DELETED |
+//! | resource | string |
+//! | namespace, name, cluster | strings |
+//! | previous RV | varint |
+//! | member RV, uid | strings |
+//! | labels, then selectable fields | each a sequence of (string, string) |
+//! | commit time (Unix ms) | varint |
+//! | name end, RV splice point, body length | varints (u32) |
+//! | body encoding | byte ([`BODY_RAW`], [`BODY_LZ4`], [`BODY_LZ4_DICT`], plus [`BODY_WITH_ROW`]) |
+//! | Table row, when [`BODY_WITH_ROW`] | metadata start, end and template length (u32, little-endian), template |
+//! | body | the rest |
+//!
+//! A record written by format 5 or older has the same fields in the same
+//! order without the tag, in bincode's layout ([`crate::codec::Reader::old`]);
+//! its first byte, the start of its RV, is never 0xFE. Such records stay
+//! where they are and are read as they are.
 
 use super::*;
 
@@ -28,34 +51,13 @@ pub(crate) type Dicts = std::collections::HashMap<String, std::sync::Arc<[u8]>>;
 
 /// Largest record the store decodes: no length read from a damaged record
 /// can make decoding allocate more than this.
-pub(crate) const MAX_RECORD_BYTES: usize = 64 * 1024 * 1024;
+pub(crate) const MAX_RECORD_BYTES: usize = codec::MAX_BYTES;
 
-pub(crate) fn config() -> bincode::config::Configuration<bincode::config::LittleEndian, bincode::config::Varint, bincode::config::Limit<MAX_RECORD_BYTES>> {
-    bincode::config::standard().with_limit::<MAX_RECORD_BYTES>()
-}
+/// First byte of a record of format 6 (see the module's documentation).
+pub(crate) const RECORD_TAG: u8 = 0xFE;
 
-/// The head of an event record as written: every field of [`StoredEvent`]
-/// but the body's bytes, borrowed.
-#[derive(serde::Serialize)]
-pub(crate) struct EventHeadRef<'a> {
-    pub(crate) rv: u64,
-    pub(crate) event_type: EventType,
-    pub(crate) resource: &'a str,
-    pub(crate) key: &'a ObjectKey,
-    pub(crate) prev_rv: u64,
-    pub(crate) member_rv: &'a str,
-    pub(crate) uid: &'a str,
-    pub(crate) labels: &'a [(String, String)],
-    pub(crate) fields: &'a [(String, String)],
-    pub(crate) time_ms: u64,
-    pub(crate) name_end: u32,
-    pub(crate) rv_at: u32,
-    pub(crate) body_len: u32,
-    pub(crate) body_codec: u8,
-}
-
-/// The head of an event record as read (same layout as [`EventHeadRef`]).
-#[derive(serde::Deserialize)]
+/// The head of an event record as read: every field of [`StoredEvent`]
+/// but the body's bytes.
 pub(crate) struct EventHead {
     pub(crate) rv: u64,
     pub(crate) event_type: EventType,
@@ -148,25 +150,10 @@ pub(crate) fn encode_event_with(event: &StoredEvent, dict: Option<&std::sync::Ar
     if event.body.row.is_some() {
         codec |= BODY_WITH_ROW;
     }
-    let head = EventHeadRef {
-        rv: event.rv,
-        event_type: event.event_type,
-        resource: &event.resource,
-        key: &event.key,
-        prev_rv: event.prev_rv,
-        member_rv: &event.member_rv,
-        uid: &event.uid,
-        labels: &event.labels,
-        fields: &event.fields,
-        time_ms: event.time_ms,
-        name_end: event.body.name_end,
-        rv_at: event.body.rv_at,
-        body_len: u32::try_from(json.len()).map_err(|_| Error::Corrupt { what: format!("event {}: body over 4 GiB", event.rv) })?,
-        body_codec: codec,
-    };
+    let body_len = u32::try_from(json.len()).map_err(|_| Error::Corrupt { what: format!("event {}: body over 4 GiB", event.rv) })?;
     // Integers take at most 10 bytes, a string its length and at most 10.
     let strings = |pairs: &[(String, String)]| pairs.iter().map(|(k, v)| k.len() + v.len() + 20).sum::<usize>();
-    let head_max = 160
+    let head_max = 161
         + event.resource.len()
         + event.key.namespace.len()
         + event.key.name.len()
@@ -177,7 +164,25 @@ pub(crate) fn encode_event_with(event: &StoredEvent, dict: Option<&std::sync::Ar
         + strings(&event.fields);
     let row_len = event.body.row.as_ref().map_or(0, |row| 12 + row.template.len());
     let mut out = Vec::with_capacity(head_max + row_len + body.len());
-    bincode::serde::encode_into_std_write(&head, &mut out, config())?;
+    out.push(RECORD_TAG);
+    let mut w = Writer(&mut out);
+    w.varint(event.rv);
+    w.varint(event_type_index(event.event_type));
+    w.bytes(event.resource.as_bytes());
+    for part in [&event.key.namespace, &event.key.name, &event.key.cluster] {
+        w.bytes(part.as_bytes());
+    }
+    w.varint(event.prev_rv);
+    w.bytes(event.member_rv.as_bytes());
+    w.bytes(event.uid.as_bytes());
+    for pairs in [&event.labels, &event.fields] {
+        w.pairs(pairs.len(), pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    }
+    w.varint(event.time_ms);
+    for n in [event.body.name_end, event.body.rv_at, body_len] {
+        w.varint(u64::from(n));
+    }
+    w.byte(codec);
     if let Some(row) = &event.body.row {
         let template_len = u32::try_from(row.template.len())
             .map_err(|_| Error::Corrupt { what: format!("event {}: Table row over 4 GiB", event.rv) })?;
@@ -190,10 +195,99 @@ pub(crate) fn encode_event_with(event: &StoredEvent, dict: Option<&std::sync::Ar
     Ok(out)
 }
 
+/// The index of an event type in a record head.
+fn event_type_index(event_type: EventType) -> u64 {
+    match event_type {
+        EventType::Added => 0,
+        EventType::Modified => 1,
+        EventType::Deleted => 2,
+    }
+}
+
+/// A record head's fields, borrowed, but its labels and fields (see [`read_head`]).
+struct HeadParts<'a> {
+    rv: u64,
+    event_type: EventType,
+    resource: &'a str,
+    key: [&'a [u8]; 3],
+    prev_rv: u64,
+    member_rv: &'a [u8],
+    uid: &'a [u8],
+    time_ms: u64,
+    name_end: u32,
+    rv_at: u32,
+    body_len: u32,
+    body_codec: u8,
+}
+
+/// Reads the head at the start of `record`, of either layout (format 6,
+/// or 5 and older), giving each label (`false`) and selectable field
+/// (`true`) to `pair` as it is read; the head and the bytes it takes.
+/// `None` is damage, as is a `None` from `pair`. Read by hand: a list
+/// reads one head per object (bincode's generic reader was about a tenth
+/// of a long list's CPU, 100k pods).
+fn read_head<'a>(record: &'a [u8], mut pair: impl FnMut(bool, &'a [u8], &'a [u8]) -> Option<()>) -> Option<(HeadParts<'a>, usize)> {
+    let mut r = match record.first() {
+        Some(&RECORD_TAG) => {
+            let mut r = Reader::new(record);
+            r.byte()?;
+            r
+        }
+        _ => Reader::old(record),
+    };
+    let rv = r.u64()?;
+    let event_type = match r.varint(u64::from(u32::MAX))? {
+        0 => EventType::Added,
+        1 => EventType::Modified,
+        2 => EventType::Deleted,
+        _ => return None,
+    };
+    let resource = r.str()?;
+    let key = [r.bytes()?, r.bytes()?, r.bytes()?];
+    let prev_rv = r.u64()?;
+    let member_rv = r.bytes()?;
+    let uid = r.bytes()?;
+    for field in [false, true] {
+        // Each pair takes at least two bytes: the count is bounded by the record.
+        for _ in 0..r.u64()? {
+            pair(field, r.bytes()?, r.bytes()?)?;
+        }
+    }
+    let time_ms = r.u64()?;
+    let (name_end, rv_at, body_len) = (r.u32()?, r.u32()?, r.u32()?);
+    let body_codec = r.byte()?;
+    let head = HeadParts { rv, event_type, resource, key, prev_rv, member_rv, uid, time_ms, name_end, rv_at, body_len, body_codec };
+    Some((head, r.position()))
+}
+
 /// Decodes the head of an event record; returns it and where the body starts.
 pub(crate) fn decode_head(bytes: &[u8]) -> Result<(EventHead, usize)> {
-    let (head, used): (EventHead, usize) = bincode::serde::decode_from_slice(bytes, config())
-        .map_err(|e| Error::Corrupt { what: format!("event: {e}") })?;
+    let (mut labels, mut fields) = (Vec::new(), Vec::new());
+    let text = |bytes: &[u8]| String::from_utf8(bytes.to_vec()).ok();
+    let read = read_head(bytes, |field, k, v| {
+        let pair = (text(k)?, text(v)?);
+        if field { fields.push(pair) } else { labels.push(pair) }
+        Some(())
+    });
+    let damaged = || Error::Corrupt { what: "event: damaged record head".to_string() };
+    let (h, used) = read.ok_or_else(damaged)?;
+    let [namespace, name, cluster] = h.key;
+    let head = EventHead {
+        rv: h.rv,
+        event_type: h.event_type,
+        resource: h.resource.to_string(),
+        key: ObjectKey { namespace: text(namespace).ok_or_else(damaged)?, name: text(name).ok_or_else(damaged)?, cluster: text(cluster).ok_or_else(damaged)? },
+        prev_rv: h.prev_rv,
+        member_rv: text(h.member_rv).ok_or_else(damaged)?,
+        uid: text(h.uid).ok_or_else(damaged)?,
+        labels,
+        fields,
+        time_ms: h.time_ms,
+        name_end: h.name_end,
+        rv_at: h.rv_at,
+        body_len: h.body_len,
+        body_codec: h.body_codec,
+    };
     check_body(head.rv, head.body_len, head.name_end, head.rv_at, head.body_codec)?;
     Ok((head, used))
 }
@@ -213,8 +307,8 @@ pub(crate) fn decode_event_with(bytes: &[u8], dicts: &Dicts) -> Result<StoredEve
     Ok(head.into_event(json, row))
 }
 
-/// The head of an event record as read for its body alone (same layout
-/// as [`EventHeadRef`]): what serving the body needs, the rest passed over.
+/// The head of an event record as read for its body alone: what serving
+/// the body needs, the rest passed over.
 pub(crate) struct BodyHead<'a> {
     pub(crate) rv: u64,
     pub(crate) resource: &'a str,
@@ -225,90 +319,12 @@ pub(crate) struct BodyHead<'a> {
 }
 
 impl<'a> BodyHead<'a> {
-    /// Reads the head at the start of `record` and the bytes it takes, as
-    /// bincode's standard configuration encodes [`EventHeadRef`] (varint
-    /// integers: one byte below 251, else a marker 251/252/253 and 2/4/8
-    /// little-endian bytes; lengths before strings and sequences; a `u8`
-    /// as itself; an enum as its variant's index). Read by hand rather than
-    /// through serde: a list reads one head per object, and bincode's
-    /// generic reader was about a tenth of a long list's CPU (100k pods).
-    /// Whatever bincode would refuse here is refused too.
+    /// Reads the head at the start of `record` (of either layout, see
+    /// [`read_head`]) and the bytes it takes. Whatever [`decode_head`]
+    /// refuses but text that is not UTF-8 is refused too.
     pub(crate) fn read(record: &'a [u8]) -> Result<(BodyHead<'a>, usize)> {
-        let mut r = HeadReader { bytes: record, at: 0 };
-        let head = r.body_head().ok_or_else(|| Error::Corrupt { what: "event: damaged record head".to_string() })?;
-        Ok((head, r.at))
-    }
-}
-
-/// A cursor over a record head for [`BodyHead::read`]; `None` is damage.
-pub(crate) struct HeadReader<'a> {
-    pub(crate) bytes: &'a [u8],
-    pub(crate) at: usize,
-}
-
-impl<'a> HeadReader<'a> {
-    fn body_head(&mut self) -> Option<BodyHead<'a>> {
-        let rv = self.varint(u64::MAX)?;
-        // EventType: Added, Modified or Deleted.
-        if self.varint(u64::from(u32::MAX))? > 2 {
-            return None;
-        }
-        let resource = std::str::from_utf8(self.bytes()?).ok()?;
-        for _ in 0..3 {
-            self.bytes()?; // key: namespace, name, cluster
-        }
-        self.varint(u64::MAX)?; // prev_rv
-        self.bytes()?; // member_rv
-        self.bytes()?; // uid
-        for _ in 0..2 {
-            // labels, then fields: pairs of strings
-            let pairs = self.varint(u64::MAX)?;
-            for _ in 0..pairs {
-                self.bytes()?;
-                self.bytes()?;
-            }
-        }
-        self.varint(u64::MAX)?; // time_ms
-        let name_end = self.u32()?;
-        let rv_at = self.u32()?;
-        let body_len = self.u32()?;
-        let body_codec = *self.take(1)?.first()?;
-        Some(BodyHead { rv, resource, name_end, rv_at, body_len, body_codec })
-    }
-
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let end = self.at.checked_add(n)?;
-        let taken = self.bytes.get(self.at..end)?;
-        self.at = end;
-        Some(taken)
-    }
-
-    /// A varint of a type whose largest value is `max` (a `u32` refuses
-    /// the 8-byte marker, as bincode does).
-    fn varint(&mut self, max: u64) -> Option<u64> {
-        let first = *self.take(1)?.first()?;
-        let value = match first {
-            0..=250 => u64::from(first),
-            251 => u64::from(u16::from_le_bytes(self.take(2)?.try_into().ok()?)),
-            252 => u64::from(u32::from_le_bytes(self.take(4)?.try_into().ok()?)),
-            253 if max > u64::from(u32::MAX) => u64::from_le_bytes(self.take(8)?.try_into().ok()?),
-            _ => return None,
-        };
-        (value <= max).then_some(value)
-    }
-
-    fn u32(&mut self) -> Option<u32> {
-        u32::try_from(self.varint(u64::from(u32::MAX))?).ok()
-    }
-
-    /// A length-prefixed string or byte string (a length past the record's
-    /// end or [`MAX_RECORD_BYTES`] is damage).
-    fn bytes(&mut self) -> Option<&'a [u8]> {
-        let len = usize::try_from(self.varint(u64::MAX)?).ok()?;
-        if len > MAX_RECORD_BYTES {
-            return None;
-        }
-        self.take(len)
+        let (h, used) = read_head(record, |_, _, _| Some(())).ok_or_else(|| Error::Corrupt { what: "event: damaged record head".to_string() })?;
+        Ok((BodyHead { rv: h.rv, resource: h.resource, name_end: h.name_end, rv_at: h.rv_at, body_len: h.body_len, body_codec: h.body_codec }, used))
     }
 }
 
@@ -382,10 +398,6 @@ pub(crate) fn decompress_body(rv: u64, resource: &str, codec: u8, len: usize, bo
 /// recovery, retention and compaction need.
 pub(crate) fn decode_event_head(bytes: &[u8]) -> Result<StoredEvent> {
     Ok(decode_head(bytes)?.0.into_event(Vec::new(), None))
-}
-
-pub(crate) fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>> {
-    Ok(bincode::serde::encode_to_vec(value, config())?)
 }
 
 /// Dictionaries for the types in `events` that have none yet, each made of

@@ -2,22 +2,70 @@
 //! chunks), then the index in chunks of up to [`SNAPSHOT_CHUNK`] objects
 //! (decoded in parallel), then a CRC-32 of everything before it; its
 //! writer and its reader.
+//!
+//! Layout (format `kubefold-store/6`, pieces of [`crate::codec`]):
+//! [`SNAPSHOT_MAGIC`]; the header: format (string), store id (byte
+//! string), RV (varint), number of chunks (varint); each chunk: resource
+//! (string), number of objects (varint), byte length (varint), then per
+//! object its namespace, name and cluster (strings), RV (varint), member
+//! RV and uid (strings), labels and selectable fields (each a sequence of
+//! string pairs); then the CRC-32 (u32, little-endian). A snapshot of an
+//! older format (an older magic) is not read: the log is replayed instead.
 
 use super::*;
 
 /// First bytes of an index snapshot file.
-pub(crate) const SNAPSHOT_MAGIC: &[u8; 24] = b"kubefold-index-snapshot\n";
+pub(crate) const SNAPSHOT_MAGIC: &[u8; 26] = b"kubefold-index-snapshot/6\n";
+
+/// First bytes of an index snapshot file of format 5 and older (bincode's
+/// layout), not read.
+const OLD_SNAPSHOT_MAGIC: &[u8; 24] = b"kubefold-index-snapshot\n";
 
 /// Objects per chunk of an index snapshot (chunks are decoded in parallel).
 pub(crate) const SNAPSHOT_CHUNK: usize = 32 * 1024;
 
 /// The first record of an index snapshot.
-#[derive(serde::Serialize, serde::Deserialize)]
-pub(crate) struct SnapshotHeader {
-    format: String,
-    store_id: Vec<u8>,
+pub(crate) struct SnapshotHeader<'a> {
+    format: &'a str,
+    store_id: &'a [u8],
     head_rv: u64,
     chunks: u64,
+}
+
+impl<'a> SnapshotHeader<'a> {
+    fn write(&self, out: &mut Vec<u8>) {
+        let mut w = Writer(out);
+        w.bytes(self.format.as_bytes());
+        w.bytes(self.store_id);
+        w.varint(self.head_rv);
+        w.varint(self.chunks);
+    }
+
+    fn read(r: &mut Reader<'a>) -> Option<SnapshotHeader<'a>> {
+        Some(SnapshotHeader { format: r.str()?, store_id: r.bytes()?, head_rv: r.u64()?, chunks: r.u64()? })
+    }
+}
+
+/// Writes one object of a snapshot chunk.
+pub(crate) fn write_entry(out: &mut Vec<u8>, key: &ObjectKey, entry: &IndexEntry) {
+    let mut w = Writer(out);
+    for part in [&key.namespace, &key.name, &key.cluster] {
+        w.bytes(part.as_bytes());
+    }
+    w.varint(entry.rv);
+    w.bytes(entry.member_rv().as_bytes());
+    w.bytes(entry.uid().as_bytes());
+    w.pairs(entry.labels().count(), entry.labels());
+    w.pairs(entry.fields().count(), entry.fields());
+}
+
+/// Reads one object of a snapshot chunk.
+pub(crate) fn read_entry(r: &mut Reader<'_>) -> Option<(ObjectKey, IndexEntry)> {
+    let key = ObjectKey { namespace: r.str()?.to_string(), name: r.str()?.to_string(), cluster: r.str()?.to_string() };
+    let rv = r.u64()?;
+    let (member_rv, uid) = (r.str()?, r.str()?);
+    let (labels, fields) = (r.pairs()?, r.pairs()?);
+    Some((key, IndexEntry::new(rv, member_rv, uid, labels, fields)))
 }
 
 /// A decoded chunk of an index snapshot, in list order.
@@ -28,16 +76,13 @@ pub(crate) type Chunk = Vec<(ObjectKey, std::sync::Arc<IndexEntry>)>;
 pub(crate) fn decode_chunks(body: &[u8], chunks: &[(String, u64, std::ops::Range<usize>)]) -> Result<Vec<Chunk>, String> {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let decode = |count: u64, range: &std::ops::Range<usize>| -> Result<Chunk, String> {
-        let bytes = &body[range.clone()];
-        let mut at = 0;
+        let mut r = Reader::new(&body[range.clone()]);
         let mut entries = Vec::with_capacity(count.min(SNAPSHOT_CHUNK as u64) as usize);
         for _ in 0..count {
-            let ((key, entry), used): ((ObjectKey, IndexEntry), usize) = bincode::serde::decode_from_slice(&bytes[at..], config())
-                .map_err(|e| format!("snapshot undecodable: {e}"))?;
-            at += used;
+            let (key, entry) = read_entry(&mut r).ok_or("snapshot undecodable: damaged object")?;
             entries.push((key, std::sync::Arc::new(entry)));
         }
-        if at != bytes.len() {
+        if !r.is_done() {
             return Err("snapshot chunk has trailing bytes".into());
         }
         Ok(entries)
@@ -109,8 +154,10 @@ impl Store {
         out.write_all(SNAPSHOT_MAGIC).map_err(io)?;
         let resources = index.resource_keys();
         let chunks: u64 = resources.iter().map(|r| (index.len(r) as u64).div_ceil(SNAPSHOT_CHUNK as u64)).sum();
-        let header = SnapshotHeader { format: FORMAT.to_string(), store_id: self.store_id()?, head_rv: rv, chunks };
-        out.write_all(&encode(&header)?).map_err(io)?;
+        let store_id = self.store_id()?;
+        let mut header = Vec::new();
+        SnapshotHeader { format: FORMAT, store_id: &store_id, head_rv: rv, chunks }.write(&mut header);
+        out.write_all(&header).map_err(io)?;
         let mut objects = 0u64;
         let mut chunk = Vec::with_capacity(SNAPSHOT_CHUNK * 512);
         for resource in resources {
@@ -119,10 +166,15 @@ impl Store {
                 chunk.clear();
                 let mut count = 0u64;
                 for (key, entry) in entries.by_ref().take(SNAPSHOT_CHUNK) {
-                    bincode::serde::encode_into_std_write(&(key, &**entry), &mut chunk, config())?;
+                    write_entry(&mut chunk, key, entry);
                     count += 1;
                 }
-                out.write_all(&encode(&(&resource, count, chunk.len() as u64))?).map_err(io)?;
+                header.clear();
+                let mut w = Writer(&mut header);
+                w.bytes(resource.as_bytes());
+                w.varint(count);
+                w.varint(chunk.len() as u64);
+                out.write_all(&header).map_err(io)?;
                 out.write_all(&chunk).map_err(io)?;
                 objects += count;
             }
@@ -151,6 +203,9 @@ impl Store {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err("no snapshot".into()),
             Err(e) => return Err(format!("snapshot unreadable: {e}")),
         };
+        if bytes.starts_with(OLD_SNAPSHOT_MAGIC) {
+            return Err("snapshot of an older store format".into());
+        }
         if bytes.len() < SNAPSHOT_MAGIC.len() + 4 || &bytes[..SNAPSHOT_MAGIC.len()] != SNAPSHOT_MAGIC {
             return Err("snapshot is not an index snapshot".into());
         }
@@ -158,12 +213,10 @@ impl Store {
         if crc32fast::hash(body).to_le_bytes() != sum {
             return Err("snapshot checksum mismatch".into());
         }
-        let mut at = SNAPSHOT_MAGIC.len();
-        let bad = |e: bincode::error::DecodeError| format!("snapshot undecodable: {e}");
-        let (header, used): (SnapshotHeader, usize) = bincode::serde::decode_from_slice(&body[at..], config()).map_err(bad)?;
-        at += used;
-        // Format 3's and 4's snapshots hold the same index.
-        if ![FORMAT, FORMAT_4, FORMAT_3].contains(&header.format.as_str()) {
+        let mut r = Reader::new(&body[SNAPSHOT_MAGIC.len()..]);
+        let bad = || "snapshot undecodable: damaged header".to_string();
+        let header = SnapshotHeader::read(&mut r).ok_or_else(bad)?;
+        if header.format != FORMAT {
             return Err(format!("snapshot of format {:?}", header.format));
         }
         if header.store_id != self.store_id().map_err(|e| e.to_string())? {
@@ -178,14 +231,13 @@ impl Store {
         // Chunk headers first, then the chunks decoded on every core.
         let mut chunks = Vec::new();
         for _ in 0..header.chunks {
-            let ((resource, count, len), used): ((String, u64, u64), usize) =
-                bincode::serde::decode_from_slice(&body[at..], config()).map_err(bad)?;
-            at += used;
+            let (resource, count, len) = (|| Some((r.str()?.to_string(), r.u64()?, r.u64()?)))().ok_or_else(bad)?;
+            let at = SNAPSHOT_MAGIC.len() + r.position();
             let end = at.checked_add(len as usize).filter(|end| *end <= body.len()).ok_or("snapshot chunk past its end")?;
             chunks.push((resource, count, at..end));
-            at = end;
+            r.take(end - at).ok_or_else(bad)?;
         }
-        if at != body.len() {
+        if !r.is_done() {
             return Err("snapshot has trailing bytes".into());
         }
         let decoded = decode_chunks(body, &chunks)?;
