@@ -153,3 +153,56 @@ fn a_format5_data_dir_opens_with_the_same_objects_and_resource_versions() {
     }
     assert_eq!(contents(&replayed), contents(&index));
 }
+
+/// A backup written by the format-5 build (`kubefold-backup/2`, its
+/// checksum std's `DefaultHasher` of then) restores to the same store; a
+/// damaged one is refused.
+#[test]
+fn a_format5_backup_restores_to_the_same_store() {
+    let expected: Value = serde_json::from_slice(&std::fs::read(fixture("format5-expected.json")).unwrap()).unwrap();
+    let backup = std::fs::read(fixture("format5-backup.kfb")).unwrap();
+    assert!(backup.starts_with(b"kubefold-backup/2\n"));
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::restore(&tmp.path().join("a"), &mut &backup[..], &Options::default()).unwrap();
+    assert_eq!(store.meta("format").unwrap().as_deref(), Some(FORMAT.as_bytes()));
+    assert_eq!(store.head_rv().unwrap(), expected["head_rv"].as_u64().unwrap());
+    assert_eq!(store.meta("credentials/m2").unwrap().as_deref(), Some(&b"a stored value"[..]));
+    let recovered = store.recover().unwrap();
+    let checkpoints: Vec<Value> = recovered.checkpoints.iter().map(|((c, r), v)| serde_json::json!([c, r, v])).collect();
+    assert_eq!(Value::Array(checkpoints), expected["checkpoints"]);
+    check_served(&store, &recovered.index, &expected);
+
+    // A backup of it now: SHA-256, and it restores to the same again.
+    let mut again = Vec::new();
+    store.backup(&mut again).unwrap();
+    assert!(again.starts_with(b"kubefold-backup/3\nchecksum sha256\n"));
+    let estimate = store.backup_bytes().unwrap();
+    assert!(estimate.abs_diff(again.len() as u64) <= 64, "estimated {estimate}, written {}", again.len());
+    let restored = Store::restore(&tmp.path().join("b"), &mut &again[..], &Options::default()).unwrap();
+    check_served(&restored, &restored.recover().unwrap().index, &expected);
+
+    // One byte changed in either: a checksum mismatch.
+    for (i, file) in [backup, again].into_iter().enumerate() {
+        let mut damaged = file.clone();
+        let at = damaged.len() / 2;
+        damaged[at] ^= 0x01;
+        let err = Store::restore(&tmp.path().join(format!("damaged-{i}")), &mut &damaged[..], &Options::default()).err().unwrap();
+        assert!(err.to_string().contains("checksum mismatch"), "{err}");
+    }
+}
+
+/// A backup naming a checksum this build does not know is refused, naming it.
+#[test]
+fn a_backup_with_an_unknown_checksum_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(&tmp.path().join("a"), &Options::default()).unwrap();
+    let mut backup = Vec::new();
+    store.backup(&mut backup).unwrap();
+    let header = b"kubefold-backup/3\nchecksum sha256\n".len();
+    let mut other = b"kubefold-backup/3\nchecksum blake9\n".to_vec();
+    other.extend_from_slice(&backup[header..]);
+    let err = Store::restore(&tmp.path().join("b"), &mut &other[..], &Options::default()).err().unwrap();
+    assert!(err.to_string().contains("unknown checksum \"checksum blake9\""), "{err}");
+    let err = Store::restore(&tmp.path().join("c"), &mut &b"kubefold-backup/9\n"[..], &Options::default()).err().unwrap();
+    assert!(err.to_string().contains("not a kubefold backup of a format this build reads"), "{err}");
+}
