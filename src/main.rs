@@ -9,6 +9,7 @@
 mod admin_cli;
 mod config;
 mod demo;
+mod offline;
 mod resolve;
 mod serve;
 mod status;
@@ -314,29 +315,11 @@ fn main() -> anyhow::Result<()> {
         }),
         Command::Backup { data_dir, out, include_credentials } => {
             private_files();
-            let store = kubefold_store::Store::open(&data_dir, &kubefold_store::Options::default())
-                .map_err(|e| anyhow::anyhow!("{e} (is kubefold running on it? stop it first)"))?;
-            let mut options = std::fs::OpenOptions::new();
-            options.write(true).create(true).truncate(true);
-            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-            let file = options.open(&out).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", out.display()))?;
-            let mut writer = std::io::BufWriter::new(file);
-            let records = kubefold_actors::cluster::backup(&store, &mut writer, include_credentials)?;
-            let credentials = if include_credentials { "with" } else { "without" };
-            println!(
-                "backup of {} written to {}: {records} records, head resourceVersion {}, {credentials} member credentials",
-                data_dir.display(),
-                out.display(),
-                store.head_rv()?
-            );
-            Ok(())
+            offline::backup(&data_dir, &out, include_credentials)
         }
         Command::Restore { input, data_dir } => {
             private_files();
-            let file = std::fs::File::open(&input).map_err(|e| anyhow::anyhow!("cannot open {}: {e}", input.display()))?;
-            let store = kubefold_store::Store::restore(&data_dir, &mut std::io::BufReader::new(file), &kubefold_store::Options::default())?;
-            println!("restored {} into {}: head resourceVersion {}", input.display(), data_dir.display(), store.head_rv()?);
-            Ok(())
+            offline::restore(&input, &data_dir)
         }
     }
 }

@@ -209,7 +209,7 @@ fn objects_written_in_place_are_what_their_bodies_serve() {
     raw.body.name_end = 22;
     raw.body.rv_at = 43;
     raw.body.row = None;
-    store.tree.insert(event_key(raw.rv), encode_event(&raw).unwrap()).unwrap();
+    store.tree.insert(event_key(raw.rv), in_old_layout(&encode_event(&raw).unwrap())).unwrap();
     events.push(raw);
     // One buffer for all, its space holding what was written before (and
     // garbage at first): what is written never depends on it.
@@ -229,7 +229,7 @@ fn objects_written_in_place_are_what_their_bodies_serve() {
     out.push(b'[');
     assert!(!store.write_served(99_999, None, &mut out).unwrap());
     // A damaged record is an error and leaves what was written before.
-    let mut damaged = store.record(events[5].rv).unwrap().unwrap().to_vec();
+    let mut damaged = in_old_layout(&store.record(events[5].rv).unwrap().unwrap());
     let last = damaged.len() - 1;
     damaged.truncate(last);
     store.tree.insert(event_key(2000), damaged).unwrap();
@@ -427,7 +427,7 @@ fn data_dirs_of_the_format_before_are_upgraded() {
                 k.push(0);
             }
             k.extend_from_slice(key.cluster.as_bytes());
-            store.tree.insert(k, encode(&**entry).unwrap()).unwrap();
+            store.tree.insert(k, serde_json::to_vec(&**entry).unwrap()).unwrap();
         }
         store.tree.insert(meta_key("format"), FORMAT_2.as_bytes()).unwrap();
         store.flush().unwrap();
@@ -627,7 +627,7 @@ fn data_dirs_of_format_3_are_read_in_place_and_renamed() {
         events.extend(commit_changes(&store, &mut index, vec![pod_change("p3", 40, true)]));
         // As format 3 kept them: each record in sled at its event's key.
         for event in &events {
-            let record = store.record(event.rv).unwrap().unwrap().to_vec();
+            let record = in_old_layout(&store.record(event.rv).unwrap().unwrap());
             store.tree.insert(event_key(event.rv), record).unwrap();
         }
         store.tree.insert(meta_key("format"), FORMAT_3.as_bytes()).unwrap();
@@ -636,20 +636,16 @@ fn data_dirs_of_format_3_are_read_in_place_and_renamed() {
         events
     };
     std::fs::remove_dir_all(dir.path().join(log::LOG_DIR)).unwrap();
-    // The snapshot as format 3 wrote it (same length, checksum made anew).
+    // A snapshot of an older format (its first bytes as format 3 wrote
+    // them) is not read: the log is replayed.
     let path = dir.path().join(SNAPSHOT_FILE);
-    let mut snapshot = std::fs::read(&path).unwrap();
-    let at = snapshot.windows(FORMAT.len()).position(|w| w == FORMAT.as_bytes()).unwrap();
-    snapshot[at..at + FORMAT.len()].copy_from_slice(FORMAT_3.as_bytes());
-    let body_len = snapshot.len() - 4;
-    let crc = crc32fast::hash(&snapshot[..body_len]).to_le_bytes();
-    snapshot[body_len..].copy_from_slice(&crc);
-    std::fs::write(&path, &snapshot).unwrap();
+    let snapshot = std::fs::read(&path).unwrap();
+    std::fs::write(&path, [&b"kubefold-index-snapshot\n"[..], &snapshot[snapshot::SNAPSHOT_MAGIC.len()..]].concat()).unwrap();
 
     let store = Store::open(dir.path(), &opts).unwrap();
     assert_eq!(store.tree.get(meta_key("format")).unwrap().as_deref(), Some(FORMAT.as_bytes()));
     let recovered = store.recover().unwrap();
-    assert!(matches!(recovered.path, RecoveryPath::Snapshot { .. }), "{}", recovered.path);
+    assert_eq!(recovered.path, RecoveryPath::Replay { reason: "snapshot of an older store format".into() });
     assert_eq!(index_contents(&recovered.index), index_contents(&index));
     assert_eq!(index_contents(&store.replay(store.head_rv().unwrap()).unwrap()), index_contents(&index));
     for event in &events {
@@ -801,42 +797,35 @@ fn loaded_event_count(store: &Store) -> usize {
     panic!("record locations not loaded");
 }
 
-/// Index entries are stored (and snapshotted) in the encoding of the plain
-/// struct they were before they packed their strings: data dirs written
-/// with that struct read back the same entries.
+/// Index entries are snapshotted with every string, in order, and read
+/// back the same, whatever their text.
 #[test]
-fn index_entries_keep_the_encoding_of_the_plain_struct() {
-    #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
-    struct Plain {
-        rv: u64,
-        member_rv: String,
-        uid: String,
-        labels: Vec<(String, String)>,
-        fields: Vec<(String, String)>,
+fn snapshot_entries_round_trip() {
+    let long = "v".repeat(70_000);
+    let entries = [
+        IndexEntry::new(42, "9001", "0f1e2d3c", [("app", "web"), ("pod-template-hash", "5d7f")], [("spec.nodeName", "node-2"), ("status.phase", "Pending")]),
+        IndexEntry::new(u64::MAX, "", "", [], []),
+        IndexEntry::new(300, "1", "ü", [("", ""), ("x\u{0}y", "ünïcode")], [("f", long.as_str())]),
+    ];
+    let key = ObjectKey { namespace: "ns".into(), name: "n".repeat(300), cluster: "m1".into() };
+    let mut bytes = Vec::new();
+    for entry in &entries {
+        snapshot::write_entry(&mut bytes, &key, entry);
     }
-    let plain = Plain {
-        rv: 42,
-        member_rv: "9001".into(),
-        uid: "0f1e2d3c".into(),
-        labels: vec![("app".into(), "web".into()), ("pod-template-hash".into(), "5d7f".into())],
-        fields: vec![("spec.nodeName".into(), "node-2".into()), ("status.phase".into(), "Pending".into())],
-    };
-    let entry = IndexEntry::new(
-        42,
-        "9001",
-        "0f1e2d3c",
-        [("app", "web"), ("pod-template-hash", "5d7f")],
-        [("spec.nodeName", "node-2"), ("status.phase", "Pending")],
-    );
-    let written = super::encode(&entry).unwrap();
-    assert_eq!(written, super::encode(&plain).unwrap());
-    fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> T {
-        bincode::serde::decode_from_slice(bytes, super::config()).unwrap().0
+    let mut r = Reader::new(&bytes);
+    for entry in &entries {
+        let (read_key, read) = snapshot::read_entry(&mut r).unwrap();
+        assert_eq!((&read_key, &read), (&key, entry));
     }
-    let read: IndexEntry = decode(&super::encode(&plain).unwrap());
-    assert_eq!(read, entry);
-    let back: Plain = decode(&written);
-    assert_eq!(back, plain);
+    assert!(r.is_done());
+    // Cut anywhere, the last entry is refused.
+    let mut one = Vec::new();
+    snapshot::write_entry(&mut one, &key, &entries[2]);
+    let last = bytes.len() - one.len();
+    for cut in last..bytes.len() {
+        let mut r = Reader::new(&bytes[last..cut]);
+        assert!(snapshot::read_entry(&mut r).is_none(), "cut at {cut}");
+    }
 }
 
 /// sled's I/O threads may keep the data dir's lock for a moment after the
@@ -1044,51 +1033,91 @@ fn data_dirs_of_format_4_are_read_in_place_and_renamed() {
     assert_eq!(index_contents(&store.replay(store.head_rv().unwrap()).unwrap()), index_contents(&index));
 }
 
-/// A record (format 3 kept them as sled values) starts with its RV as a
-/// bincode varint, never with the tag of a pointer (0xFF) or of a group
-/// of pointers (0xFE), whatever the RV.
+/// A record of format 3 (kept as a sled value) starts with its RV in the
+/// old layout, never with the tag of a pointer (0xFF) or of a group of
+/// pointers (0xFE), whatever the RV; a record of the current layout starts
+/// with its own tag and lives only in the record log.
 #[test]
 fn records_never_start_like_pointers() {
+    for record in format5_records() {
+        assert!(record[0] < 0xFE, "first byte {:#x}", record[0]);
+        let rv = decode_event(&record).unwrap().rv;
+        assert_eq!(log::decode_entries(rv, &record).unwrap(), None);
+    }
     let mut index = Index::at(0);
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), &Options::default()).unwrap();
     let mut event = commit_changes(&store, &mut index, vec![pod_change("p", 1, false)]).remove(0);
-    for rv in [0, 1, 250, 251, 252, 0xFFFF, 0x1_0000, u64::from(u32::MAX), u64::from(u32::MAX) + 1, u64::MAX - 1, u64::MAX] {
+    for rv in [0, 1, 127, 128, 250, 251, 0xFFFF, u64::from(u32::MAX) + 1, u64::MAX] {
         event.rv = rv;
-        let record = encode_event(&event).unwrap();
-        assert!(record[0] < 0xFE, "RV {rv}: first byte {:#x}", record[0]);
-        assert_eq!(log::decode_entries(rv, &record).unwrap(), None);
+        assert_eq!(encode_event(&event).unwrap()[0], RECORD_TAG, "RV {rv}");
     }
 }
 
-/// The record head as serde read it for a body before heads were read by
-/// hand ([`BodyHead::read`]): the reference the hand reader must agree with.
-#[derive(serde::Deserialize, Debug, PartialEq)]
-struct SerdeBodyHead<'a> {
-    rv: u64,
-    _event_type: EventType,
-    resource: &'a str,
-    _key: (&'a [u8], &'a [u8], &'a [u8]),
-    _prev_rv: u64,
-    _member_rv: &'a [u8],
-    _uid: &'a [u8],
-    _labels: Vec<(&'a [u8], &'a [u8])>,
-    _fields: Vec<(&'a [u8], &'a [u8])>,
-    _time_ms: u64,
-    name_end: u32,
-    rv_at: u32,
-    body_len: u32,
-    body_codec: u8,
+/// The records of `tests/data/format5-records.bin`, written by the format-5
+/// build (bincode's layout).
+fn format5_records() -> Vec<Vec<u8>> {
+    let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/format5-records.bin")).unwrap();
+    let mut records = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let len = u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        records.push(bytes[at + 4..at + 4 + len].to_vec());
+        at += 4 + len;
+    }
+    records
 }
 
-/// What [`BodyHead::read`] gives, or `None` when it refuses the record,
-/// next to what bincode's serde decoder gives for the same bytes.
-fn both_heads(record: &[u8]) -> (Option<(u64, String, u32, u32, u32, u8, usize)>, Option<(u64, String, u32, u32, u32, u8, usize)>) {
-    let by_hand = BodyHead::read(record).ok().map(|(h, used)| (h.rv, h.resource.to_string(), h.name_end, h.rv_at, h.body_len, h.body_codec, used));
-    let by_serde = bincode::serde::borrow_decode_from_slice::<SerdeBodyHead<'_>, _>(record, config())
-        .ok()
-        .map(|(h, used)| (h.rv, h.resource.to_string(), h.name_end, h.rv_at, h.body_len, h.body_codec, used));
-    (by_hand, by_serde)
+/// `record` (of the current layout) in the layout of format 5 and older
+/// (bincode's varints, no tag), as data dirs of those formats hold it.
+fn in_old_layout(record: &[u8]) -> Vec<u8> {
+    fn varint(out: &mut Vec<u8>, n: u64) {
+        match n {
+            0..=250 => out.push(n as u8),
+            251..=0xffff => out.extend([&[251][..], &(n as u16).to_le_bytes()].concat()),
+            0x1_0000..=0xffff_ffff => out.extend([&[252][..], &(n as u32).to_le_bytes()].concat()),
+            _ => out.extend([&[253][..], &n.to_le_bytes()].concat()),
+        }
+    }
+    fn bytes(out: &mut Vec<u8>, b: &[u8]) {
+        varint(out, b.len() as u64);
+        out.extend_from_slice(b);
+    }
+    assert_eq!(record[0], RECORD_TAG);
+    let mut r = Reader::new(&record[1..]);
+    let mut out = Vec::new();
+    varint(&mut out, r.u64().unwrap()); // rv
+    varint(&mut out, r.u64().unwrap()); // event type
+    for _ in 0..4 {
+        bytes(&mut out, r.bytes().unwrap()); // resource, namespace, name, cluster
+    }
+    varint(&mut out, r.u64().unwrap()); // prev_rv
+    for _ in 0..2 {
+        bytes(&mut out, r.bytes().unwrap()); // member_rv, uid
+    }
+    for _ in 0..2 {
+        let pairs = r.u64().unwrap();
+        varint(&mut out, pairs);
+        for _ in 0..2 * pairs {
+            bytes(&mut out, r.bytes().unwrap());
+        }
+    }
+    for _ in 0..4 {
+        varint(&mut out, r.u64().unwrap()); // time_ms, name_end, rv_at, body_len
+    }
+    out.push(r.byte().unwrap());
+    out.extend_from_slice(&record[1 + r.position()..]);
+    out
+}
+
+/// What [`BodyHead::read`] gives, or `None` when it refuses the record.
+fn body_head(record: &[u8]) -> Option<(u64, String, u32, u32, u32, u8, usize)> {
+    BodyHead::read(record).ok().map(|(h, used)| (h.rv, h.resource.to_string(), h.name_end, h.rv_at, h.body_len, h.body_codec, used))
+}
+
+/// The same fields from [`decode_head`], or `None` when it refuses the record.
+fn full_head(record: &[u8]) -> Option<(u64, String, u32, u32, u32, u8, usize)> {
+    decode_head(record).ok().map(|(h, used)| (h.rv, h.resource, h.name_end, h.rv_at, h.body_len, h.body_codec, used))
 }
 
 fn head_event(rv: u64, prev_rv: u64, time_ms: u64, labels: Vec<(String, String)>, uid: String) -> StoredEvent {
@@ -1101,54 +1130,89 @@ fn head_event(rv: u64, prev_rv: u64, time_ms: u64, labels: Vec<(String, String)>
     event
 }
 
+/// Checks both head readers on `record` (the head of `event`): they agree,
+/// every cut of the head is refused by both, and damage to any byte of the
+/// head is refused or read alike (the body's reader passes over text that
+/// is not UTF-8, which the full reader refuses).
+fn check_heads(record: &[u8], event: &StoredEvent) {
+    let by_hand = body_head(record).unwrap();
+    let (rv, resource, name_end, rv_at, body_len, _, used) = by_hand.clone();
+    assert_eq!((rv, resource.as_str(), name_end, rv_at, body_len), (event.rv, event.resource.as_str(), event.body.name_end, event.body.rv_at, event.body.json.len() as u32));
+    assert_eq!(full_head(record), Some(by_hand));
+    assert_eq!(decode_event(record).unwrap(), *event);
+    assert_eq!(decode_body_with(record, &Dicts::new()).unwrap(), event.body);
+    for cut in 0..used {
+        assert_eq!((body_head(&record[..cut]), full_head(&record[..cut])), (None, None), "head cut at {cut} of {used}");
+    }
+}
+
 #[test]
-fn record_heads_read_by_hand_are_what_bincode_reads() {
-    // Every width of bincode's varints (1, 3, 5 and 9 bytes), in the RVs,
-    // in string lengths and in the number of label pairs.
-    let numbers = [0, 1, 250, 251, 255, 65_535, 65_536, u64::from(u32::MAX), u64::from(u32::MAX) + 1, u64::MAX];
-    let mut checked = 0;
+fn record_heads_round_trip_at_every_varint_width() {
+    // Every width of the varints (1 to 10 bytes), in the RVs, in string
+    // lengths and in the number of label pairs.
+    let numbers = [0, 1, 127, 128, 16_383, 16_384, 1 << 21, 1 << 28, u64::from(u32::MAX), 1 << 35, 1 << 42, 1 << 49, 1 << 56, 1 << 63, u64::MAX];
     for (i, &n) in numbers.iter().enumerate() {
         let other = numbers[(i + 3) % numbers.len()];
-        let labels: Vec<(String, String)> = (0..[0, 1, 250, 251, 300][i % 5]).map(|k| (format!("k{k}"), "v".repeat(k % 7))).collect();
-        let uid = "u".repeat([0, 250, 251, 70_000][i % 4]);
+        let labels: Vec<(String, String)> = (0..[0, 1, 127, 128, 300][i % 5]).map(|k| (format!("k{k}"), "v".repeat(k % 7))).collect();
+        let uid = "u".repeat([0, 127, 128, 16_384][i % 4]);
         let event = head_event(n, other, n ^ 1, labels, uid);
-        let record = encode_event(&event).unwrap();
-        let (by_hand, by_serde) = both_heads(&record);
-        let (rv, resource, name_end, rv_at, body_len, _, used) = by_hand.clone().unwrap();
-        assert_eq!((rv, resource.as_str(), name_end, rv_at, body_len), (n, "v1/pods", event.body.name_end, event.body.rv_at, event.body.json.len() as u32));
-        assert_eq!(by_hand, by_serde);
-        assert_eq!(used, decode_head(&record).unwrap().1);
-        assert_eq!(decode_body_with(&record, &Dicts::new()).unwrap(), event.body);
-        // Every cut of the head is refused by both.
-        for cut in 0..used {
-            assert_eq!(both_heads(&record[..cut]), (None, None), "head cut at {cut} of {used}");
-        }
-        checked += 1;
+        check_heads(&encode_event(&event).unwrap(), &event);
     }
-    assert_eq!(checked, numbers.len());
     // Damage anywhere in a head: both readers refuse it or read the same.
     let record = encode_event(&head_event(300, 70_000, 1 << 40, vec![("app".into(), "a".into()), ("tier".into(), "web".into())], "uid-1".into())).unwrap();
     let used = BodyHead::read(&record).unwrap().1;
     let (mut refused, mut read) = (0, 0);
     for at in 0..used {
-        for value in [0u8, 1, 2, 3, 0x7f, 0xc3, 250, 251, 252, 253, 254, 255] {
+        for value in [0u8, 1, 2, 3, 0x7f, 0x80, 0xc3, 0xfe, 0xff] {
             let mut damaged = record.clone();
             damaged[at] = value;
-            let (by_hand, by_serde) = both_heads(&damaged);
-            assert_eq!(by_hand, by_serde, "byte {at} set to {value}");
+            let (by_hand, full) = (body_head(&damaged), full_head(&damaged));
+            if full.is_some() {
+                assert_eq!(by_hand, full, "byte {at} set to {value}");
+            }
             if by_hand.is_some() { read += 1 } else { refused += 1 }
         }
     }
     assert!(refused > 0 && read > 0, "{refused} refused, {read} read");
-    // A u32 written with the 8-byte marker is refused by both, whatever its value.
-    let (head, _) = BodyHead::read(&record).unwrap();
+}
+
+/// The format-5 build's records (bincode's layout, every width of its
+/// varints) read as it wrote them, by both head readers, and written again
+/// in the current layout read back the same.
+#[test]
+fn format5_records_read_as_written() {
+    let widths = [0, 1, 250, 251, 255, 65_535, 65_536, u64::from(u32::MAX), u64::from(u32::MAX) + 1, u64::MAX];
+    let records = format5_records();
+    assert_eq!(records.len(), widths.len());
+    for (i, record) in records.iter().enumerate() {
+        let event = decode_event(record).unwrap();
+        // What `width_event` in `tests/make_fixtures.rs` of the commit that made them wrote.
+        assert_eq!(event.rv, widths[i]);
+        assert_eq!(event.prev_rv, widths[(i + 3) % widths.len()]);
+        assert_eq!(event.time_ms, widths[i] ^ 1);
+        assert_eq!(event.event_type, [EventType::Added, EventType::Modified, EventType::Deleted][i % 3]);
+        assert_eq!(event.labels.len(), [0, 1, 250, 251, 300][i % 5]);
+        assert_eq!(event.fields, event.labels.iter().rev().cloned().collect::<Vec<_>>());
+        assert_eq!(event.uid.len(), [0, 250, 251, 65_536, 0, 250, 251, 0, 1, 0][i]);
+        assert_eq!(event.key.name, format!("p{i}"));
+        assert_eq!(event.body.to_bytes(Some("_m1"), 9), format!(r#"{{"metadata":{{"name":"p{i}_m1","resourceVersion":"9"}}}}"#).into_bytes());
+        check_heads(record, &event);
+        let again = encode_event(&event).unwrap();
+        assert_eq!(again[0], RECORD_TAG);
+        check_heads(&again, &event);
+        // The old layout as understood here is the bytes that build wrote.
+        assert_eq!(in_old_layout(&again), *record);
+    }
+    // A u32 written with the 8-byte marker is refused, whatever its value.
+    let record = &records[1];
+    let (head, used) = BodyHead::read(record).unwrap();
     let width = |n: u32| if n < 251 { 1 } else if n <= 0xffff { 3 } else { 5 };
     let tail = width(head.name_end) + width(head.rv_at) + width(head.body_len) + 1;
     let mut wide = record[..used - tail].to_vec();
     wide.push(253);
     wide.extend_from_slice(&u64::from(head.name_end).to_le_bytes());
     wide.extend_from_slice(&record[used - tail + width(head.name_end)..]);
-    assert_eq!(both_heads(&wide), (None, None));
+    assert_eq!((body_head(&wide), full_head(&wide)), (None, None));
 }
 
 #[test]

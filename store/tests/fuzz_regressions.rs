@@ -5,19 +5,38 @@
 //! mark goes with the fix.
 //!
 //! Fixed: decoding allocated string lengths read from the record (bincode's
-//! `standard()` has no limit; now `MAX_RECORD_BYTES`), and accepted body
+//! `standard()` had no limit; now `MAX_RECORD_BYTES`), and accepted body
 //! splice points outside the body (now checked by `decode_event`).
+//!
+//! The inputs found then are records of the layout of store formats 5 and
+//! older (bincode's), which kubefold still reads; records written now start
+//! with the tag 0xFE and use LEB128 varints.
 
 use kubefold_engine::event::{EventType, ObjectKey, StoredEvent};
 use kubefold_engine::object::ServedBody;
 use kubefold_store::{decode_event, Error};
 
 /// The record's head starts as the fixtures below assume: rv, event type,
-/// then the resource string.
+/// then the resource string (after the tag 0xFE in the current layout,
+/// without it in the old one).
 #[test]
 fn record_layout_starts_with_rv_type_and_resource() {
     let bytes = encode(&event());
-    assert_eq!(&bytes[..4], &[7, 0, 7, b'v']);
+    assert_eq!(&bytes[..5], &[0xfe, 7, 0, 7, b'v']);
+    let old = [&[7, 0][..], &bytes[3..]].concat();
+    assert_eq!(decode_event(&old).unwrap(), event());
+}
+
+/// The huge lengths below in the current layout (LEB128): refused as well.
+#[test]
+fn a_huge_string_length_in_the_current_layout_is_corrupt() {
+    // Tag, rv 0, Added, `resource` of length 2^63, then of 2^40.
+    let huge = [0xfe, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01];
+    let tebibyte = [0xfe, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x20];
+    for bytes in [&huge[..], &tebibyte[..]] {
+        let outcome = std::panic::catch_unwind(|| decode_event(bytes).map(|_| ()));
+        assert!(matches!(outcome, Ok(Err(Error::Corrupt { .. }))), "decode panicked or accepted {bytes:?}");
+    }
 }
 
 fn event() -> StoredEvent {

@@ -1,0 +1,259 @@
+//! Serving helpers: [`ChunkBuf`], the buffer a list's chunks are written
+//! into, bodies decompressed straight into it with the object's name and
+//! resourceVersion spliced in, and [`ReadAhead`], neighbouring records
+//! read together for a page of a list.
+
+use super::*;
+
+/// Gaps up to this many bytes between records are read through by
+/// [`Store::read_ahead`] rather than read apart (a read costs more than
+/// copying a few records' bytes)...
+pub(crate) const READ_AHEAD_GAP: u64 = 16 * 1024;
+/// ... and its reads are at most this long.
+pub(crate) const READ_AHEAD_SPAN: u64 = 1024 * 1024;
+
+/// Event records read together ([`Store::read_ahead`]).
+#[derive(Default)]
+pub struct ReadAhead {
+    /// By RV.
+    records: Vec<(u64, Held)>,
+    spans: Vec<Vec<u8>>,
+    /// The dictionaries when the records were read (looked up once per
+    /// batch, not once per record under the store's lock).
+    dicts: Dicts,
+}
+
+/// Where a record of a [`ReadAhead`] is.
+pub(crate) enum Held {
+    Inline(sled::IVec),
+    Span { span: u32, start: u32, len: u32 },
+}
+
+impl ReadAhead {
+    /// The record of the event at `rv`, if read.
+    fn get(&self, rv: u64) -> Option<&[u8]> {
+        let at = self.records.binary_search_by_key(&rv, |(rv, _)| *rv).ok()?;
+        Some(match &self.records[at].1 {
+            Held::Inline(value) => value,
+            Held::Span { span, start, len } => &self.spans[*span as usize][*start as usize..(*start + *len) as usize],
+        })
+    }
+}
+
+/// A buffer written from its start again and again (a list's chunk): the
+/// first [`ChunkBuf::len`] bytes are what was written since it was
+/// cleared, the bytes after them space kept from earlier use. A body
+/// decompressed into that space needs no clearing first: `Vec::resize`
+/// clearing every body's bytes before LZ4 wrote them was 6 % of a 100k
+/// list's CPU. Only growth beyond what the buffer ever held is cleared.
+#[derive(Default)]
+pub struct ChunkBuf {
+    bytes: Vec<u8>,
+    len: usize,
+}
+
+impl ChunkBuf {
+    /// An empty buffer with room for `capacity` bytes.
+    pub fn with_capacity(capacity: usize) -> ChunkBuf {
+        ChunkBuf { bytes: Vec::with_capacity(capacity), len: 0 }
+    }
+
+    /// What was written since the buffer was cleared.
+    pub fn written(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+
+    /// Bytes written since the buffer was cleared.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Nothing written since the buffer was cleared.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes the buffer holds without growing.
+    pub fn capacity(&self) -> usize {
+        self.bytes.capacity()
+    }
+
+    /// Makes room for at least `additional` more bytes.
+    pub fn reserve(&mut self, additional: usize) {
+        self.bytes.reserve((self.len + additional).saturating_sub(self.bytes.len()));
+    }
+
+    /// Forgets what was written; the space stays for the next writes.
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// Writes one byte.
+    pub fn push(&mut self, byte: u8) {
+        self.extend_from_slice(&[byte]);
+    }
+
+    /// Writes `bytes`.
+    pub fn extend_from_slice(&mut self, bytes: &[u8]) {
+        self.space(bytes.len()).copy_from_slice(bytes);
+        self.len += bytes.len();
+    }
+
+    /// The `n` bytes after what was written, to write into before
+    /// [`ChunkBuf::commit`]; their contents are whatever was there.
+    fn space(&mut self, n: usize) -> &mut [u8] {
+        let end = self.len + n;
+        if self.bytes.len() < end {
+            self.bytes.resize(end, 0);
+        }
+        &mut self.bytes[self.len..end]
+    }
+
+    /// Counts `n` bytes of the space as written.
+    fn commit(&mut self, n: usize) {
+        self.len += n;
+    }
+
+    /// Writes through a `Vec` (for writers that need one), after what was
+    /// written; the space after it is given up.
+    pub fn with_vec<R>(&mut self, write: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+        self.bytes.truncate(self.len);
+        let result = write(&mut self.bytes);
+        self.len = self.bytes.len();
+        result
+    }
+}
+
+/// Writes the object of `record` (the event at `rv`) as served, see
+/// [`Store::write_served`], with the store's dictionaries `dicts`.
+pub(crate) fn write_served_record(record: &[u8], rv: u64, name_suffix: Option<&str>, dicts: &Dicts, out: &mut ChunkBuf) -> Result<()> {
+    let (head, used) = BodyHead::read(record)?;
+    check_body(head.rv, head.body_len, head.name_end, head.rv_at, head.body_codec)?;
+    let (_, body) = row_section(head.rv, head.body_codec, head.body_len, &record[used..])?;
+    let len = head.body_len as usize;
+    let room = kubefold_engine::object::hole_bytes(name_suffix, rv);
+    let space = out.space(room + len);
+    let target = &mut space[room..];
+    let written = match head.body_codec & !BODY_WITH_ROW {
+        BODY_LZ4 => lz4_flex::block::decompress_into(body, target).ok(),
+        BODY_LZ4_DICT => match dicts.get(head.resource) {
+            Some(dict) => lz4_flex::block::decompress_into_with_dict(body, target, dict).ok(),
+            None => return Err(Error::Corrupt { what: format!("event {}: no compression dictionary for {}", head.rv, head.resource) }),
+        },
+        _ if body.len() == len => {
+            target.copy_from_slice(body);
+            Some(len)
+        }
+        _ => None,
+    };
+    if written != Some(len) {
+        return Err(Error::Corrupt { what: format!("event {}: stored body does not decode to its {len} bytes", head.rv) });
+    }
+    kubefold_engine::object::open_holes(space, 0, head.name_end, head.rv_at, name_suffix, rv);
+    out.commit(room + len);
+    Ok(())
+}
+
+/// Writes the object of one event record as a list serves it (see
+/// [`Store::write_served`]), for a type without a dictionary; a damaged
+/// record is [`Error::Corrupt`] and leaves what `out` holds. Public for the
+/// `store_envelope` fuzz target (`fuzz/`).
+pub fn write_served_event(bytes: &[u8], rv: u64, name_suffix: Option<&str>, out: &mut ChunkBuf) -> Result<()> {
+    write_served_record(bytes, rv, name_suffix, &Dicts::new(), out)
+}
+
+impl Store {
+    /// The body of the event at `rv` (an object's version).
+    pub fn body(&self, rv: u64) -> Result<Option<ServedBody>> {
+        match self.record(rv)? {
+            Some(record) => Ok(Some(decode_body_with(&record, &self.dicts.read().unwrap_or_else(|e| e.into_inner()))?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Writes the object at `rv` as served (`name_suffix` after its name,
+    /// `rv` as its resourceVersion) to the end of `out`, as
+    /// [`ServedBody::write`] would, but decompressing the body straight into
+    /// `out`: no copy of the body is made. False when the log has no event
+    /// `rv`; a damaged record is [`Error::Corrupt`] and leaves `out` as it was.
+    pub fn write_served(&self, rv: u64, name_suffix: Option<&str>, out: &mut ChunkBuf) -> Result<bool> {
+        let Some(record) = self.record(rv)? else { return Ok(false) };
+        write_served_record(&record, rv, name_suffix, &self.dicts.read().unwrap_or_else(|e| e.into_inner()), out)?;
+        Ok(true)
+    }
+
+    /// [`Store::write_served`] with the records of `ahead` (read together
+    /// before); an event it does not hold is read on its own.
+    pub fn write_served_from(&self, ahead: &ReadAhead, rv: u64, name_suffix: Option<&str>, out: &mut ChunkBuf) -> Result<bool> {
+        match ahead.get(rv) {
+            Some(record) => {
+                write_served_record(record, rv, name_suffix, &ahead.dicts, out)?;
+                Ok(true)
+            }
+            None => self.write_served(rv, name_suffix, out),
+        }
+    }
+
+    /// [`Store::body`] with the records of `ahead`, as [`Store::write_served_from`].
+    pub fn body_from(&self, ahead: &ReadAhead, rv: u64) -> Result<Option<ServedBody>> {
+        match ahead.get(rv) {
+            Some(record) => Ok(Some(decode_body_with(record, &ahead.dicts)?)),
+            None => self.body(rv),
+        }
+    }
+
+    /// Reads the records of the events `rvs` (those the log holds) at once,
+    /// for [`Store::write_served_from`] and [`Store::body_from`]: records
+    /// next to each other in the record log are read with one read. The
+    /// objects of a member's list are committed in its list order, which is
+    /// the order kubefold lists them in (namespace, name), so a page of a
+    /// list is mostly a few runs of neighbouring records.
+    pub fn read_ahead(&self, rvs: impl IntoIterator<Item = u64>) -> Result<ReadAhead> {
+        let mut ahead = ReadAhead { dicts: self.dicts.read().unwrap_or_else(|e| e.into_inner()).clone(), ..ReadAhead::default() };
+        let mut logged: Vec<(u64, log::Pointer)> = Vec::new();
+        for (rv, located) in self.locations.get_many(rvs) {
+            if let Some(pointer) = located {
+                logged.push((rv, pointer));
+                continue;
+            }
+            match self.lookup(rv)? {
+                Some(Located::Logged(pointer)) => logged.push((rv, pointer)),
+                Some(Located::Inline(value)) => ahead.records.push((rv, Held::Inline(value))),
+                None => {}
+            }
+        }
+        logged.sort_unstable_by_key(|(_, p)| (p.segment, p.offset));
+        let mut run = 0;
+        while run < logged.len() {
+            let first = logged[run].1;
+            let mut end = u64::from(first.offset) + u64::from(first.len);
+            let mut next = run + 1;
+            while let Some((_, p)) = logged.get(next) {
+                let p_end = u64::from(p.offset) + u64::from(p.len);
+                if p.segment != first.segment || u64::from(p.offset) > end + READ_AHEAD_GAP || p_end - u64::from(first.offset) > READ_AHEAD_SPAN {
+                    break;
+                }
+                end = end.max(p_end);
+                next += 1;
+            }
+            let len = (end - u64::from(first.offset)) as usize;
+            // A segment gone since the pointers were read: those records
+            // are read on their own, through their new pointers.
+            if let Some(span) = self.log.read_span(first.segment, first.offset, len).map_err(|what| Error::Corrupt { what })? {
+                let index = ahead.spans.len() as u32;
+                for (rv, p) in &logged[run..next] {
+                    let start = p.offset - first.offset;
+                    let bytes = &span[start as usize..(start + p.len) as usize];
+                    if crc32fast::hash(bytes) != p.crc {
+                        return Err(Error::Corrupt { what: format!("event {rv}: log segment {} at {}: checksum mismatch", p.segment, p.offset) });
+                    }
+                    ahead.records.push((*rv, Held::Span { span: index, start, len: p.len }));
+                }
+                ahead.spans.push(span);
+            }
+            run = next;
+        }
+        ahead.records.sort_unstable_by_key(|(rv, _)| *rv);
+        Ok(ahead)
+    }
+}

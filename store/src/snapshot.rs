@@ -1,0 +1,250 @@
+//! The index snapshot file: a header (format, store id, RV, number of
+//! chunks), then the index in chunks of up to [`SNAPSHOT_CHUNK`] objects
+//! (decoded in parallel), then a CRC-32 of everything before it; its
+//! writer and its reader.
+//!
+//! Layout (format `kubefold-store/6`, pieces of [`crate::codec`]):
+//! [`SNAPSHOT_MAGIC`]; the header: format (string), store id (byte
+//! string), RV (varint), number of chunks (varint); each chunk: resource
+//! (string), number of objects (varint), byte length (varint), then per
+//! object its namespace, name and cluster (strings), RV (varint), member
+//! RV and uid (strings), labels and selectable fields (each a sequence of
+//! string pairs); then the CRC-32 (u32, little-endian). A snapshot of an
+//! older format (an older magic) is not read: the log is replayed instead.
+
+use super::*;
+
+/// First bytes of an index snapshot file.
+pub(crate) const SNAPSHOT_MAGIC: &[u8; 26] = b"kubefold-index-snapshot/6\n";
+
+/// First bytes of an index snapshot file of format 5 and older (bincode's
+/// layout), not read.
+const OLD_SNAPSHOT_MAGIC: &[u8; 24] = b"kubefold-index-snapshot\n";
+
+/// Objects per chunk of an index snapshot (chunks are decoded in parallel).
+pub(crate) const SNAPSHOT_CHUNK: usize = 32 * 1024;
+
+/// The first record of an index snapshot.
+pub(crate) struct SnapshotHeader<'a> {
+    format: &'a str,
+    store_id: &'a [u8],
+    head_rv: u64,
+    chunks: u64,
+}
+
+impl<'a> SnapshotHeader<'a> {
+    fn write(&self, out: &mut Vec<u8>) {
+        let mut w = Writer(out);
+        w.bytes(self.format.as_bytes());
+        w.bytes(self.store_id);
+        w.varint(self.head_rv);
+        w.varint(self.chunks);
+    }
+
+    fn read(r: &mut Reader<'a>) -> Option<SnapshotHeader<'a>> {
+        Some(SnapshotHeader { format: r.str()?, store_id: r.bytes()?, head_rv: r.u64()?, chunks: r.u64()? })
+    }
+}
+
+/// Writes one object of a snapshot chunk.
+pub(crate) fn write_entry(out: &mut Vec<u8>, key: &ObjectKey, entry: &IndexEntry) {
+    let mut w = Writer(out);
+    for part in [&key.namespace, &key.name, &key.cluster] {
+        w.bytes(part.as_bytes());
+    }
+    w.varint(entry.rv);
+    w.bytes(entry.member_rv().as_bytes());
+    w.bytes(entry.uid().as_bytes());
+    w.pairs(entry.labels().count(), entry.labels());
+    w.pairs(entry.fields().count(), entry.fields());
+}
+
+/// Reads one object of a snapshot chunk.
+pub(crate) fn read_entry(r: &mut Reader<'_>) -> Option<(ObjectKey, IndexEntry)> {
+    let key = ObjectKey { namespace: r.str()?.to_string(), name: r.str()?.to_string(), cluster: r.str()?.to_string() };
+    let rv = r.u64()?;
+    let (member_rv, uid) = (r.str()?, r.str()?);
+    let (labels, fields) = (r.pairs()?, r.pairs()?);
+    Some((key, IndexEntry::new(rv, member_rv, uid, labels, fields)))
+}
+
+/// A decoded chunk of an index snapshot, in list order.
+pub(crate) type Chunk = Vec<(ObjectKey, std::sync::Arc<IndexEntry>)>;
+
+/// Decodes the snapshot's chunks (resource, object count, byte range of
+/// `body`) on up to four threads; the chunks in order.
+pub(crate) fn decode_chunks(body: &[u8], chunks: &[(String, u64, std::ops::Range<usize>)]) -> Result<Vec<Chunk>, String> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let decode = |count: u64, range: &std::ops::Range<usize>| -> Result<Chunk, String> {
+        let mut r = Reader::new(&body[range.clone()]);
+        let mut entries = Vec::with_capacity(count.min(SNAPSHOT_CHUNK as u64) as usize);
+        for _ in 0..count {
+            let (key, entry) = read_entry(&mut r).ok_or("snapshot undecodable: damaged object")?;
+            entries.push((key, std::sync::Arc::new(entry)));
+        }
+        if !r.is_done() {
+            return Err("snapshot chunk has trailing bytes".into());
+        }
+        Ok(entries)
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4).min(chunks.len().max(1));
+    let next = AtomicUsize::new(0);
+    let slots: Vec<std::sync::Mutex<Option<Result<Chunk, String>>>> = chunks.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some((_, count, range)) = chunks.get(i) else { break };
+                *slots[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(decode(*count, range));
+            });
+        }
+    });
+    slots
+        .into_iter()
+        .map(|slot| slot.into_inner().unwrap_or_else(|e| e.into_inner()).unwrap_or_else(|| Err("snapshot chunk not decoded".into())))
+        .collect()
+}
+
+/// A writer that sums what goes through it.
+pub(crate) struct ChecksumWriter<W> {
+    inner: W,
+    crc: crc32fast::Hasher,
+    bytes: u64,
+}
+
+impl<W: std::io::Write> std::io::Write for ChecksumWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.crc.update(&buf[..n]);
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+impl Store {
+    pub(crate) fn store_id(&self) -> Result<Vec<u8>> {
+        Ok(self.tree.get(meta_key("store-id"))?.map(|v| v.to_vec()).unwrap_or_default())
+    }
+
+    /// Writes the index to the snapshot file, atomically (a temporary file,
+    /// synced, renamed over the old one). The log is flushed first, so the
+    /// snapshot is never ahead of what a restart finds on disk. An index
+    /// older than the newest snapshot already written is not written.
+    /// Runs beside commits (call it with a clone of the aggregator's index
+    /// off the actor thread).
+    pub fn write_snapshot(&self, index: &Index) -> Result<Option<SnapshotStats>> {
+        use std::io::Write;
+        let mut newest = self.snapshot.lock().unwrap_or_else(|e| e.into_inner());
+        let rv = index.head_rv();
+        if rv <= *newest && *newest != 0 {
+            return Ok(None);
+        }
+        self.flush_all()?;
+        if rv > self.head_rv()? {
+            return Err(Error::Corrupt { what: format!("snapshot at RV {rv} is ahead of the log's head") });
+        }
+        let io = |e: std::io::Error| Error::Io(sled::Error::Io(e));
+        let tmp = self.dir.join(format!("{SNAPSHOT_FILE}.tmp"));
+        let file = log::private_file().write(true).create(true).truncate(true).open(&tmp).map_err(io)?;
+        let mut out = ChecksumWriter { inner: std::io::BufWriter::with_capacity(1 << 20, file), crc: crc32fast::Hasher::new(), bytes: 0 };
+        out.write_all(SNAPSHOT_MAGIC).map_err(io)?;
+        let resources = index.resource_keys();
+        let chunks: u64 = resources.iter().map(|r| (index.len(r) as u64).div_ceil(SNAPSHOT_CHUNK as u64)).sum();
+        let store_id = self.store_id()?;
+        let mut header = Vec::new();
+        SnapshotHeader { format: FORMAT, store_id: &store_id, head_rv: rv, chunks }.write(&mut header);
+        out.write_all(&header).map_err(io)?;
+        let mut objects = 0u64;
+        let mut chunk = Vec::with_capacity(SNAPSHOT_CHUNK * 512);
+        for resource in resources {
+            let mut entries = index.range(&resource, None, None).peekable();
+            while entries.peek().is_some() {
+                chunk.clear();
+                let mut count = 0u64;
+                for (key, entry) in entries.by_ref().take(SNAPSHOT_CHUNK) {
+                    write_entry(&mut chunk, key, entry);
+                    count += 1;
+                }
+                header.clear();
+                let mut w = Writer(&mut header);
+                w.bytes(resource.as_bytes());
+                w.varint(count);
+                w.varint(chunk.len() as u64);
+                out.write_all(&header).map_err(io)?;
+                out.write_all(&chunk).map_err(io)?;
+                objects += count;
+            }
+        }
+        let crc = out.crc.clone().finalize();
+        let bytes = out.bytes + 4;
+        let mut inner = out.inner;
+        inner.write_all(&crc.to_le_bytes()).map_err(io)?;
+        let file = inner.into_inner().map_err(|e| io(e.into_error()))?;
+        file.sync_all().map_err(io)?;
+        drop(file);
+        std::fs::rename(&tmp, self.dir.join(SNAPSHOT_FILE)).map_err(io)?;
+        if let Ok(dir) = std::fs::File::open(&self.dir) {
+            let _ = dir.sync_all();
+        }
+        *newest = rv;
+        Ok(Some(SnapshotStats { rv, objects, bytes }))
+    }
+
+    /// The index of the snapshot file, when it can be used with a log at
+    /// `head` compacted to `compacted`; otherwise why not.
+    pub(crate) fn read_snapshot(&self, head: u64, compacted: u64) -> Result<Index, String> {
+        let path = self.dir.join(SNAPSHOT_FILE);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err("no snapshot".into()),
+            Err(e) => return Err(format!("snapshot unreadable: {e}")),
+        };
+        if bytes.starts_with(OLD_SNAPSHOT_MAGIC) {
+            return Err("snapshot of an older store format".into());
+        }
+        if bytes.len() < SNAPSHOT_MAGIC.len() + 4 || &bytes[..SNAPSHOT_MAGIC.len()] != SNAPSHOT_MAGIC {
+            return Err("snapshot is not an index snapshot".into());
+        }
+        let (body, sum) = bytes.split_at(bytes.len() - 4);
+        if crc32fast::hash(body).to_le_bytes() != sum {
+            return Err("snapshot checksum mismatch".into());
+        }
+        let mut r = Reader::new(&body[SNAPSHOT_MAGIC.len()..]);
+        let bad = || "snapshot undecodable: damaged header".to_string();
+        let header = SnapshotHeader::read(&mut r).ok_or_else(bad)?;
+        if header.format != FORMAT {
+            return Err(format!("snapshot of format {:?}", header.format));
+        }
+        if header.store_id != self.store_id().map_err(|e| e.to_string())? {
+            return Err("snapshot of another store".into());
+        }
+        if header.head_rv > head {
+            return Err(format!("snapshot at RV {} is ahead of the log's head {head}", header.head_rv));
+        }
+        if header.head_rv < compacted {
+            return Err(format!("snapshot at RV {} is older than the compaction floor {compacted}", header.head_rv));
+        }
+        // Chunk headers first, then the chunks decoded on every core.
+        let mut chunks = Vec::new();
+        for _ in 0..header.chunks {
+            let (resource, count, len) = (|| Some((r.str()?.to_string(), r.u64()?, r.u64()?)))().ok_or_else(bad)?;
+            let at = SNAPSHOT_MAGIC.len() + r.position();
+            let end = at.checked_add(len as usize).filter(|end| *end <= body.len()).ok_or("snapshot chunk past its end")?;
+            chunks.push((resource, count, at..end));
+            r.take(end - at).ok_or_else(bad)?;
+        }
+        if !r.is_done() {
+            return Err("snapshot has trailing bytes".into());
+        }
+        let decoded = decode_chunks(body, &chunks)?;
+        let mut index = Index::at(header.head_rv);
+        for ((resource, _, _), entries) in chunks.iter().zip(decoded) {
+            index.load_all(resource, entries);
+        }
+        Ok(index)
+    }
+}
