@@ -5,6 +5,8 @@
 //! - `kubefold sim`: one simulated member cluster API server.
 //! - `kubefold status`: the fleet at a glance (members, store, estimators).
 //! - `kubefold admin`: the admin API from the command line.
+//! - `kubefold backup`, `kubefold restore`: a stopped kubefold's data dir to a
+//!   backup file and back, with their progress on stderr (`offline`).
 
 mod admin_cli;
 mod config;
