@@ -6,10 +6,13 @@
 //! publishes the new snapshot and the events. It also owns the log's upkeep
 //! (compaction, index snapshots, backups), which runs off its thread.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
 use actix::{Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, ResponseActFuture, WrapFuture};
+use kubefold_engine::event::ObjectKey;
+use kubefold_engine::object::ServedBody;
 use kubefold_engine::reflector::Reflector;
 use kubefold_store::{Commit, Store};
 use thiserror::Error;
@@ -226,9 +229,17 @@ impl Aggregator {
 
     /// Turns every object of `cluster` into a DELETED event.
     pub fn remove_cluster(&mut self, cluster: &str) -> Result<usize, kubefold_store::Error> {
+        let doomed = self.select(|_, key| key.cluster == cluster);
+        let bodies = read_bodies(&self.store, &doomed)?;
+        self.finish_removal(cluster, bodies)
+    }
+
+    /// The end of [`Aggregator::remove_cluster`], once the last bodies of
+    /// its objects are read.
+    fn finish_removal(&mut self, cluster: &str, bodies: Bodies) -> Result<usize, kubefold_store::Error> {
         let before = self.reflector.index().clone();
-        let store = &self.store;
-        let events = self.reflector.remove_cluster(cluster, |rv| Ok::<_, kubefold_store::Error>(store.event(rv)?.map(|e| e.body)))?;
+        let events = self.reflector.remove_cluster(cluster, |rv| Ok::<_, std::convert::Infallible>(bodies.get(&rv).cloned()));
+        let events = events.unwrap_or_else(|never| match never {});
         let count = self.commit_deletions(before, events)?;
         self.store.remove_checkpoints(cluster)?;
         info!(cluster = %cluster, deleted = count, "Cluster removed.");
@@ -240,10 +251,17 @@ impl Aggregator {
     /// events, and forgets the checkpoints of types no longer watched.
     /// Objects of types kubefold cannot name (unknown keys) are kept.
     pub fn prune(&mut self, clusters: &[String], forget: &[(String, String)]) -> Result<usize, kubefold_store::Error> {
-        let fleet = self.fleet.clone();
+        let plan = self.plan_prune(clusters, forget);
+        let bodies = read_bodies(&self.store, &plan.doomed)?;
+        self.finish_prune(plan, bodies)
+    }
+
+    /// What [`Aggregator::prune`] deletes and forgets, as the scopes are now.
+    fn plan_prune(&self, clusters: &[String], forget: &[(String, String)]) -> PrunePlan {
+        let fleet = &self.fleet;
         let mut unwatched: std::collections::BTreeSet<(String, String)> = std::collections::BTreeSet::new();
-        let mut types: std::collections::HashMap<String, Option<kubefold_engine::resources::TypeRef>> = Default::default();
-        let doomed = |resource: &str, key: &kubefold_engine::event::ObjectKey| {
+        let mut types: HashMap<String, Option<kubefold_engine::resources::TypeRef>> = HashMap::new();
+        let doomed = self.select(|resource, key| {
             if !clusters.contains(&key.cluster) {
                 return false;
             }
@@ -256,18 +274,44 @@ impl Aggregator {
                     true
                 }
             }
-        };
+        });
+        let forget = unwatched.into_iter().chain(forget.iter().cloned()).collect();
+        PrunePlan { clusters: clusters.to_vec(), doomed, forget }
+    }
+
+    /// The end of [`Aggregator::prune`], once the last bodies of the
+    /// objects it deletes are read.
+    fn finish_prune(&mut self, plan: PrunePlan, bodies: Bodies) -> Result<usize, kubefold_store::Error> {
+        let mut doomed: HashMap<String, HashSet<ObjectKey>> = HashMap::new();
+        for (resource, key, _) in plan.doomed {
+            doomed.entry(resource).or_default().insert(key);
+        }
         let before = self.reflector.index().clone();
-        let store = &self.store;
-        let events = self.reflector.remove_where(doomed, |rv| Ok::<_, kubefold_store::Error>(store.event(rv)?.map(|e| e.body)))?;
+        let events = self.reflector.remove_where(
+            |resource, key| doomed.get(resource).is_some_and(|keys| keys.contains(key)),
+            |rv| Ok::<_, std::convert::Infallible>(bodies.get(&rv).cloned()),
+        );
+        let events = events.unwrap_or_else(|never| match never {});
         let count = self.commit_deletions(before, events)?;
-        for (cluster, resource) in unwatched.iter().chain(forget) {
+        for (cluster, resource) in &plan.forget {
             self.store.remove_checkpoint(cluster, resource)?;
         }
         if count > 0 {
-            info!(clusters = ?clusters, deleted = count, "Objects no longer selected removed.");
+            info!(clusters = ?plan.clusters, deleted = count, "Objects no longer selected removed.");
         }
         Ok(count)
+    }
+
+    /// The objects for which `doomed(resource, key)` holds, with the RV of
+    /// their current version.
+    fn select(&self, mut doomed: impl FnMut(&str, &ObjectKey) -> bool) -> Vec<(String, ObjectKey, u64)> {
+        let index = self.reflector.index();
+        let mut selected = Vec::new();
+        for resource in index.resource_keys() {
+            let objects = index.range(&resource, None, None).filter(|(key, _)| doomed(&resource, key));
+            selected.extend(objects.map(|(key, entry)| (resource.clone(), key.clone(), entry.rv)));
+        }
+        selected
     }
 
     /// Stamps, commits and publishes the deletions the reflector made from
@@ -291,6 +335,29 @@ impl Aggregator {
     pub fn head_rv(&self) -> u64 {
         self.reflector.index().head_rv()
     }
+}
+
+/// The last bodies of objects about to be deleted, by the RV of their current version.
+type Bodies = HashMap<u64, ServedBody>;
+
+/// What a prune deletes (type key, object key, RV) and the checkpoints it
+/// forgets (cluster, type key).
+struct PrunePlan {
+    clusters: Vec<String>,
+    doomed: Vec<(String, ObjectKey, u64)>,
+    forget: Vec<(String, String)>,
+}
+
+/// Reads the last bodies of the `doomed` objects (those the store no longer
+/// has are kept rather than deleted without a body).
+fn read_bodies(store: &Store, doomed: &[(String, ObjectKey, u64)]) -> Result<Bodies, kubefold_store::Error> {
+    let mut bodies = HashMap::with_capacity(doomed.len());
+    for (_, _, rv) in doomed {
+        if let Some(event) = store.event(*rv)? {
+            bodies.insert(*rv, event.body);
+        }
+    }
+    Ok(bodies)
 }
 
 /// Stamps events with the commit time.
@@ -423,21 +490,36 @@ impl Handler<Backup> for Aggregator {
 }
 
 impl Handler<Prune> for Aggregator {
-    type Result = Result<usize>;
+    type Result = AtomicResponse<Self, Result<usize>>;
 
+    /// The last bodies of the objects to delete are read off the actor's
+    /// thread; no other message (no commit) is handled meanwhile.
     fn handle(&mut self, msg: Prune, _ctx: &mut Self::Context) -> Self::Result {
-        self.prune(&msg.clusters, &msg.forget).map_err(|e| {
-            error!(error = %e, "Pruning deselected objects failed.");
-            Error::CommitFailed(e)
-        })
+        let plan = self.plan_prune(&msg.clusters, &msg.forget);
+        let (store, doomed) = (self.store.clone(), plan.doomed.clone());
+        let read = tokio::task::spawn_blocking(move || read_bodies(&store, &doomed));
+        AtomicResponse::new(Box::pin(read.into_actor(self).map(|bodies, this: &mut Aggregator, _| {
+            let bodies = bodies.map_err(|_| Error::ThreadFailed("prune"))?;
+            bodies.and_then(|bodies| this.finish_prune(plan, bodies)).map_err(|e| {
+                error!(error = %e, "Pruning deselected objects failed.");
+                Error::CommitFailed(e)
+            })
+        })))
     }
 }
 
 impl Handler<RemoveCluster> for Aggregator {
-    type Result = Result<usize>;
+    type Result = AtomicResponse<Self, Result<usize>>;
 
+    /// As [`Prune`]: the last bodies are read off the actor's thread.
     fn handle(&mut self, msg: RemoveCluster, _ctx: &mut Self::Context) -> Self::Result {
-        Ok(self.remove_cluster(&msg.cluster)?)
+        let cluster = msg.cluster;
+        let (store, doomed) = (self.store.clone(), self.select(|_, key| key.cluster == cluster));
+        let read = tokio::task::spawn_blocking(move || read_bodies(&store, &doomed));
+        AtomicResponse::new(Box::pin(read.into_actor(self).map(move |bodies, this: &mut Aggregator, _| {
+            let bodies = bodies.map_err(|_| Error::ThreadFailed("cluster removal"))??;
+            Ok(this.finish_removal(&cluster, bodies)?)
+        })))
     }
 }
 
