@@ -447,6 +447,25 @@ mod tests {
         assert_eq!((r.namespace.as_deref(), r.resource.as_str(), r.name), (Some("a"), "status", None));
     }
 
+    /// The middleware leaves the description in the request extensions,
+    /// where the layers after it read it.
+    #[actix_web::test]
+    async fn describe_stores_the_description_for_the_layers_after_it() {
+        use actix_web::{test, web, App, HttpRequest, HttpResponse};
+        let handler = |req: HttpRequest| async move {
+            let described = req.extensions().get::<RequestInfo>().cloned();
+            HttpResponse::Ok().body(described.map(|i| format!("{} {} {:?} {:?}", i.verb, i.resource, i.namespace, i.cluster)).unwrap_or_default())
+        };
+        let app = test::init_service(App::new().wrap(actix_web::middleware::from_fn(describe)).default_service(web::to(handler))).await;
+        let read = |uri: &str, method: Method| test::TestRequest::default().method(method).uri(uri).to_request();
+        let body = test::call_and_read_body(&app, read("/clusters/m1/api/v1/namespaces/a/pods?watch=true", Method::GET)).await;
+        assert_eq!(body, "watch pods Some(\"a\") Some(\"m1\")");
+        let body = test::call_and_read_body(&app, read("/apis/apps/v1/namespaces/a/deployments", Method::DELETE)).await;
+        assert_eq!(body, "deletecollection deployments Some(\"a\") None");
+        let body = test::call_and_read_body(&app, read("/metrics", Method::GET)).await;
+        assert_eq!(body, "get  None None");
+    }
+
     #[test]
     fn paths_are_decoded_and_encoded_slashes_refused() {
         assert_eq!(decode_path("/api/v1/namespaces/a%2Db/pods").as_deref(), Some("/api/v1/namespaces/a-b/pods"));
