@@ -24,6 +24,7 @@
 //! - [`respond`]: Status errors and JSON responses.
 //! - [`unserved`]: Status answers for what is not served yet (streaming subresources).
 //! - [`reviews`]: access and identity reviews (`kubectl auth can-i`, `whoami`).
+//! - [`console`]: the web console under `/ui` (fleet and search).
 
 pub mod admin;
 pub mod connections;
@@ -36,6 +37,7 @@ pub mod health;
 pub mod auth;
 pub mod impersonate;
 pub mod cbor;
+pub mod console;
 pub mod members;
 pub mod passthrough;
 pub mod openapi;
@@ -535,6 +537,8 @@ pub fn server(state: Arc<ApiState>) -> Result<(Server, Vec<SocketAddr>), ServerE
             // Reviews are answered by the same authorizer.
             .app_data(web::Data::new(authenticator.clone()))
             .wrap(actix_web::middleware::from_fn(connections::overflow_lane))
+            // The console's shell and assets, before authentication (they hold no data).
+            .wrap(actix_web::middleware::from_fn(console::shell))
             .route("/healthz", web::get().to(health::healthz))
             .route("/livez", web::get().to(health::healthz))
             .route("/readyz", web::get().to(health::readyz))
@@ -542,6 +546,7 @@ pub fn server(state: Arc<ApiState>) -> Result<(Server, Vec<SocketAddr>), ServerE
             .app_data(estimator_table.clone())
             .configure(estimators::configure)
             .configure(admin::configure)
+            .configure(console::configure)
             .default_service(web::to(dispatch))
     })
     .workers(workers)
