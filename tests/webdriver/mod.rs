@@ -13,7 +13,7 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 
 /// The key of an element reference in WebDriver answers.
-const ELEMENT: &str = "element-6066-11e4-a07e-4b3e8a4e7d3f";
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 /// What is missing to run browser tests, if anything.
 pub fn missing() -> Option<String> {
