@@ -122,6 +122,35 @@ fn the_console_signs_in_shows_the_fleet_live_and_searches_every_cluster() {
     let events = browser.texts("#object-events tbody tr");
     assert!(!events.is_empty(), "the pod's events are listed: {}", browser.text("#object"));
     screenshot(&browser, "console-search.png");
+
+    // Many results are paged with continue tokens, 50 rows a page.
+    let names = |b: &Browser| -> Vec<String> {
+        b.script("return [...document.querySelectorAll('#results tbody tr')].map((r) => r.dataset.key);", json!([]))
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect()
+    };
+    browser.open(&format!("{}/ui/search?type=events", kf.url));
+    browser.wait(Duration::from_secs(30), "a page of events", |b| b.texts("#results tbody tr").len() == 50);
+    let listed: serde_json::Value = client.get(format!("{}/api/v1/events", kf.url)).bearer_auth(ADMIN_TOKEN).send().unwrap().json().unwrap();
+    let total = listed["items"].as_array().unwrap().len();
+    assert!(total > 100, "enough events for several pages: {total}");
+    let mut seen = std::collections::BTreeSet::new();
+    seen.extend(names(&browser));
+    for page in 2..=total.div_ceil(50) {
+        browser.click("#next-page");
+        browser.wait(Duration::from_secs(30), "the next page", |b| b.text("#search-status").contains(&format!("page {page}")));
+        seen.extend(names(&browser));
+    }
+    assert_eq!(seen.len(), total, "every event once, over the pages");
+    assert_eq!(browser.script("return document.getElementById('next-page').disabled;", json!([])), json!(true), "no page after the last");
+
+    // Several namespaces, one after the other, and a name filter.
+    browser.open(&format!("{}/ui/search?type=pods&namespaces=kube-system,default&name=web-1", kf.url));
+    browser.wait(Duration::from_secs(30), "web-1 pods", |b| b.texts("#results tbody tr").len() == 3);
+    assert!(names(&browser).iter().all(|k| k.starts_with("default/web-1_")), "{:?}", names(&browser));
     drop(browser);
     kf.stop();
 }
