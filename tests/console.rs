@@ -123,6 +123,13 @@ fn the_console_signs_in_shows_the_fleet_live_and_searches_every_cluster() {
     assert!(!events.is_empty(), "the pod's events are listed: {}", browser.text("#object"));
     screenshot(&browser, "console-search.png");
 
+    // A pod deleted goes from the table, again without a reload.
+    let deleted = client.delete(format!("{}/api/v1/namespaces/default/pods/console-new-pod_member3", kf.url)).bearer_auth(ADMIN_TOKEN).send().unwrap();
+    assert!(deleted.status().is_success(), "delete: {}", deleted.text().unwrap_or_default());
+    browser.wait(Duration::from_secs(30), "the deleted pod gone", |b| !b.texts("#results tbody tr").iter().any(|r| r.contains("console-new-pod")));
+    assert!(browser.text("#search-status").starts_with("9 shown"), "{}", browser.text("#search-status"));
+    assert_eq!(browser.script("return window.searchLoaded === true;", json!([])), json!(true), "the page was not reloaded");
+
     // Many results are paged with continue tokens, 50 rows a page.
     let names = |b: &Browser| -> Vec<String> {
         b.script("return [...document.querySelectorAll('#results tbody tr')].map((r) => r.dataset.key);", json!([]))

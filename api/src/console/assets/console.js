@@ -454,7 +454,11 @@ const search = {
     const key = this.rowKey(row);
     const body = $('results').querySelector('tbody');
     const existing = [...body.querySelectorAll('tr')].find((tr) => tr.dataset.key === key);
-    if (type === 'DELETED') { if (existing) existing.remove(); return; }
+    if (type === 'DELETED') {
+      if (existing) existing.remove();
+      $('search-status').textContent = $('search-status').textContent.replace(/^\d+ shown/, `${body.rows.length} shown`);
+      return;
+    }
     if (this.query.name && !this.rowName(row).toLowerCase().includes(this.query.name)) return;
     const holder = document.createElement('tbody');
     holder.innerHTML = this.rowHtml(row, type === 'ADDED' && !existing);
@@ -463,6 +467,7 @@ const search = {
     else if (type === 'ADDED' && this.pageNo === 0) body.prepend(tr);
     else return;
     tr.onclick = () => this.open(tr.dataset.namespace, tr.dataset.name);
+    $('search-status').textContent = $('search-status').textContent.replace(/^\d+ shown/, `${body.rows.length} shown`);
   },
 
   // The object as YAML, and its events (those of its member, naming it).
