@@ -80,6 +80,9 @@ fn the_console_signs_in_shows_the_fleet_live_and_searches_every_cluster() {
     browser.wait(Duration::from_secs(60), "member2 Synced again", |b| phase(b, "member2") == "Synced");
     assert_eq!(browser.script("return window.consoleLoaded === true;", json!([])), json!(true), "the page was not reloaded");
     screenshot(&browser, "console-fleet.png");
+    browser.type_into("#member-filter", "member2");
+    browser.wait(Duration::from_secs(10), "the fleet filtered by name", |b| b.texts("#members tbody tr").len() == 1);
+    assert!(browser.text("#members tbody").contains("member2"));
 
     // A search for app=web lists pods of every cluster; the search is in the URL.
     browser.open(&format!("{}/ui/search?type=pods&labels=app%3Dweb", kf.url));
@@ -197,4 +200,31 @@ fn the_console_shell_is_public_and_its_data_is_not() {
     let (code, page) = get("/ui/fleet", Some(ADMIN_TOKEN));
     assert_eq!(code, 200);
     assert!(page.contains("data-member=\"member1\""), "{page}");
+}
+
+/// A large fleet is paged, on the server and in the browser: 250 members
+/// (unreachable ones: the table's size is what counts here).
+#[test]
+fn a_large_fleet_is_paged() {
+    if let Some(missing) = webdriver::missing() {
+        eprintln!("skipped: {missing}");
+        return;
+    }
+    let dead = dead_port_url();
+    let members: Vec<(String, String)> = (0..250).map(|i| (format!("m{i:03}"), dead.clone())).collect();
+    let (_dir, data) = data_dir();
+    let kf = Kubefold::serve(&data, &members, &[]);
+    let (code, page) = kf.get("/ui/fleet?page=3");
+    assert_eq!(code, 200);
+    assert!(page.contains("Page 3 of 3") && page.contains("data-member=\"m249\"") && !page.contains("data-member=\"m199\""), "{page}");
+    let browser = Browser::start(1280, 860);
+    browser.open(&format!("{}/ui", kf.url));
+    browser.wait(Duration::from_secs(30), "the first page", |b| b.text("#member-pager").contains("250 members · page 1 of 3"));
+    assert_eq!(browser.texts("#members tbody tr").len(), 100);
+    browser.click("#member-pager button[data-step=\"1\"]");
+    browser.wait(Duration::from_secs(10), "the second page", |b| b.text("#member-pager").contains("page 2 of 3"));
+    let rows = browser.texts("#members tbody tr td:first-child");
+    assert_eq!((rows.len(), rows[0].as_str(), rows[99].as_str()), (100, "m100", "m199"));
+    drop(browser);
+    kf.stop();
 }

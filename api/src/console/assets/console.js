@@ -200,12 +200,20 @@ const fleet = {
     const pages = Math.max(1, Math.ceil(all.length / MEMBERS_PER_PAGE));
     this.page = Math.min(this.page, pages - 1);
     const shown = all.slice(this.page * MEMBERS_PER_PAGE, (this.page + 1) * MEMBERS_PER_PAGE);
-    document.querySelector('#members tbody').innerHTML = shown.map((m) => this.row(m)).join('');
+    const html = shown.map((m) => this.row(m)).join('');
+    // Unchanged rows are left as they are (a selection or a click survives an update).
+    if (html !== this.shownHtml) {
+      document.querySelector('#members tbody').innerHTML = html;
+      this.shownHtml = html;
+    }
     const pager = $('member-pager');
-    pager.innerHTML = `${all.length} members · page ${this.page + 1} of ${pages} `
-      + `<button type="button" data-step="-1" ${this.page === 0 ? 'disabled' : ''}>previous</button>`
-      + `<button type="button" data-step="1" ${this.page + 1 >= pages ? 'disabled' : ''}>next</button>`;
-    for (const b of pager.querySelectorAll('button')) b.onclick = () => { this.page += Number(b.dataset.step); this.renderMembers(); };
+    if (!pager.querySelector('button')) {
+      pager.innerHTML = '<span></span> <button type="button" data-step="-1">previous</button><button type="button" data-step="1">next</button>';
+      for (const b of pager.querySelectorAll('button')) b.onclick = () => { this.page += Number(b.dataset.step); this.renderMembers(); };
+    }
+    pager.querySelector('span').textContent = `${all.length} members · page ${this.page + 1} of ${pages}`;
+    pager.querySelector('[data-step="-1"]').disabled = this.page === 0;
+    pager.querySelector('[data-step="1"]').disabled = this.page + 1 >= pages;
   },
 
   estimator(event) {
