@@ -389,8 +389,9 @@ const search = {
           this.columns = table.columnDefinitions.filter((c) => c.priority === 0);
           this.columnIndex = this.columns.map((c) => table.columnDefinitions.indexOf(c));
         }
-        if (!q.rv) q.rv = {};
-        if (!q.rv[nsIndex] && !token) q.rv[nsIndex] = table.metadata.resourceVersion;
+        // kubefold's resourceVersion is one sequence for every namespace and
+        // member: the first list's is where every watch of the search starts.
+        if (!q.rv) q.rv = table.metadata.resourceVersion;
         for (const row of table.rows || []) {
           scanned++;
           if (!q.name || this.rowName(row).toLowerCase().includes(q.name)) rows.push(row);
@@ -441,9 +442,9 @@ const search = {
   // Watches from the list's resourceVersion, with the same selectors: rows change in place, new ones appear.
   watch() {
     const q = this.query;
-    q.namespaces.forEach((ns, i) => {
-      let rv = q.rv && q.rv[i];
-      if (!rv) return;
+    if (!q.rv) return;
+    q.namespaces.forEach((ns) => {
+      let rv = q.rv;
       this.watches.push(follow(
         (signal) => request(this.url(q.t, ns, { watch: 'true', resourceVersion: rv, labelSelector: q.labelSelector, fieldSelector: q.fieldSelector, allowWatchBookmarks: 'true' }), { signal, headers: { Accept: TABLE } }),
         (event) => {
