@@ -61,6 +61,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let result = crate::serve::run(config, None, crate::shutdown_signal(), move |addr| {
         println!("kubefold demo: {} member clusters, data in {}", urls.len(), args.data_dir.display());
         println!("kubefold listening on http://{addr}");
+        println!("web console: http://{addr}/ui");
         println!("try:");
         println!("  kubectl --server http://{addr} get pods -A");
         println!("  kubectl --server http://{addr} get pods -A -l kubefold.io/cluster=member1");

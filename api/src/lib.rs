@@ -31,6 +31,7 @@
 //! - [`respond`]: Status errors and JSON responses.
 //! - [`unserved`]: Status answers for what is not served yet (streaming subresources).
 //! - [`reviews`]: access and identity reviews (`kubectl auth can-i`, `whoami`).
+//! - [`console`]: the web console under `/ui` (fleet and search).
 
 pub mod admin;
 pub mod connections;
@@ -43,6 +44,7 @@ pub mod health;
 pub mod auth;
 pub mod impersonate;
 pub mod cbor;
+pub mod console;
 pub mod members;
 pub mod passthrough;
 pub mod openapi;
@@ -484,6 +486,8 @@ pub fn server(state: Arc<ApiState>, listener: Option<std::net::TcpListener>) -> 
             // Every request is described once, before authentication reads it.
             .wrap(actix_web::middleware::from_fn(request::describe))
             .wrap(actix_web::middleware::from_fn(connections::overflow_lane))
+            // The console's shell and assets, before authentication (they hold no data).
+            .wrap(actix_web::middleware::from_fn(console::shell))
             .route("/healthz", web::get().to(health::healthz))
             .route("/livez", web::get().to(health::healthz))
             .route("/readyz", web::get().to(health::readyz))
@@ -491,6 +495,7 @@ pub fn server(state: Arc<ApiState>, listener: Option<std::net::TcpListener>) -> 
             .app_data(estimator_table.clone())
             .configure(estimators::configure)
             .configure(admin::configure)
+            .configure(console::configure)
             .default_service(web::to(dispatch))
     })
     .workers(workers)
