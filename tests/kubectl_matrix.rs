@@ -43,6 +43,7 @@ const SELECTED: &[(&str, &str)] = &[
     ("policy/v1", "PodDisruptionBudget"),
     ("networking.k8s.io/v1", "Ingress"),
     ("autoscaling/v2", "HorizontalPodAutoscaler"),
+    ("autoscaling/v1", "HorizontalPodAutoscaler"),
 ];
 
 /// Where one run of the verbs goes: its server URL, the member the objects
@@ -419,7 +420,8 @@ fn patch_label_set(r: &mut Run) {
     r.member_has(deployment, "/spec/template/spec/containers/0/image", "nginx:1.27".into());
     r.ok_says(&["label", "configmap", &cm1, "-n", "matrix", "tier=x"], "labeled");
     r.member_has(cm, "/metadata/labels/tier", "x".into());
-    r.ok_says(&["annotate", "configmap", &cm1, "-n", "matrix", "note=y"], "annotated");
+    // kubectl 1.27 says "annotate", later versions "annotated".
+    r.ok_says(&["annotate", "configmap", &cm1, "-n", "matrix", "note=y"], "annotate");
     r.member_has(cm, "/metadata/annotations/note", "y".into());
     r.ok_says(&["label", "configmap", &cm1, "-n", "matrix", "tier-"], "unlabeled");
     r.member_has(cm, "/metadata/labels/tier", Value::Null);
@@ -446,7 +448,12 @@ fn workloads(r: &mut Run) {
     r.member_has(deployment, "/spec/replicas", 3.into());
     r.ok_says(&["autoscale", &deploy, "-n", "matrix", "--min=1", "--max=4", "--cpu-percent=80"], "autoscaled");
     let hpa = r.member("/apis/autoscaling/v2/namespaces/matrix/horizontalpodautoscalers/web");
-    r.check(hpa.as_ref().is_some_and(|h| h["spec"]["maxReplicas"] == 4), format_args!("autoscale: member HPA {hpa:?}"));
+    // kubectl up to 1.32 creates it as autoscaling/v1, 1.33 as v2: the member serves both.
+    r.check(
+        hpa.as_ref().is_some_and(|h| h["spec"]["maxReplicas"] == 4 && h["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"] == 80),
+        format_args!("autoscale: member HPA {hpa:?}"),
+    );
+    r.ok_says(&["get", "hpa", "-n", "matrix"], &r.target.name("web"));
     r.ok_says(&["expose", &deploy, "-n", "matrix", "--port=80", "--target-port=80", &format!("--name={}", r.target.name("web-svc"))], "exposed");
     r.member_has("/api/v1/namespaces/matrix/services/web-svc", "/spec/selector/app", "web".into());
     // The rollout: the member's controllers bring it to its new revision.
@@ -468,10 +475,11 @@ fn workloads(r: &mut Run) {
         d.is_some_and(|d| d["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"].is_null())
     });
     r.ok_says(&["rollout", "status", &deploy, "-n", "matrix", "--timeout=30s"], "successfully rolled out");
-    // The current ReplicaSet's pods, three as scaled, listed by kubectl too.
+    // The current ReplicaSet's pods, three as scaled (the old ones gone),
+    // listed by kubectl too.
     r.member_eventually("the deployment's pods", "/api/v1/namespaces/matrix/pods?labelSelector=app%3Dweb", |list| {
         list.and_then(|l| l["items"].as_array()).is_some_and(|items| {
-            items.iter().filter(|p| p["metadata"]["deletionTimestamp"].is_null() && p["status"]["phase"] == "Running").count() == 3
+            items.len() == 3 && items.iter().all(|p| p["metadata"]["deletionTimestamp"].is_null() && p["status"]["phase"] == "Running")
         })
     });
     let out = r.ok(&["get", "pods", "-n", "matrix", "-l", "app=web", "-o", "name"]);
@@ -490,10 +498,16 @@ fn nodes(r: &mut Run) {
     let taints = r.member(path).map(|n| n["spec"]["taints"].clone()).unwrap_or_default();
     r.check(taints.as_array().is_some_and(|t| t.iter().any(|t| t["key"] == "dedicated" && t["effect"] == "NoSchedule")), format_args!("taint: {taints}"));
     r.ok_says(&["taint", "nodes", &node, "dedicated-"], "untainted");
+    // The pods drain removes: all but mirror pods and DaemonSet pods.
     let on_node = |r: &Run| {
         let (_, body) = http_get(&format!("{}/api/v1/pods?fieldSelector=spec.nodeName%3Dmember1-node-1", r.target.member.url()));
         let list: Value = serde_json::from_str(&body).unwrap_or_default();
-        list["items"].as_array().map(|items| items.iter().filter(|p| p["metadata"]["deletionTimestamp"].is_null()).count()).unwrap_or(0)
+        let drained = |p: &&Value| {
+            p["metadata"]["deletionTimestamp"].is_null()
+                && p["metadata"]["annotations"]["kubernetes.io/config.mirror"].is_null()
+                && !p["metadata"]["ownerReferences"].as_array().is_some_and(|o| o.iter().any(|o| o["kind"] == "DaemonSet"))
+        };
+        list["items"].as_array().map(|items| items.iter().filter(drained).count()).unwrap_or(0)
     };
     let before = on_node(r);
     let out = r.kubectl(&["drain", &node, "--ignore-daemonsets", "--delete-emptydir-data", "--force", "--grace-period=1", "--timeout=60s"]);
@@ -524,10 +538,10 @@ fn deletes(r: &mut Run) {
 fn not_served(r: &mut Run) {
     let web0 = r.target.name("web-0");
     let cases: [(&[&str], &[&str]); 6] = [
-        (&["exec", "-n", "default", &web0, "--", "ls"], &["exec", "not found", "NotFound"]),
-        (&["attach", "-n", "default", &web0], &["attach", "not found", "NotFound"]),
-        (&["port-forward", "-n", "default", &format!("pod/{web0}"), "0:80"], &["portforward", "not found", "NotFound"]),
-        (&["cp", &format!("default/{web0}:/etc/hosts"), "/dev/null"], &["exec", "not found", "NotFound"]),
+        (&["exec", "-n", "default", &web0, "--", "ls"], &["exec", "could not find the requested resource"]),
+        (&["attach", "-n", "default", &web0], &["attach", "could not find the requested resource"]),
+        (&["port-forward", "-n", "default", &format!("pod/{web0}"), "0:80"], &["portforward", "could not find the requested resource"]),
+        (&["cp", &format!("default/{web0}:/etc/hosts"), "/dev/null"], &["exec", "could not find the requested resource"]),
         (&["top", "pods", "-n", "default"], &["Metrics API not available"]),
         (&["debug", "-n", "default", &web0, "--image=busybox"], &["ephemeralcontainers", "ephemeral containers", "not found"]),
     ];

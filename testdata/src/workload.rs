@@ -97,7 +97,7 @@ pub fn empty(cluster: &Cluster) -> Vec<Value> {
 /// `/clusters/{c}`, or selected): secrets, service accounts (with their
 /// `token` subresource), resource quotas, RBAC, jobs and cron jobs, priority
 /// classes, pod disruption budgets, ingresses and horizontal pod
-/// autoscalers. Short names and categories are kube-apiserver 1.33's
+/// autoscalers (in autoscaling/v2 and v1). Short names and categories are kube-apiserver 1.33's
 /// (`kubectl api-resources`).
 pub fn member_only_types() -> Vec<kubefold_engine::resources::ResourceType> {
     let strings = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<String>>();
@@ -130,6 +130,8 @@ pub fn member_only_types() -> Vec<kubefold_engine::resources::ResourceType> {
         entry("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", true, &["pdb"], &[], &["status"]),
         entry("networking.k8s.io", "v1", "ingresses", "Ingress", true, &["ing"], &[], &["status"]),
         entry("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", true, &["hpa"], &["all"], &["status"]),
+        // The same objects in autoscaling/v1 (`sim::versions`); v2 first: the preferred version.
+        entry("autoscaling", "v1", "horizontalpodautoscalers", "HorizontalPodAutoscaler", true, &["hpa"], &["all"], &["status"]),
     ]
 }
 

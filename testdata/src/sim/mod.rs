@@ -14,6 +14,7 @@
 //! - [`validation`]: 422 Invalid rules; [`status`]: `Status` errors.
 //! - [`controllers`]: scheduler, kubelet, garbage collector, namespace controller;
 //!   [`rollout`]: the deployment and replica set controllers.
+//! - [`versions`]: HorizontalPodAutoscalers in autoscaling/v2 and v1 over one storage.
 //! - [`reviews`]: access reviews, `SelfSubjectReview`, service account tokens, evictions.
 //! - [`churn`]: background changes and bursts; [`logs`]: pod logs; [`table`]: Tables.
 //! - [`faults`]: fault injection (latency, errors, resets, offline, 410
@@ -59,6 +60,7 @@ pub mod store;
 pub mod strategic;
 pub mod table;
 pub mod validation;
+pub mod versions;
 pub mod watch;
 
 use std::io;

@@ -93,6 +93,7 @@ fn builtin() -> &'static Builtin {
             ("policy", "v1", "PodDisruptionBudget", policy::PodDisruptionBudget),
             ("networking.k8s.io", "v1", "Ingress", networking::Ingress),
             ("autoscaling", "v2", "HorizontalPodAutoscaler", autoscaling_v2::HorizontalPodAutoscaler),
+            ("autoscaling", "v1", "HorizontalPodAutoscaler", autoscaling::HorizontalPodAutoscaler),
             ("authorization.k8s.io", "v1", "SelfSubjectAccessReview", authorization::SelfSubjectAccessReview),
             ("authorization.k8s.io", "v1", "SelfSubjectRulesReview", authorization::SelfSubjectRulesReview),
             ("authorization.k8s.io", "v1", "SubjectAccessReview", authorization::SubjectAccessReview),
