@@ -138,7 +138,14 @@ pub async fn response(req: &HttpRequest, response: HttpResponse, served: Served,
 /// as kube-apiserver answers a list it cannot encode.
 async fn list_response(req: &HttpRequest, response: HttpResponse<()>, body: BoxBody, gzip_lists: bool) -> HttpResponse {
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(8);
-    let encoding = web::block(move || kubefold_proto::encode_json_list_from(std::io::BufReader::with_capacity(64 * 1024, ChunkReader { rx, current: Bytes::new() })));
+    let encoding = web::block(move || {
+        let mut rx = rx;
+        let mut encoder = kubefold_proto::ListEncoder::default();
+        while let Some(chunk) = rx.blocking_recv() {
+            encoder.push(&chunk)?;
+        }
+        encoder.finish()
+    });
     let feed = async move {
         let mut chunks = body_stream(body);
         while let Some(chunk) = chunks.next().await {
@@ -183,26 +190,6 @@ async fn list_response(req: &HttpRequest, response: HttpResponse<()>, body: BoxB
         response.headers_mut().insert(VARY, HeaderValue::from_static("Accept-Encoding"));
     }
     response
-}
-
-/// The chunks of a channel as a `Read` (for a blocking thread).
-struct ChunkReader {
-    rx: tokio::sync::mpsc::Receiver<Bytes>,
-    current: Bytes,
-}
-
-impl std::io::Read for ChunkReader {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        while self.current.is_empty() {
-            match self.rx.blocking_recv() {
-                Some(chunk) => self.current = chunk,
-                None => return Ok(0),
-            }
-        }
-        let n = buf.len().min(self.current.len());
-        buf[..n].copy_from_slice(&self.current.split_to(n));
-        Ok(n)
-    }
 }
 
 /// A response body as a stream of chunks.

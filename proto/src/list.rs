@@ -23,13 +23,193 @@ pub fn encode_json_list(json: &[u8]) -> Result<Vec<u8>> {
     Ok(pieces.concat())
 }
 
-/// [`encode_json_list`] of JSON text read from `reader` as it comes: the
-/// body in pieces, in order (their concatenation is the body). What is held
-/// at once is the protobuf form of the items, not the JSON text (read in the
-/// reader's chunks) nor a second copy of the body (the envelope's head,
-/// which ends with the length of the list message, is a piece of its own).
-pub fn encode_json_list_from<R: std::io::Read>(reader: R) -> Result<Vec<Vec<u8>>> {
-    encode_with(&mut serde_json::Deserializer::from_reader(reader))
+/// [`encode_json_list`] of JSON text that arrives in chunks ([`ListEncoder::push`]):
+/// the body in pieces, in order (their concatenation is the body). What is
+/// held at once is the protobuf form of the items, not the JSON text (each
+/// item's text is parsed and dropped when its end arrives) nor a second copy
+/// of the body (the envelope's head, which ends with the length of the list
+/// message, is a piece of its own).
+pub fn encode_json_list_from<R: std::io::Read>(mut reader: R) -> Result<Vec<Vec<u8>>> {
+    let mut encoder = ListEncoder::default();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = reader.read(&mut buf).map_err(|e| Error::json(format!("list: {e}")))?;
+        if n == 0 {
+            return encoder.finish();
+        }
+        encoder.push(&buf[..n])?;
+    }
+}
+
+/// Where [`ListEncoder`] is in the list's text.
+#[derive(Default, PartialEq, Eq)]
+enum Part {
+    /// Before the `items` array: kept whole (kind, apiVersion, metadata).
+    #[default]
+    Head,
+    /// Inside the `items` array.
+    Items,
+    /// After it.
+    Tail,
+}
+
+/// Encodes a list's JSON text chunk by chunk ([`encode_json_list_from`]):
+/// the text before `"items":[` is kept, each item is cut out of the text by
+/// a scan of brackets and strings, parsed and encoded as soon as it ends.
+#[derive(Default)]
+pub struct ListEncoder {
+    part: Part,
+    head: Vec<u8>,
+    tail: Vec<u8>,
+    /// The item being read (its text so far).
+    item: Vec<u8>,
+    /// Bracket depth in the whole text, outside strings.
+    depth: usize,
+    in_string: bool,
+    escaped: bool,
+    /// The items' message field, once the head named the list's type.
+    field: Option<&'static Field>,
+    pieces: Pieces,
+    /// Items read when the head did not name a known list type.
+    pending: Vec<Value>,
+    index: usize,
+}
+
+impl ListEncoder {
+    /// Takes the next chunk of the text.
+    pub fn push(&mut self, chunk: &[u8]) -> Result<()> {
+        for &byte in chunk {
+            let was_in_string = self.in_string;
+            if self.in_string {
+                if self.escaped {
+                    self.escaped = false;
+                } else if byte == b'\\' {
+                    self.escaped = true;
+                } else if byte == b'"' {
+                    self.in_string = false;
+                }
+            } else if byte == b'"' {
+                self.in_string = true;
+            }
+            match self.part {
+                Part::Head => {
+                    if !was_in_string && byte == b'[' && self.depth == 1 && self.names_items() {
+                        self.part = Part::Items;
+                        self.field = self.items_field();
+                        self.depth += 1;
+                        continue;
+                    }
+                    self.head.push(byte);
+                }
+                Part::Items => {
+                    if !was_in_string && self.depth == 2 && (byte == b',' || byte == b']') {
+                        self.end_item()?;
+                        if byte == b']' {
+                            self.depth -= 1;
+                            self.part = Part::Tail;
+                        }
+                        continue;
+                    }
+                    if self.depth == 2 && !was_in_string && byte.is_ascii_whitespace() && self.item.is_empty() {
+                        continue;
+                    }
+                    self.item.push(byte);
+                }
+                Part::Tail => self.tail.push(byte),
+            }
+            if !was_in_string {
+                match byte {
+                    b'{' | b'[' => self.depth += 1,
+                    b'}' | b']' => self.depth = self.depth.saturating_sub(1),
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the head ends with the key `"items":` at the top level.
+    fn names_items(&self) -> bool {
+        let text = self.head.trim_ascii_end();
+        text.strip_suffix(b":").map(<[u8]>::trim_ascii_end).is_some_and(|t| t.ends_with(b"\"items\""))
+    }
+
+    /// The items field of the list type the head names, if it names one.
+    fn items_field(&self) -> Option<&'static Field> {
+        let (api_version, kind) = self.head_type()?;
+        let list = message_of(&api_version, &kind).ok()?;
+        plan(&list).field_named("items")
+    }
+
+    /// apiVersion and kind from the head (what precedes `"items":`).
+    fn head_type(&self) -> Option<(String, String)> {
+        let text = self.head.trim_ascii_end().strip_suffix(b":")?.trim_ascii_end().strip_suffix(b"\"items\"")?.trim_ascii_end();
+        let text = text.strip_suffix(b",").unwrap_or(text);
+        let mut object = text.to_vec();
+        object.push(b'}');
+        let head: Value = serde_json::from_slice(&object).ok()?;
+        Some((head["apiVersion"].as_str()?.to_string(), head["kind"].as_str()?.to_string()))
+    }
+
+    fn end_item(&mut self) -> Result<()> {
+        if self.item.is_empty() {
+            return Ok(());
+        }
+        let item: Value = serde_json::from_slice(&self.item).map_err(|e| Error::json(format!("list: items.{}: {e}", self.index)))?;
+        self.item.clear();
+        match self.field {
+            Some(field) => {
+                encode_entry(field, &item, &mut self.pieces.current).map_err(|e| e.at(&self.index.to_string()).at("items"))?;
+                self.pieces.cut();
+            }
+            None => self.pending.push(item),
+        }
+        self.index += 1;
+        Ok(())
+    }
+
+    /// The body, in pieces, once the whole text was pushed.
+    pub fn finish(self) -> Result<Vec<Vec<u8>>> {
+        if self.part == Part::Head {
+            // No items array (`"items": null`, or none): a small list, whole.
+            return encode_with(&mut serde_json::Deserializer::from_slice(&self.head));
+        }
+        if self.part == Part::Items || self.in_string || self.depth != 0 {
+            return Err(Error::json("list: EOF while parsing the list"));
+        }
+        let mut rest = self.head;
+        rest.extend_from_slice(b"[]");
+        rest.extend_from_slice(&self.tail);
+        let mut whole: Value = serde_json::from_slice(&rest).map_err(|e| Error::json(format!("list: {e}")))?;
+        let api_version = whole["apiVersion"].as_str().unwrap_or_default().to_string();
+        let kind = whole["kind"].as_str().unwrap_or_default().to_string();
+        let list = plan(&message_of(&api_version, &kind)?);
+        let items = list.field_named("items").ok_or_else(|| Error::json(format!("{kind} has no items")))?;
+        let mut pieces = self.pieces.finish();
+        if self.field.is_none() {
+            let mut out = Vec::new();
+            encode_field(items, &Value::Array(self.pending), &mut out).map_err(|e| e.at("items"))?;
+            pieces = vec![out];
+        }
+        assemble(&api_version, &kind, whole["metadata"].take(), pieces)
+    }
+}
+
+/// The envelope around the list message: its metadata, then the items' pieces.
+fn assemble(api_version: &str, kind: &str, metadata: Value, pieces: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
+    let list = plan(&message_of(api_version, kind)?);
+    let mut meta = Vec::new();
+    let mut head = Map::new();
+    head.insert("metadata".into(), metadata);
+    from_json(list, &Value::Object(head), &mut meta)?;
+    let raw_len = meta.len() + pieces.iter().map(Vec::len).sum::<usize>();
+    let (mut first, tail) = envelope_parts(api_version, kind, raw_len);
+    first.extend_from_slice(&meta);
+    let mut body = Vec::with_capacity(pieces.len() + 2);
+    body.push(first);
+    body.extend(pieces.into_iter().filter(|p| !p.is_empty()));
+    body.push(tail);
+    Ok(body)
 }
 
 fn encode_with<'de, R: serde_json::de::Read<'de>>(deserializer: &mut serde_json::Deserializer<R>) -> Result<Vec<Vec<u8>>> {
@@ -38,24 +218,13 @@ fn encode_with<'de, R: serde_json::de::Read<'de>>(deserializer: &mut serde_json:
     deserializer.end().map_err(|e| Error::json(format!("list: {e}")))?;
     let list = plan(&message_of(&encoded.api_version, &encoded.kind)?);
     let items = list.field_named("items").ok_or_else(|| Error::json(format!("{} has no items", encoded.kind)))?;
-    let mut meta = Vec::new();
-    let mut head = Map::new();
-    head.insert("metadata".into(), encoded.metadata);
-    from_json(list, &Value::Object(head), &mut meta)?;
     let mut pieces = encoded.items.finish();
     if let Some(values) = encoded.pending {
         let mut out = Vec::new();
         encode_field(items, &Value::Array(values), &mut out).map_err(|e| e.at("items"))?;
         pieces = vec![out];
     }
-    let raw_len = meta.len() + pieces.iter().map(Vec::len).sum::<usize>();
-    let (mut first, tail) = envelope_parts(&encoded.api_version, &encoded.kind, raw_len);
-    first.extend_from_slice(&meta);
-    let mut body = Vec::with_capacity(pieces.len() + 2);
-    body.push(first);
-    body.extend(pieces.into_iter().filter(|p| !p.is_empty()));
-    body.push(tail);
-    Ok(body)
+    assemble(&encoded.api_version, &encoded.kind, encoded.metadata, pieces)
 }
 
 /// The items' fields, cut into pieces of about [`PIECE_BYTES`].
