@@ -428,6 +428,7 @@ pub async fn create(state: &ApiState, req: &HttpRequest, scope: &Scope, body: &B
             None => return Err(placement::unplaced(scope, &requested)),
         },
     };
+    member_owner_references(&mut object, &cluster);
     if !requested.is_empty() {
         object::to_member(&mut object, &member_name, None);
     } else if let Some(m) = object["metadata"].as_object_mut() {
@@ -454,6 +455,37 @@ pub async fn create(state: &ApiState, req: &HttpRequest, scope: &Scope, body: &B
         cluster,
     };
     Ok(reply_with_object(state, is_dry_run(req), scope, &key, &response, true).await)
+}
+
+/// Owner references naming their owner by its qualified name in the
+/// object's own cluster (`kubectl create job --from=cronjob/NAME_cluster`
+/// copies the served name) name it as the member does.
+fn member_owner_references(object: &mut Value, cluster: &str) {
+    let Some(references) = object.pointer_mut("/metadata/ownerReferences").and_then(Value::as_array_mut) else { return };
+    for reference in references {
+        if let Some(RequestedName::Qualified { name, cluster: c }) = reference["name"].as_str().map(names::parse) {
+            if c == cluster {
+                reference["name"] = Value::String(name.to_string());
+            }
+        }
+    }
+}
+
+/// POST to a subresource the object's type has at its member
+/// (`serviceaccounts/token`, `pods/eviction`): forwarded to the owning
+/// member, a qualified `metadata.name` in the body unqualified, the member's
+/// answer passed back.
+pub async fn create_subresource(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &str, sub: &str, body: &Bytes) -> Result<HttpResponse, Status> {
+    let snapshot = state.fleet.snapshot();
+    let (key, _) = resolve_name(&snapshot, scope, name)?;
+    let mut object = if body.iter().all(u8::is_ascii_whitespace) { Value::Object(Default::default()) } else { parse_body(req, body).await? };
+    if object["metadata"]["name"].as_str().is_some_and(|n| n == name) {
+        object["metadata"]["name"] = Value::String(key.name.clone());
+    }
+    let path = member_path(scope, &key, Some(sub), req.query_string());
+    let bytes = serde_json::to_vec(&object).map_err(|e| Status::internal(e.to_string()))?;
+    let response = members::send(&state.fleet, &key.cluster, Method::POST, &path, Some(respond::JSON), bytes).await?;
+    Ok(passthrough(&response))
 }
 
 /// DELETE on a collection: forwarded to every member in scope (the cluster

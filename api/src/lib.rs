@@ -420,6 +420,9 @@ async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath, 
         (Method::DELETE, Some(name), None) => edit::delete(state, req, &scope, name, body).await,
         (Method::DELETE, None, None) => edit::delete_collection(state, req, &scope, body).await,
         (Method::POST, None, None) => edit::create(state, req, &scope, body).await,
+        (Method::POST, Some(name), Some(sub)) if member.is_none() && scope.resource.subresources.iter().any(|s| s == sub) => {
+            edit::create_subresource(state, req, &scope, name, sub, body).await
+        }
         // A verb or subresource kubefold does not serve: the member does.
         _ if member.is_some() => passthrough::forward(req, state, member.as_deref().unwrap_or_default(), body).await,
         (method, _, sub) => Err(match sub {

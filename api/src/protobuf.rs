@@ -90,6 +90,9 @@ pub async fn response(req: &HttpRequest, response: HttpResponse, served: Served,
         return response;
     }
     let (response, body) = response.into_parts();
+    if served == Served::List {
+        return list_response(req, response, body, gzip_lists).await;
+    }
     if served == Served::Watch {
         let frames = watch_frames(body_stream(body));
         let mut response = response.set_body(BoxBody::new(actix_web::body::BodyStream::new(frames)));
@@ -101,12 +104,9 @@ pub async fn response(req: &HttpRequest, response: HttpResponse, served: Served,
         Err(e) => return crate::respond::status(&Status::internal(format!("reading the response body: {e}"))),
     };
     let encoded = web::block(move || {
-        let encoded = match served {
-            Served::List => kubefold_proto::encode_json_list(&bytes),
-            _ => serde_json::from_slice::<Value>(&bytes)
-                .map_err(|e| kubefold_proto::Error::Malformed(e.to_string()))
-                .and_then(|v| kubefold_proto::encode(&v)),
-        };
+        let encoded = serde_json::from_slice::<Value>(&bytes)
+            .map_err(|e| kubefold_proto::Error::Malformed(e.to_string()))
+            .and_then(|v| kubefold_proto::encode(&v));
         (bytes, encoded)
     })
     .await;
@@ -116,14 +116,8 @@ pub async fn response(req: &HttpRequest, response: HttpResponse, served: Served,
     };
     match encoded {
         Ok(protobuf) => {
-            let gzip = gzip_lists && served == Served::List && protobuf.len() > crate::gzip::THRESHOLD_BYTES && crate::gzip::accepted(req.headers());
-            let body = if gzip { crate::gzip::Member::whole(&protobuf) } else { protobuf };
-            let mut response = response.set_body(BoxBody::new(body));
+            let mut response = response.set_body(BoxBody::new(protobuf));
             response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(kubefold_proto::MEDIA_TYPE));
-            if gzip {
-                response.headers_mut().insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
-                response.headers_mut().insert(VARY, HeaderValue::from_static("Accept-Encoding"));
-            }
             response
         }
         Err(error) => {
@@ -131,6 +125,71 @@ pub async fn response(req: &HttpRequest, response: HttpResponse, served: Served,
             response.set_body(BoxBody::new(bytes))
         }
     }
+}
+
+/// A list as protobuf, encoded item by item as the JSON list's chunks
+/// arrive (on a blocking thread, reading them from a channel), so neither
+/// the whole JSON text nor a second copy of the protobuf body is held; the
+/// pieces are sent (and gzipped, when asked, piece by piece into one gzip
+/// member) as they are. The envelope starts with the length of the list
+/// message, as kube-apiserver's does, so the first byte leaves when the last
+/// item is encoded. A list that has no protobuf form after all (an object
+/// whose JSON does not fit its message) is a 500 Status naming the field,
+/// as kube-apiserver answers a list it cannot encode.
+async fn list_response(req: &HttpRequest, response: HttpResponse<()>, body: BoxBody, gzip_lists: bool) -> HttpResponse {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(8);
+    let encoding = web::block(move || {
+        let mut rx = rx;
+        let mut encoder = kubefold_proto::ListEncoder::default();
+        while let Some(chunk) = rx.blocking_recv() {
+            encoder.push(&chunk)?;
+        }
+        encoder.finish()
+    });
+    let feed = async move {
+        let mut chunks = body_stream(body);
+        while let Some(chunk) = chunks.next().await {
+            match chunk {
+                Ok(chunk) => {
+                    if tx.send(chunk).await.is_err() {
+                        break;
+                    }
+                }
+                Err(error) => {
+                    // The reader sees the list end early and fails to parse it.
+                    tracing::warn!(%error, "Reading the JSON list to encode as protobuf failed.");
+                    break;
+                }
+            }
+        }
+    };
+    let (encoded, ()) = futures::join!(encoding, feed);
+    let pieces = match encoded {
+        Ok(Ok(pieces)) => pieces,
+        Ok(Err(error)) => return crate::respond::status(&Status::internal(format!("encoding the list as protobuf: {error}"))),
+        Err(error) => return crate::respond::status(&Status::internal(error.to_string())),
+    };
+    let length: usize = pieces.iter().map(Vec::len).sum();
+    let gzip = gzip_lists && length > crate::gzip::THRESHOLD_BYTES && crate::gzip::accepted(req.headers());
+    let mut response = if gzip {
+        // Each piece deflated when it is sent, joined into one member.
+        let mut member = Some(crate::gzip::Member::default());
+        let parts = pieces.into_iter().map(Some).chain(std::iter::once(None)).map(move |piece| match (piece, member.as_mut()) {
+            (Some(piece), Some(m)) => Bytes::from(m.add(crate::gzip::Piece::deflate(&piece))),
+            _ => member.take().map(|m| Bytes::copy_from_slice(&m.end())).unwrap_or_default(),
+        });
+        let body = std::iter::once(Bytes::from_static(&crate::gzip::Member::HEADER)).chain(parts);
+        response.set_body(BoxBody::new(actix_web::body::BodyStream::new(futures::stream::iter(body.map(Ok::<_, actix_web::Error>)))))
+    } else {
+        let stream = futures::stream::iter(pieces.into_iter().map(|p| Ok::<_, actix_web::Error>(Bytes::from(p))));
+        response.set_body(BoxBody::new(actix_web::body::SizedStream::new(length as u64, stream)))
+    };
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(kubefold_proto::MEDIA_TYPE));
+    if gzip {
+        response.headers_mut().insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        response.headers_mut().insert(VARY, HeaderValue::from_static("Accept-Encoding"));
+    }
+    response
 }
 
 /// A response body as a stream of chunks.

@@ -146,19 +146,32 @@ pub(crate) fn message_of(api_version: &str, kind: &str) -> Result<MessageDescrip
 
 /// `k8s\0` and the `runtime.Unknown` holding `raw`.
 pub(crate) fn envelope(api_version: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
+    let (head, tail) = envelope_parts(api_version, kind, raw.len());
+    let mut out = Vec::with_capacity(head.len() + raw.len() + tail.len());
+    out.extend_from_slice(&head);
+    out.extend_from_slice(raw);
+    out.extend_from_slice(&tail);
+    out
+}
+
+/// What [`envelope`] writes before and after `raw_len` bytes of `raw`: the
+/// magic, the type, the key and length of `raw`; the trailing fields.
+pub(crate) fn envelope_parts(api_version: &str, kind: &str, raw_len: usize) -> (Vec<u8>, Vec<u8>) {
     let unknown = runtime_message("Unknown");
     let type_meta = runtime_message("TypeMeta");
     let mut meta = Vec::new();
     put_len(&mut meta, number(&type_meta, "apiVersion"), api_version.as_bytes());
     put_len(&mut meta, number(&type_meta, "kind"), kind.as_bytes());
-    let mut out = Vec::with_capacity(raw.len() + meta.len() + 24);
-    out.extend_from_slice(&MAGIC);
-    put_len(&mut out, number(&unknown, "typeMeta"), &meta);
-    put_len(&mut out, number(&unknown, "raw"), raw);
+    let mut head = Vec::with_capacity(meta.len() + 24);
+    head.extend_from_slice(&MAGIC);
+    put_len(&mut head, number(&unknown, "typeMeta"), &meta);
+    crate::wire::put_key(&mut head, number(&unknown, "raw"), crate::wire::WireType::Len);
+    crate::wire::put_varint(&mut head, raw_len as u64);
     // Go writes both strings, empty.
-    put_len(&mut out, number(&unknown, "contentEncoding"), b"");
-    put_len(&mut out, number(&unknown, "contentType"), b"");
-    out
+    let mut tail = Vec::new();
+    put_len(&mut tail, number(&unknown, "contentEncoding"), b"");
+    put_len(&mut tail, number(&unknown, "contentType"), b"");
+    (head, tail)
 }
 
 /// One line of a JSON watch stream (`{"type": ..., "object": ...}`) as

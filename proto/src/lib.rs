@@ -30,7 +30,7 @@ mod list;
 pub mod wire;
 
 pub use envelope::{decode, decode_watch_event, encode, has_message, split_frame, watch_frame, watch_line_frame, MAGIC};
-pub use list::encode_json_list;
+pub use list::{encode_json_list, encode_json_list_from, ListEncoder, PIECE_BYTES};
 
 /// The media type of Kubernetes protobuf bodies.
 pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";

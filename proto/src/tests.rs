@@ -299,3 +299,38 @@ fn meta_kinds_exist_in_every_built_in_group_version() {
     assert!(!has_message("example.com/v1", "DeleteOptions"));
 }
 
+
+/// [`ListEncoder`] over the text in chunks of every size from 1 byte: the
+/// same bytes as [`encode_json_list`] of the whole text, pretty-printed or
+/// not, with items before or after the list's kind or none, escapes and brackets
+/// inside strings; a text cut short is an error.
+#[test]
+fn lists_arriving_in_chunks_encode_to_the_same_bytes() {
+    fn chunked(text: &[u8], size: usize) -> Result<Vec<u8>> {
+        let mut encoder = ListEncoder::default();
+        for chunk in text.chunks(size) {
+            encoder.push(chunk)?;
+        }
+        Ok(encoder.finish()?.concat())
+    }
+    let mut cm = json!({"metadata": {"name": "a", "namespace": "default", "annotations": {"x": "{\"items\":[1,2]} \\\" ]"}}, "data": {"k": "v, ] }"}});
+    let mut second = cm.clone();
+    second["metadata"]["name"] = json!("b");
+    let list = json!({"kind": "ConfigMapList", "apiVersion": "v1", "metadata": {"resourceVersion": "9"}, "items": [cm.clone(), second]});
+    cm["metadata"]["name"] = json!("c");
+    let reordered = format!("{{\"items\": [ {cm} ], \"metadata\": {{\"resourceVersion\": \"1\"}}, \"apiVersion\": \"v1\", \"kind\": \"ConfigMapList\"}}");
+    let texts = [list.to_string(), serde_json::to_string_pretty(&list).unwrap(), reordered,
+                 r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{}}"#.to_string(),
+                 r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{},"items":[]}"#.to_string()];
+    for text in &texts {
+        let whole = encode_json_list(text.as_bytes()).unwrap();
+        for size in [1, 2, 3, 7, 64, 4096, text.len()] {
+            assert_eq!(chunked(text.as_bytes(), size).unwrap(), whole, "chunks of {size}: {text}");
+        }
+    }
+    assert_eq!(decode(&encode_json_list(texts[0].as_bytes()).unwrap()).unwrap(), list);
+    let text = list.to_string();
+    assert!(chunked(&text.as_bytes()[..text.len() - 2], 5).is_err(), "cut short");
+    assert!(chunked(br#"{"kind":"PodList","apiVersion":"v1","items":[{"metadata":5}]}"#, 3).unwrap_err().to_string().contains("items.0.metadata"));
+    assert!(chunked(br#"{"kind":"WidgetList","apiVersion":"example.com/v1","items":[{}]}"#, 3).is_err());
+}

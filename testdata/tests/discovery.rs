@@ -42,7 +42,23 @@ async fn core_and_group_discovery() {
     let groups = get(&sim, "/apis").await;
     assert_eq!(groups.body["kind"], "APIGroupList");
     let names: Vec<&str> = groups.body["groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["apps", "discovery.k8s.io"]);
+    assert_eq!(
+        names,
+        [
+            "apps", "discovery.k8s.io", "rbac.authorization.k8s.io", "batch", "scheduling.k8s.io", "policy",
+            "networking.k8s.io", "autoscaling", "authorization.k8s.io", "authentication.k8s.io",
+        ]
+    );
+    // autoscaling/v2 preferred, v1 served too, as kube-apiserver.
+    let autoscaling = get(&sim, "/apis/autoscaling").await;
+    assert_eq!(autoscaling.body["preferredVersion"]["groupVersion"], "autoscaling/v2");
+    assert_eq!(autoscaling.body["versions"].as_array().unwrap().len(), 2);
+    // Reviews are created only; pods are evicted and service accounts issue tokens.
+    let reviews = get(&sim, "/apis/authorization.k8s.io/v1").await;
+    let ssar = reviews.body["resources"].as_array().unwrap().iter().find(|r| r["name"] == "selfsubjectaccessreviews").unwrap();
+    assert_eq!(ssar["verbs"], json!(["create"]));
+    assert_eq!(find("pods/eviction")["group"], "policy");
+    assert_eq!(find("serviceaccounts/token")["kind"], "TokenRequest");
 
     let apps = get(&sim, "/apis/apps/v1").await;
     assert_eq!(apps.body["groupVersion"], "apps/v1");
@@ -56,7 +72,7 @@ async fn core_and_group_discovery() {
 #[tokio::test]
 async fn unknown_paths_are_status_404() {
     let sim = demo();
-    for path in ["/apis/batch/v1", "/apis/apps/v1/cronjobs", "/openapi/v3/apis/batch/v1", "/api/v1/namespaces/default/nodes"] {
+    for path in ["/apis/storage.k8s.io/v1", "/apis/apps/v1/cronjobs", "/openapi/v3/apis/storage.k8s.io/v1", "/api/v1/namespaces/default/nodes"] {
         let answer = get(&sim, path).await;
         assert_eq!(answer.code, 404, "{path}");
         assert_eq!(answer.body["kind"], "Status", "{path}");

@@ -54,6 +54,10 @@ impl Scope {
     }
 }
 
+/// Selectable fields that hold the name of another object of the same
+/// cluster, which clients write qualified at the fleet level.
+const REFERENCE_FIELDS: [&str; 4] = ["spec.nodeName", "involvedObject.name", "regarding.name", "spec.serviceAccountName"];
+
 /// A parsed label and field selector, with the cluster search condition
 /// taken out of the label selector.
 #[derive(Debug, Clone, Default)]
@@ -70,9 +74,19 @@ impl Filter {
     pub fn parse(resource: &ResourceType, query: &Query) -> Result<Filter, Status> {
         let mut labels = LabelSelector::parse(query.label_selector.as_deref().unwrap_or(""))
             .map_err(|e| Status::bad_request(format!("unable to parse requirement: {e}")))?;
-        let clusters = labels.take_key(CLUSTER_SEARCH_KEY);
-        let fields = FieldSelector::parse(query.field_selector.as_deref().unwrap_or(""))
+        let mut clusters = labels.take_key(CLUSTER_SEARCH_KEY);
+        let mut fields = FieldSelector::parse(query.field_selector.as_deref().unwrap_or(""))
             .map_err(|e| Status::bad_request(e.to_string()))?;
+        // A field naming another object by its qualified name (`kubectl
+        // drain NODE_cluster` lists the node's pods by `spec.nodeName`): the
+        // member's own name, in that cluster.
+        for term in fields.requirements.iter_mut().filter(|t| !t.negated && REFERENCE_FIELDS.contains(&t.field.as_str())) {
+            if let RequestedName::Qualified { name, cluster } = names::parse(&term.value) {
+                let (name, cluster) = (name.to_string(), cluster.to_string());
+                clusters.push(Requirement { key: CLUSTER_SEARCH_KEY.into(), operator: kubefold_engine::selector::Operator::Equals, values: vec![cluster] });
+                term.value = name;
+            }
+        }
         kubefold_engine::fields::validate(&resource.group, &resource.plural, &fields)
             .map_err(|e| Status::bad_request(e.to_string()))?;
         let label_bits = labels.required_label_bits();

@@ -2,7 +2,8 @@
 //! scheduler and kubelet that start pods created through the API, a kubelet
 //! that confirms graceful pod deletions, the garbage collector (cascading
 //! deletion by `ownerReferences`, orphaning) and the namespace controller
-//! (emptying a terminating namespace). See the Kubernetes docs "Pod
+//! (emptying a terminating namespace), and the deployment and replica set
+//! controllers ([`rollout`]). See the Kubernetes docs "Pod
 //! Lifecycle" (termination), "Garbage Collection" and "Namespaces".
 //!
 //! Writers queue a [`Task`] in the store; [`run`] performs each after a
@@ -17,6 +18,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::ops::{self, DeleteOptions, Propagation, WriteOptions};
+use super::rollout;
 use super::store::Store;
 use super::Shared;
 use crate::workload;
@@ -73,6 +75,22 @@ pub enum Task {
         /// The owner's namespace.
         namespace: Option<String>,
     },
+    /// The deployment controller brings a Deployment's ReplicaSets and
+    /// status to its spec ([`rollout::sync_deployment`]).
+    SyncDeployment {
+        /// Index of the deployments type.
+        resource: usize,
+        /// Store key of the Deployment.
+        key: String,
+    },
+    /// The replica set controller brings a ReplicaSet's pods to its
+    /// replicas ([`rollout::sync_replica_set`]).
+    SyncReplicaSet {
+        /// Index of the replica sets type.
+        resource: usize,
+        /// Store key of the ReplicaSet.
+        key: String,
+    },
     /// The namespace controller empties and removes a terminating namespace.
     FinishNamespaceDeletion {
         /// The namespace.
@@ -92,6 +110,7 @@ impl Task {
             Task::CollectDependents { .. } => Duration::from_millis(20),
             Task::ForegroundDeletion { .. } => Duration::from_millis(50),
             Task::FinishNamespaceDeletion { .. } => Duration::from_millis(200),
+            Task::SyncDeployment { .. } | Task::SyncReplicaSet { .. } => Duration::from_millis(30),
         }
     }
 }
@@ -152,6 +171,8 @@ pub fn perform(store: &mut Store, task: Task, now: DateTime<Utc>) {
                 store.put(resource, &key, value);
             }
         }
+        Task::SyncDeployment { resource, key } => rollout::sync_deployment(store, resource, &key, now),
+        Task::SyncReplicaSet { resource, key } => rollout::sync_replica_set(store, resource, &key, now),
         Task::FinishNamespaceDeletion { name, uid } => {
             let Some(namespaces) = store.resource_index("", "v1", "namespaces") else { return };
             if store.get(namespaces, &name).is_none_or(|ns| ns.uid != uid) {

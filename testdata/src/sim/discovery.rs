@@ -79,7 +79,10 @@ pub fn group(catalog: &[ResourceType], name: &str) -> Option<Value> {
 }
 
 /// The verbs of a resource type.
-pub fn verbs(resource: &ResourceType) -> Vec<&'static str> {
+pub fn verbs(resource: &ResourceType) -> Vec<&str> {
+    if !resource.verbs.is_empty() {
+        return resource.verbs.iter().map(String::as_str).collect();
+    }
     let mut verbs = vec!["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
     if resource.group.is_empty() && resource.plural == "namespaces" {
         verbs.retain(|v| *v != "deletecollection");
@@ -124,6 +127,14 @@ pub fn resource_list(catalog: &[ResourceType], group: &str, version: &str) -> Op
                 "scale" => json!({
                     "name": format!("{}/scale", r.plural), "singularName": "", "namespaced": r.namespaced,
                     "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"],
+                }),
+                "token" => json!({
+                    "name": format!("{}/token", r.plural), "singularName": "", "namespaced": r.namespaced,
+                    "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest", "verbs": ["create"],
+                }),
+                "eviction" => json!({
+                    "name": format!("{}/eviction", r.plural), "singularName": "", "namespaced": r.namespaced,
+                    "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"],
                 }),
                 "log" => json!({
                     "name": format!("{}/log", r.plural), "singularName": "", "namespaced": r.namespaced,

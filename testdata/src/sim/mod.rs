@@ -15,7 +15,10 @@
 //! - [`patch`], [`strategic`], [`apply`]: merge/JSON patch, strategic merge
 //!   patch, server-side apply; [`schema`] and [`managed`] support the last two.
 //! - [`validation`]: 422 Invalid rules; [`status`]: `Status` errors.
-//! - [`controllers`]: scheduler, kubelet, garbage collector, namespace controller.
+//! - [`controllers`]: scheduler, kubelet, garbage collector, namespace controller;
+//!   [`rollout`]: the deployment and replica set controllers.
+//! - [`versions`]: HorizontalPodAutoscalers in autoscaling/v2 and v1 over one storage.
+//! - [`reviews`]: access reviews, `SelfSubjectReview`, service account tokens, evictions.
 //! - [`churn`]: background changes and bursts; [`logs`]: pod logs; [`table`]: Tables.
 //! - [`faults`]: fault injection (latency, errors, resets, offline, 410
 //!   storms, corrupt events, clock skew), switchable at runtime.
@@ -53,6 +56,8 @@ pub mod ops;
 pub mod patch;
 pub mod path;
 pub mod protobuf;
+pub mod reviews;
+pub mod rollout;
 pub mod schema;
 pub mod selector;
 pub mod server;
@@ -61,6 +66,7 @@ pub mod store;
 pub mod strategic;
 pub mod table;
 pub mod validation;
+pub mod versions;
 pub mod watch;
 
 use std::io;
@@ -274,7 +280,12 @@ fn first_rv(name: &str) -> u64 {
 /// the load pods generated and encoded on all cores.
 pub fn build_store(config: &SimConfig) -> Store {
     let mut types = kubefold_engine::resources::builtin();
+    // Pods are also evicted (`pods/eviction`, as kube-apiserver serves it).
+    if let Some(pods) = types.iter_mut().find(|r| r.group.is_empty() && r.plural == "pods") {
+        pods.subresources.push("eviction".into());
+    }
     types.extend(workload::member_only_types());
+    types.extend(reviews::types());
     if config.crds {
         types.extend(workload::widget_types());
     }

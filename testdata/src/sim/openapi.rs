@@ -21,6 +21,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use k8s_openapi::api::{apps::v1 as apps, autoscaling::v1 as autoscaling, core::v1 as core, discovery::v1 as discovery};
+use k8s_openapi::api::{authentication::v1 as authentication, authorization::v1 as authorization, autoscaling::v2 as autoscaling_v2};
+use k8s_openapi::api::{batch::v1 as batch, networking::v1 as networking, policy::v1 as policy, rbac::v1 as rbac, scheduling::v1 as scheduling};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use kubefold_engine::openapi::schemas::{self, V3_REF_PREFIX};
@@ -80,6 +82,23 @@ fn builtin() -> &'static Builtin {
             ("discovery.k8s.io", "v1", "EndpointSlice", discovery::EndpointSlice),
             ("apiextensions.k8s.io", "v1", "CustomResourceDefinition", apiextensions::CustomResourceDefinition),
             ("autoscaling", "v1", "Scale", autoscaling::Scale),
+            ("", "v1", "ResourceQuota", core::ResourceQuota),
+            ("rbac.authorization.k8s.io", "v1", "Role", rbac::Role),
+            ("rbac.authorization.k8s.io", "v1", "RoleBinding", rbac::RoleBinding),
+            ("rbac.authorization.k8s.io", "v1", "ClusterRole", rbac::ClusterRole),
+            ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", rbac::ClusterRoleBinding),
+            ("batch", "v1", "Job", batch::Job),
+            ("batch", "v1", "CronJob", batch::CronJob),
+            ("scheduling.k8s.io", "v1", "PriorityClass", scheduling::PriorityClass),
+            ("policy", "v1", "PodDisruptionBudget", policy::PodDisruptionBudget),
+            ("networking.k8s.io", "v1", "Ingress", networking::Ingress),
+            ("autoscaling", "v2", "HorizontalPodAutoscaler", autoscaling_v2::HorizontalPodAutoscaler),
+            ("autoscaling", "v1", "HorizontalPodAutoscaler", autoscaling::HorizontalPodAutoscaler),
+            ("authorization.k8s.io", "v1", "SelfSubjectAccessReview", authorization::SelfSubjectAccessReview),
+            ("authorization.k8s.io", "v1", "SelfSubjectRulesReview", authorization::SelfSubjectRulesReview),
+            ("authorization.k8s.io", "v1", "SubjectAccessReview", authorization::SubjectAccessReview),
+            ("authorization.k8s.io", "v1", "LocalSubjectAccessReview", authorization::LocalSubjectAccessReview),
+            ("authentication.k8s.io", "v1", "SelfSubjectReview", authentication::SelfSubjectReview),
         );
         generator.subschema_for::<meta::Status>();
         generator.subschema_for::<meta::DeleteOptions>();

@@ -20,6 +20,7 @@ use super::faults::{self, Faults};
 use super::list::{self, parse_bool, parse_rv, query_value, ListOptions, RvMatch};
 use super::logs;
 use super::protobuf;
+use super::reviews;
 use super::ops::{self, DeleteOptions, Subresource, WriteOptions, Written};
 use super::patch::PatchType;
 use super::path::{self, ResourcePath, Route};
@@ -383,6 +384,16 @@ async fn resource(
     let namespace = path.namespace.as_deref();
     let method = req.method().clone();
     let watch = path.watch_prefix || parse_bool("watch", query_value(&query, "watch").unwrap_or_default())?;
+    if reviews::is_review(&rt) {
+        return match (&method, &path.name, &path.subresource) {
+            (&Method::POST, None, None) if !path.watch_prefix => {
+                let body = read_body(payload).await?;
+                let review = reviews::answer(&rt, decode_object(req, &rt, None, &body)?)?;
+                Ok(protobuf::object_response(req, 201, review.to_string().into()))
+            }
+            _ => Err(ApiError::MethodNotAllowed),
+        };
+    }
     let subresource = match path.subresource.as_deref() {
         None => None,
         Some(sub) if rt.subresources.iter().any(|s| s == sub) => Some(sub.to_string()),
@@ -432,6 +443,21 @@ async fn resource(
                 Method::GET => pod_log(shared, index, namespace, &name, &query),
                 _ => Err(ApiError::MethodNotAllowed),
             }
+        }
+        Some(sub @ ("token" | "eviction")) => {
+            if method != Method::POST {
+                return Err(ApiError::MethodNotAllowed);
+            }
+            let body = read_body(payload).await?;
+            let request = decode_object(req, &rt, Some(sub), &body)?;
+            let namespace = namespace.unwrap_or_default();
+            let answer = if sub == "token" {
+                reviews::token(&*shared.read()?, index, namespace, &name, &request, shared.now())?
+            } else {
+                let opts = write_options(req, &query)?;
+                reviews::evict(&mut *shared.write()?, index, namespace, &name, &request, &opts)?
+            };
+            return Ok(protobuf::object_response(req, 201, answer.to_string().into()));
         }
         Some(_) => return Err(ApiError::PathNotFound),
     };

@@ -356,6 +356,14 @@ impl Store {
         self.rv += 1;
         let rv = self.rv;
         value["metadata"]["resourceVersion"] = Value::String(rv.to_string());
+        // The other version of a type served in two, at the same version.
+        if let Some(twin) = super::versions::twin(&self.catalog, resource) {
+            let other = super::versions::convert(&value, &self.catalog[twin]);
+            let object = Arc::new(Object::encode(&self.catalog[twin], &other, rv));
+            let previous = self.tables[twin].insert(key.to_string(), object.clone());
+            let change_type = if previous.is_some() { ChangeType::Modified } else { ChangeType::Added };
+            self.record(twin, key, change_type, object, previous);
+        }
         let object = Arc::new(Object::encode(&self.catalog[resource], &value, rv));
         let previous = self.tables[resource].insert(key.to_string(), object.clone());
         let change_type = if previous.is_some() { ChangeType::Modified } else { ChangeType::Added };
@@ -369,6 +377,13 @@ impl Store {
         self.rv += 1;
         let rv = self.rv;
         last["metadata"]["resourceVersion"] = Value::String(rv.to_string());
+        if let Some(twin) = super::versions::twin(&self.catalog, resource) {
+            if let Some(previous) = self.tables[twin].remove(key) {
+                let other = super::versions::convert(&last, &self.catalog[twin]);
+                let object = Arc::new(Object::encode(&self.catalog[twin], &other, rv));
+                self.record(twin, key, ChangeType::Deleted, object, Some(previous));
+            }
+        }
         let object = Arc::new(Object::encode(&self.catalog[resource], &last, rv));
         Some(self.record(resource, key, ChangeType::Deleted, object, Some(previous)))
     }

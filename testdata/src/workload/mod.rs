@@ -110,22 +110,46 @@ pub fn empty(cluster: &Cluster) -> Vec<Value> {
 }
 
 /// Built-in Kubernetes types a member serves that kubefold does not
-/// aggregate by default: `secrets` (reached through kubefold's
-/// pass-through under `/clusters/{c}`).
+/// aggregate by default (reached through kubefold's pass-through under
+/// `/clusters/{c}`, or selected): secrets, service accounts (with their
+/// `token` subresource), resource quotas, RBAC, jobs and cron jobs, priority
+/// classes, pod disruption budgets, ingresses and horizontal pod
+/// autoscalers (in autoscaling/v2 and v1). Short names and categories are kube-apiserver 1.33's
+/// (`kubectl api-resources`).
 pub fn member_only_types() -> Vec<kubefold_engine::resources::ResourceType> {
-    vec![kubefold_engine::resources::ResourceType {
-        group: String::new(),
-        version: "v1".into(),
-        plural: "secrets".into(),
-        singular: "secret".into(),
-        kind: "Secret".into(),
-        namespaced: true,
-        short_names: Vec::new(),
-        categories: Vec::new(),
-        subresources: Vec::new(),
-        verbs: Vec::new(),
-        printer_columns: Vec::new(),
-    }]
+    let strings = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<String>>();
+    let entry = |group: &str, version: &str, plural: &str, kind: &str, namespaced: bool, short: &[&str], categories: &[&str], subresources: &[&str]| {
+        kubefold_engine::resources::ResourceType {
+            group: group.into(),
+            version: version.into(),
+            plural: plural.into(),
+            singular: kind.to_lowercase(),
+            kind: kind.into(),
+            namespaced,
+            short_names: strings(short),
+            categories: strings(categories),
+            subresources: strings(subresources),
+            verbs: Vec::new(),
+            printer_columns: Vec::new(),
+        }
+    };
+    vec![
+        entry("", "v1", "secrets", "Secret", true, &[], &[], &[]),
+        entry("", "v1", "serviceaccounts", "ServiceAccount", true, &["sa"], &[], &["token"]),
+        entry("", "v1", "resourcequotas", "ResourceQuota", true, &["quota"], &[], &["status"]),
+        entry("rbac.authorization.k8s.io", "v1", "roles", "Role", true, &[], &[], &[]),
+        entry("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", true, &[], &[], &[]),
+        entry("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", false, &[], &[], &[]),
+        entry("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", false, &[], &[], &[]),
+        entry("batch", "v1", "jobs", "Job", true, &[], &["all"], &["status"]),
+        entry("batch", "v1", "cronjobs", "CronJob", true, &["cj"], &["all"], &["status"]),
+        entry("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", false, &["pc"], &[], &[]),
+        entry("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", true, &["pdb"], &[], &["status"]),
+        entry("networking.k8s.io", "v1", "ingresses", "Ingress", true, &["ing"], &[], &["status"]),
+        entry("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", true, &["hpa"], &["all"], &["status"]),
+        // The same objects in autoscaling/v1 (`sim::versions`); v2 first: the preferred version.
+        entry("autoscaling", "v1", "horizontalpodautoscalers", "HorizontalPodAutoscaler", true, &["hpa"], &["all"], &["status"]),
+    ]
 }
 
 /// The resource types of the custom-resource workload ([`widgets`]): the

@@ -316,6 +316,8 @@ fn create_inner(
     let change = store.put(resource, &key, body);
     if is(&rt, "", "pods") {
         store.schedule(Task::StartPod { resource, key, uid });
+    } else {
+        schedule_controller(store, &rt, resource, &key);
     }
     Ok(Written { code: 201, body: change.object.bytes.clone() })
 }
@@ -574,7 +576,20 @@ fn finish_update(
         return Ok(Written { code: 200, body: change.object.bytes.clone() });
     }
     let change = store.put(resource, key, new);
+    if spec_changed {
+        schedule_controller(store, &rt, resource, key);
+    }
     Ok(Written { code: 200, body: change.object.bytes.clone() })
+}
+
+/// Queues the controller of a Deployment or ReplicaSet whose spec was
+/// written (created, updated, scaled).
+fn schedule_controller(store: &Store, rt: &ResourceType, resource: usize, key: &str) {
+    if is(rt, "apps", "deployments") {
+        store.schedule(Task::SyncDeployment { resource, key: key.into() });
+    } else if is(rt, "apps", "replicasets") {
+        store.schedule(Task::SyncReplicaSet { resource, key: key.into() });
+    }
 }
 
 /// PATCH of an object or its status or scale.
