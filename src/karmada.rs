@@ -94,9 +94,10 @@ pub fn member_of(cluster: &Value, secrets: &BTreeMap<String, BTreeMap<String, St
 }
 
 /// The resource selection of the `ResourceRegistry` objects (their
-/// `targetCluster.clusterNames` and `labelSelector`, their
-/// `resourceSelectors`); `None` when there is none.
-pub fn selection_of(registries: &[Value]) -> Result<Option<ResourceSelection>, String> {
+/// `targetCluster`: `clusterNames`, `labelSelector`, and `exclude` and
+/// `fieldSelector` (provider, region, zone; `In`, `NotIn`) resolved against
+/// the `clusters`; their `resourceSelectors`); `None` when there is none.
+pub fn selection_of(registries: &[Value], clusters: &[Value]) -> Result<Option<ResourceSelection>, String> {
     if registries.is_empty() {
         return Ok(None);
     }
@@ -105,18 +106,65 @@ pub fn selection_of(registries: &[Value]) -> Result<Option<ResourceSelection>, S
         let name = registry["metadata"]["name"].as_str().unwrap_or_default();
         let spec = &registry["spec"];
         let mut target = serde_json::Map::new();
-        for key in ["clusterNames", "labelSelector"] {
-            if !spec["targetCluster"][key].is_null() {
-                target.insert(key.into(), spec["targetCluster"][key].clone());
+        if !spec["targetCluster"]["labelSelector"].is_null() {
+            target.insert("labelSelector".into(), spec["targetCluster"]["labelSelector"].clone());
+        }
+        match cluster_names(name, &spec["targetCluster"], clusters)? {
+            Some(names) if names.is_empty() => continue,
+            Some(names) => {
+                target.insert("clusterNames".into(), json!(names));
             }
+            None => {}
         }
         let rule = json!({"targetCluster": target, "resourceSelectors": spec["resourceSelectors"]});
         let rule: SelectionRule = serde_json::from_value(rule).map_err(|e| format!("ResourceRegistry {name}: {e}"))?;
         rules.push(rule);
     }
+    if rules.is_empty() {
+        // Registries that select no cluster: nothing is aggregated, as
+        // karmada-search caches nothing for them.
+        return Ok(Some(ResourceSelection { rules: Vec::new() }));
+    }
     let selection = ResourceSelection { rules };
     selection.validate().map_err(|e| format!("ResourceRegistries: {e}"))?;
     Ok(Some(selection))
+}
+
+/// The cluster names a `targetCluster` allows, when it restricts them by
+/// name, `exclude` or `fieldSelector`; `None` when every cluster is allowed.
+fn cluster_names(registry: &str, target: &Value, clusters: &[Value]) -> Result<Option<Vec<String>>, String> {
+    let strings = |v: &Value| v.as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect::<Vec<_>>()).unwrap_or_default();
+    let named = strings(&target["clusterNames"]);
+    let excluded = strings(&target["exclude"]);
+    let expressions = target["fieldSelector"]["matchExpressions"].as_array().cloned().unwrap_or_default();
+    if excluded.is_empty() && expressions.is_empty() {
+        return Ok((!named.is_empty()).then_some(named));
+    }
+    let mut names = Vec::new();
+    for cluster in clusters {
+        let Some(name) = cluster["metadata"]["name"].as_str() else { continue };
+        if (!named.is_empty() && !named.iter().any(|n| n == name)) || excluded.iter().any(|n| n == name) {
+            continue;
+        }
+        let mut matches = true;
+        for expression in &expressions {
+            let key = expression["key"].as_str().unwrap_or_default();
+            if !["provider", "region", "zone"].contains(&key) {
+                return Err(format!("ResourceRegistry {registry}: fieldSelector key {key:?} is not one of provider, region, zone"));
+            }
+            let value = cluster["spec"][key].as_str().unwrap_or_default();
+            let values = strings(&expression["values"]);
+            matches &= match expression["operator"].as_str().unwrap_or_default() {
+                "In" => values.iter().any(|v| v == value),
+                "NotIn" => !values.iter().any(|v| v == value),
+                other => return Err(format!("ResourceRegistry {registry}: fieldSelector operator {other:?} is not In or NotIn")),
+            };
+        }
+        if matches {
+            names.push(name.to_string());
+        }
+    }
+    Ok(Some(names))
 }
 
 /// Keeps the members and the selection equal to the control plane's, until
@@ -164,7 +212,7 @@ pub async fn run(config: KarmadaConfig, configured: BTreeSet<String>, supervisor
                 if changed {
                     resolver.do_send(SetMembers(fleet.member_names()));
                 }
-                match selection_of(&registries) {
+                match selection_of(&registries, &clusters) {
                     Ok(Some(s)) if selection.as_ref() != Some(&s) => {
                         info!(rules = s.rules.len(), "Resource selection from Karmada's ResourceRegistries.");
                         let _ = supervisor.send(SetSelection(s.clone())).await;
@@ -253,13 +301,30 @@ mod tests {
 
     #[test]
     fn resource_registries_are_the_selection() {
-        assert_eq!(selection_of(&[]).unwrap(), None);
+        assert_eq!(selection_of(&[], &[]).unwrap(), None);
         let registry = json!({"metadata": {"name": "r"}, "spec": {"targetCluster": {"clusterNames": ["m1"]}, "resourceSelectors": [{"apiVersion": "v1", "kind": "Pod", "namespace": "default"}], "backendStore": {}}});
-        let selection = selection_of(&[registry]).unwrap().unwrap();
+        let selection = selection_of(&[registry], &[]).unwrap().unwrap();
         assert_eq!(selection.rules.len(), 1);
         assert_eq!(selection.rules[0].target_cluster.cluster_names, vec!["m1".to_string()]);
         assert_eq!(selection.rules[0].resource_selectors[0].namespace.as_deref(), Some("default"));
         let bad = json!({"metadata": {"name": "bad"}, "spec": {"resourceSelectors": [{"kind": "Pod"}]}});
-        assert!(selection_of(&[bad]).unwrap_err().contains("ResourceRegistry bad"));
+        assert!(selection_of(&[bad], &[]).unwrap_err().contains("ResourceRegistry bad"));
+    }
+
+    #[test]
+    fn field_selectors_and_exclusions_resolve_to_cluster_names() {
+        let cluster = |name: &str, region: &str| json!({"metadata": {"name": name}, "spec": {"syncMode": "Push", "region": region}});
+        let clusters = [cluster("a", "eu"), cluster("b", "us"), cluster("c", "eu")];
+        let registry = |target: Value| json!({"metadata": {"name": "r"}, "spec": {"targetCluster": target, "resourceSelectors": [{"apiVersion": "v1", "kind": "Pod"}]}});
+        let names = |target: Value| selection_of(&[registry(target)], &clusters).unwrap().unwrap().rules.first().map(|r| r.target_cluster.cluster_names.clone());
+        let field = json!({"matchExpressions": [{"key": "region", "operator": "In", "values": ["eu"]}]});
+        assert_eq!(names(json!({"fieldSelector": field})), Some(vec!["a".to_string(), "c".to_string()]));
+        assert_eq!(names(json!({"fieldSelector": field, "exclude": ["a"]})), Some(vec!["c".to_string()]));
+        let not_in = json!({"matchExpressions": [{"key": "region", "operator": "NotIn", "values": ["eu"]}]});
+        assert_eq!(names(json!({"fieldSelector": not_in})), Some(vec!["b".to_string()]));
+        // Nothing selected: no rule at all, never every cluster.
+        assert_eq!(names(json!({"clusterNames": ["b"], "exclude": ["b"]})), None);
+        let bad = json!({"matchExpressions": [{"key": "color", "operator": "In", "values": ["x"]}]});
+        assert!(selection_of(&[registry(json!({"fieldSelector": bad}))], &clusters).unwrap_err().contains("color"));
     }
 }
