@@ -76,6 +76,27 @@ fn members_and_selection_follow_karmada_live() {
     let has = |kf: &Kubefold, path: &str, name: &str| names(kf, path).iter().any(|n| n == name);
     wait_for(Duration::from_secs(60), "both Karmada members' pods", || has(&kf, pods, "web-0_member1") && has(&kf, pods, "web-0_member2"));
 
+    // A watch opened now sees the members come and go in the same stream.
+    let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let ended = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let (events, ended, url) = (events.clone(), ended.clone(), format!("{}{pods}?watch=true", kf.url));
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            let client = reqwest::blocking::Client::builder().timeout(None).build().unwrap();
+            if let Ok(response) = client.get(url).send() {
+                for line in std::io::BufReader::new(response).lines().map_while(Result::ok) {
+                    let event: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+                    let name = event["object"]["metadata"]["name"].as_str().unwrap_or_default();
+                    events.lock().unwrap().push(format!("{} {name}", event["type"].as_str().unwrap_or_default()));
+                }
+            }
+            ended.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+    }
+    let seen = |event: &str| events.lock().unwrap().iter().any(|e| e == event);
+    wait_for(Duration::from_secs(30), "the watch's initial events", || seen("ADDED web-0_member2"));
+
     // A Cluster added live.
     register(&karmada, "member3", &member3, "token-3");
     wait_for(Duration::from_secs(30), "member3's pods", || has(&kf, pods, "web-0_member3"));
@@ -94,6 +115,10 @@ fn members_and_selection_follow_karmada_live() {
     assert_eq!(deleted.status().as_u16(), 200);
     wait_for(Duration::from_secs(30), "member2's pods gone", || !has(&kf, pods, "web-0_member2"));
     assert!(has(&kf, pods, "web-0_member1") && has(&kf, pods, "web-0_member3"));
+    // The open watch saw member3 arrive and member2 leave, and stays open.
+    wait_for(Duration::from_secs(30), "member2's pods DELETED in the open watch", || seen("DELETED web-0_member2"));
+    assert!(seen("ADDED web-0_member3"), "{:?}", events.lock().unwrap());
+    assert!(!ended.load(std::sync::atomic::Ordering::SeqCst), "the watch ended when a cluster was removed");
 
     // A ResourceRegistry becomes the selection: config maps of member1 only.
     let registry = json!({
@@ -125,4 +150,25 @@ fn members_and_selection_follow_karmada_live() {
     let (ok, out, err) = kubectl_bin(bin, &["--server", &server, "api-resources"], None);
     assert!(ok, "{err}");
     assert!(out.contains("configmaps") && !out.contains("pods "), "{out}");
+}
+
+#[test]
+fn a_karmada_cluster_named_as_a_configured_one_is_refused() {
+    let karmada = sim("karmada", 9, true);
+    let member1 = sim("member1", 1, false);
+    let member2 = sim("member2", 2, false);
+    let other = sim("other", 4, false);
+    register(&karmada, "member1", &other, "token");
+    register(&karmada, "member2", &member2, "token");
+    let (_dir, data) = data_dir();
+    let kubeconfig = data.parent().unwrap().join("karmada.kubeconfig");
+    std::fs::write(&kubeconfig, format!("apiVersion: v1\nkind: Config\nclusters: [{{name: k, cluster: {{server: \"{}\"}}}}]\nusers: [{{name: u, user: {{}}}}]\ncontexts: [{{name: k, context: {{cluster: k, user: u}}}}]\ncurrent-context: k\n", karmada.url())).unwrap();
+    let kf = Kubefold::serve(&data, &[("member1".to_string(), member1.url())], &["--karmada-kubeconfig", kubeconfig.to_str().unwrap()]);
+    wait_for(Duration::from_secs(60), "Karmada's member2 beside the configured member1", || {
+        let pods = names(&kf, "/api/v1/namespaces/default/pods");
+        pods.iter().any(|n| n == "web-0_member1") && pods.iter().any(|n| n == "web-0_member2")
+    });
+    wait_for(Duration::from_secs(10), "the name clash in the log", || kf.logs().contains("has the name of a configured cluster"));
+    // The configured member1 is the one served, not the Karmada Cluster's endpoint.
+    assert!(other.requests().iter().all(|r| !r.path.starts_with("/api/v1/pods")), "the clashing Cluster was contacted");
 }
