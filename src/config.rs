@@ -62,6 +62,11 @@ pub struct Config {
     /// Services are read from and how endpoints are probed.
     #[serde(default)]
     pub estimator: kubefold_actors::resolver::EstimatorConfig,
+    /// A Karmada control plane whose `Cluster` objects are members beside
+    /// `clusters` and whose `ResourceRegistry` objects are the resource
+    /// selection.
+    #[serde(default)]
+    pub karmada: Option<crate::karmada::KarmadaConfig>,
     /// Seconds between watch bookmarks for clients that allow them; each
     /// such watch also gets one 2 s before its timeout.
     #[serde(default = "default_bookmark_interval_seconds")]

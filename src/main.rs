@@ -11,6 +11,7 @@
 mod admin_cli;
 mod config;
 mod demo;
+mod karmada;
 mod offline;
 mod resolve;
 mod serve;
@@ -179,6 +180,13 @@ struct ServeArgs {
     /// Allow anonymous requests (default: only when no authenticator is configured).
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     anonymous_auth: Option<bool>,
+    /// Kubeconfig of a Karmada control plane whose Cluster and
+    /// ResourceRegistry objects give members and the resource selection.
+    #[arg(long)]
+    karmada_kubeconfig: Option<PathBuf>,
+    /// Context of `--karmada-kubeconfig`; its current context when unset.
+    #[arg(long)]
+    karmada_context: Option<String>,
 }
 
 /// How log lines are written (`--logging-format`).
@@ -280,6 +288,11 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<Config> {
     config.allow_plain_http |= args.allow_plain_http;
     if let Some(anonymous) = args.anonymous_auth {
         config.auth.anonymous = Some(anonymous);
+    }
+    if let Some(kubeconfig) = args.karmada_kubeconfig {
+        config.karmada = Some(karmada::KarmadaConfig { kubeconfig, context: args.karmada_context });
+    } else if let (Some(karmada), Some(context)) = (config.karmada.as_mut(), args.karmada_context) {
+        karmada.context = Some(context);
     }
     for flag in &args.clusters {
         config.clusters.push(ClusterSpec::parse_flag(flag).map_err(anyhow::Error::msg)?);

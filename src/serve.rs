@@ -285,6 +285,10 @@ pub fn run(
         for cluster in &clusters {
             supervisor.do_send(AddCluster(cluster.clone()));
         }
+        let karmada = config.karmada.clone().map(|karmada| {
+            let configured = clusters.iter().map(|c| c.name.clone()).collect();
+            actix::spawn(crate::karmada::run(karmada, configured, supervisor.clone(), resolver.clone(), fleet.clone()))
+        });
         let handle = server.handle();
         let server_task = actix::spawn(server);
         shutdown.await;
@@ -293,6 +297,9 @@ pub fn run(
         let _ = server_task.await;
         if let Some(reloader) = reloader {
             reloader.abort();
+        }
+        if let Some(karmada) = karmada {
+            karmada.abort();
         }
         drop(resolver);
         drop(supervisor);

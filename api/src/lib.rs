@@ -4,6 +4,7 @@
 //!
 //! - [`request`]: what a request asks for ([`RequestInfo`]), parsed once for every layer.
 //! - [`path`]: parsing of Kubernetes API paths.
+//! - [`karmada_path`]: the API also served under Karmada's proxy paths.
 //! - [`query`]: reads below the HTTP layer: list, get and watch parameters,
 //!   scopes and selectors, paging, list bodies, snapshots of the past, watches.
 //! - [`admin`]: `/admin/v1` (clusters, resources, stats, compaction, backup).
@@ -43,6 +44,7 @@ pub mod gzip;
 pub mod health;
 pub mod auth;
 pub mod impersonate;
+pub mod karmada_path;
 pub mod cbor;
 pub mod console;
 pub mod members;
@@ -491,6 +493,8 @@ pub fn server(state: Arc<ApiState>, listener: Option<std::net::TcpListener>) -> 
             .wrap(actix_web::middleware::from_fn(connections::overflow_lane))
             // The console's shell and assets, before authentication (they hold no data).
             .wrap(actix_web::middleware::from_fn(console::shell))
+            // Karmada's proxy paths made plain before any layer reads the path.
+            .wrap(actix_web::middleware::from_fn(karmada_path::strip))
             .route("/healthz", web::get().to(health::healthz))
             .route("/livez", web::get().to(health::healthz))
             .route("/readyz", web::get().to(health::readyz))

@@ -30,6 +30,10 @@
 //! also serves a custom resource as kube-apiserver does with a CRD
 //! installed: `widgets.example.com/v1` through discovery, list, watch and
 //! get, and its CustomResourceDefinition under `apiextensions.k8s.io/v1`.
+//! With [`SimConfig::karmada`] (`kubefold sim --karmada`) it serves as a
+//! Karmada control plane: Karmada's `Cluster` (`cluster.karmada.io/v1alpha1`)
+//! and `ResourceRegistry` (`search.karmada.io/v1alpha1`) with their CRDs and
+//! schemas, beside Secrets and every built-in type.
 //!
 //! Start one with [`start`] (tests, demo) or [`run_cli`] (`kubefold sim`).
 //! The simulator's own endpoints, never faulted nor logged:
@@ -138,6 +142,11 @@ pub struct SimArgs {
     /// CustomResourceDefinition (`apiextensions.k8s.io/v1`) and three widgets.
     #[arg(long)]
     pub crds: bool,
+    /// Serve as a Karmada control plane: the CustomResourceDefinitions of
+    /// `clusters.cluster.karmada.io` and `resourceregistries.search.karmada.io`
+    /// with their types, and the namespaces `karmada-system` and `karmada-cluster`.
+    #[arg(long)]
+    pub karmada: bool,
 }
 
 fn parse_faults(text: &str) -> Result<Faults, String> {
@@ -172,6 +181,8 @@ pub struct SimConfig {
     /// Also serve the custom resource `widgets.example.com/v1`, its
     /// CustomResourceDefinition and three widgets ([`workload::widgets`]).
     pub crds: bool,
+    /// Serve as a Karmada control plane ([`workload::karmada`]).
+    pub karmada: bool,
 }
 
 impl Default for SimConfig {
@@ -188,6 +199,7 @@ impl Default for SimConfig {
             seed: 1,
             faults: Faults::default(),
             crds: false,
+            karmada: false,
         }
     }
 }
@@ -206,6 +218,7 @@ impl From<SimArgs> for SimConfig {
             seed: args.seed,
             faults: args.faults.unwrap_or_default(),
             crds: args.crds,
+            karmada: args.karmada,
         }
     }
 }
@@ -289,6 +302,9 @@ pub fn build_store(config: &SimConfig) -> Store {
     if config.crds {
         types.extend(workload::widget_types());
     }
+    if config.karmada {
+        types.extend(workload::karmada_types(!config.crds));
+    }
     let catalog: Arc<[ResourceType]> = types.into();
     let mut store = Store::new(catalog, config.history, first_rv(&config.name), config.seed);
     let cluster = workload::Cluster {
@@ -306,6 +322,9 @@ pub fn build_store(config: &SimConfig) -> Store {
     }
     if config.crds {
         objects.extend(workload::widgets(&cluster));
+    }
+    if config.karmada {
+        objects.extend(workload::karmada(&cluster));
     }
     for object in objects {
         let api_version = object["apiVersion"].as_str().unwrap_or_default().to_string();

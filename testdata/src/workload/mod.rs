@@ -18,6 +18,7 @@
 //! - `objects`: identifiers, metadata, namespaces, nodes, the `kubernetes` Service;
 //! - `pods`: pods, pod templates and static pods;
 //! - `apps`: the demo's controllers, services, events and config maps.
+//! - `karmada`: the Karmada control plane (`Cluster` and `ResourceRegistry` CRDs).
 
 use std::ops::Range;
 
@@ -27,9 +28,12 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Map, Value};
 
 mod apps;
+mod karmada;
 mod load;
 mod objects;
 mod pods;
+
+pub use karmada::{karmada, karmada_types};
 
 use self::apps::*;
 pub use self::load::*;

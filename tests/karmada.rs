@@ -1,0 +1,174 @@
+//! Members and the resource selection from a Karmada control plane
+//! (`--karmada-kubeconfig`), live; the API under Karmada's proxy path.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{data_dir, kubectl_bin, wait_for, Kubefold};
+use kubefold_testdata::{SimConfig, SimHandle, Workload};
+use serde_json::{json, Value};
+
+const PROXY: &str = "/apis/search.karmada.io/v1alpha1/proxying/karmada/proxy";
+
+fn sim(name: &str, seed: u64, karmada: bool) -> SimHandle {
+    let workload = if karmada { Workload::Empty } else { Workload::Demo };
+    kubefold_testdata::start(SimConfig { name: name.into(), workload, seed, karmada, ..SimConfig::default() }).expect("simulator starts")
+}
+
+fn send(sim: &SimHandle, method: &str, path: &str, content_type: &str, body: &Value) -> Value {
+    let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+    let response = client
+        .request(reqwest::Method::from_bytes(method.as_bytes()).unwrap(), format!("{}{path}", sim.url()))
+        .header("content-type", content_type)
+        .body(body.to_string())
+        .send()
+        .unwrap();
+    let code = response.status().as_u16();
+    let answer: Value = response.json().unwrap_or(Value::Null);
+    assert!((200..300).contains(&code), "{method} {path}: {code} {answer}");
+    answer
+}
+
+fn b64(text: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+/// Registers `member` in the control plane: its Secret and its Cluster.
+fn register(karmada: &SimHandle, name: &str, member: &SimHandle, token: &str) {
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": "karmada-cluster"}, "data": {"token": b64(token)}});
+    send(karmada, "POST", "/api/v1/namespaces/karmada-cluster/secrets", "application/json", &secret);
+    let cluster = json!({
+        "apiVersion": "cluster.karmada.io/v1alpha1", "kind": "Cluster", "metadata": {"name": name, "labels": {"env": "test"}},
+        "spec": {"syncMode": "Push", "apiEndpoint": member.url(), "secretRef": {"namespace": "karmada-cluster", "name": name}},
+    });
+    send(karmada, "POST", "/apis/cluster.karmada.io/v1alpha1/clusters", "application/json", &cluster);
+}
+
+/// The names of a list served by kubefold (404: none).
+fn names(kf: &Kubefold, path: &str) -> Vec<String> {
+    let (code, body) = kf.get(path);
+    if code != 200 {
+        return Vec::new();
+    }
+    let list: Value = serde_json::from_str(&body).unwrap();
+    list["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn members_and_selection_follow_karmada_live() {
+    let karmada = sim("karmada", 9, true);
+    let member1 = sim("member1", 1, false);
+    let member2 = sim("member2", 2, false);
+    let member3 = sim("member3", 3, false);
+    register(&karmada, "member1", &member1, "token-1");
+    register(&karmada, "member2", &member2, "token-2");
+    let (_dir, data) = data_dir();
+    let kubeconfig = data.parent().unwrap().join("karmada.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!("apiVersion: v1\nkind: Config\ncurrent-context: karmada\nclusters: [{{name: karmada, cluster: {{server: \"{}\"}}}}]\nusers: [{{name: admin, user: {{}}}}]\ncontexts: [{{name: karmada, context: {{cluster: karmada, user: admin}}}}]\n", karmada.url()),
+    )
+    .unwrap();
+    let kf = Kubefold::serve(&data, &[], &["--karmada-kubeconfig", kubeconfig.to_str().unwrap(), "--karmada-context", "karmada"]);
+    let pods = "/api/v1/namespaces/default/pods";
+    let has = |kf: &Kubefold, path: &str, name: &str| names(kf, path).iter().any(|n| n == name);
+    wait_for(Duration::from_secs(60), "both Karmada members' pods", || has(&kf, pods, "web-0_member1") && has(&kf, pods, "web-0_member2"));
+
+    // A watch opened now sees the members come and go in the same stream.
+    let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let ended = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let (events, ended, url) = (events.clone(), ended.clone(), format!("{}{pods}?watch=true", kf.url));
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            let client = reqwest::blocking::Client::builder().timeout(None).build().unwrap();
+            if let Ok(response) = client.get(url).send() {
+                for line in std::io::BufReader::new(response).lines().map_while(Result::ok) {
+                    let event: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+                    let name = event["object"]["metadata"]["name"].as_str().unwrap_or_default();
+                    events.lock().unwrap().push(format!("{} {name}", event["type"].as_str().unwrap_or_default()));
+                }
+            }
+            ended.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+    }
+    let seen = |event: &str| events.lock().unwrap().iter().any(|e| e == event);
+    wait_for(Duration::from_secs(30), "the watch's initial events", || seen("ADDED web-0_member2"));
+
+    // A Cluster added live.
+    register(&karmada, "member3", &member3, "token-3");
+    wait_for(Duration::from_secs(30), "member3's pods", || has(&kf, pods, "web-0_member3"));
+
+    // Its token rotated: the member is read again with the new credentials.
+    member1.clear_requests();
+    send(&karmada, "PATCH", "/api/v1/namespaces/karmada-cluster/secrets/member1", "application/merge-patch+json", &json!({"data": {"token": b64("token-1b")}}));
+    wait_for(Duration::from_secs(30), "member1 read again after its token changed", || {
+        member1.requests().iter().any(|r| r.path == "/api/v1/pods")
+    });
+    assert!(has(&kf, pods, "web-0_member1"));
+
+    // A Cluster removed live: its objects are gone, the others stay.
+    let client = reqwest::blocking::Client::new();
+    let deleted = client.delete(format!("{}/apis/cluster.karmada.io/v1alpha1/clusters/member2", karmada.url())).send().unwrap();
+    assert_eq!(deleted.status().as_u16(), 200);
+    wait_for(Duration::from_secs(30), "member2's pods gone", || !has(&kf, pods, "web-0_member2"));
+    assert!(has(&kf, pods, "web-0_member1") && has(&kf, pods, "web-0_member3"));
+    // The open watch saw member3 arrive and member2 leave, and stays open.
+    wait_for(Duration::from_secs(30), "member2's pods DELETED in the open watch", || seen("DELETED web-0_member2"));
+    assert!(seen("ADDED web-0_member3"), "{:?}", events.lock().unwrap());
+    assert!(!ended.load(std::sync::atomic::Ordering::SeqCst), "the watch ended when a cluster was removed");
+
+    // A ResourceRegistry becomes the selection: config maps of member1 only.
+    let registry = json!({
+        "apiVersion": "search.karmada.io/v1alpha1", "kind": "ResourceRegistry", "metadata": {"name": "config"},
+        "spec": {"targetCluster": {"clusterNames": ["member1"]}, "resourceSelectors": [{"apiVersion": "v1", "kind": "ConfigMap"}]},
+    });
+    send(&karmada, "POST", "/apis/search.karmada.io/v1alpha1/resourceregistries", "application/json", &registry);
+    wait_for(Duration::from_secs(30), "pods no longer served", || kf.get(pods).0 == 404);
+    // The other members' config maps become DELETED events once the
+    // selection is applied.
+    wait_for(Duration::from_secs(30), "config maps of member1 only", || {
+        let configmaps = names(&kf, "/api/v1/configmaps");
+        !configmaps.is_empty() && configmaps.iter().all(|n| n.ends_with("_member1"))
+    });
+    // Changed live: member3 too.
+    send(&karmada, "PATCH", "/apis/search.karmada.io/v1alpha1/resourceregistries/config", "application/merge-patch+json", &json!({"spec": {"targetCluster": {"clusterNames": ["member1", "member3"]}}}));
+    wait_for(Duration::from_secs(30), "member3's config maps", || names(&kf, "/api/v1/configmaps").iter().any(|n| n.ends_with("_member3")));
+
+    // kubectl through Karmada's proxy path: only the server changes.
+    let bin = "/usr/lib/google-cloud-sdk/bin/kubectl.1.33";
+    if !std::path::Path::new(bin).exists() {
+        println!("SKIPPED: {bin} not found: kubectl through the Karmada path");
+        return;
+    }
+    let server = format!("{}{PROXY}", kf.url);
+    let (ok, out, err) = kubectl_bin(bin, &["--server", &server, "get", "configmaps", "-A"], None);
+    assert!(ok, "{err}");
+    assert!(out.contains("kube-root-ca.crt_member1") && out.contains("CLUSTER"), "{out}");
+    let (ok, out, err) = kubectl_bin(bin, &["--server", &server, "api-resources"], None);
+    assert!(ok, "{err}");
+    assert!(out.contains("configmaps") && !out.contains("pods "), "{out}");
+}
+
+#[test]
+fn a_karmada_cluster_named_as_a_configured_one_is_refused() {
+    let karmada = sim("karmada", 9, true);
+    let member1 = sim("member1", 1, false);
+    let member2 = sim("member2", 2, false);
+    let other = sim("other", 4, false);
+    register(&karmada, "member1", &other, "token");
+    register(&karmada, "member2", &member2, "token");
+    let (_dir, data) = data_dir();
+    let kubeconfig = data.parent().unwrap().join("karmada.kubeconfig");
+    std::fs::write(&kubeconfig, format!("apiVersion: v1\nkind: Config\nclusters: [{{name: k, cluster: {{server: \"{}\"}}}}]\nusers: [{{name: u, user: {{}}}}]\ncontexts: [{{name: k, context: {{cluster: k, user: u}}}}]\ncurrent-context: k\n", karmada.url())).unwrap();
+    let kf = Kubefold::serve(&data, &[("member1".to_string(), member1.url())], &["--karmada-kubeconfig", kubeconfig.to_str().unwrap()]);
+    wait_for(Duration::from_secs(60), "Karmada's member2 beside the configured member1", || {
+        let pods = names(&kf, "/api/v1/namespaces/default/pods");
+        pods.iter().any(|n| n == "web-0_member1") && pods.iter().any(|n| n == "web-0_member2")
+    });
+    wait_for(Duration::from_secs(10), "the name clash in the log", || kf.logs().contains("has the name of a configured cluster"));
+    // The configured member1 is the one served, not the Karmada Cluster's endpoint.
+    assert!(other.requests().iter().all(|r| !r.path.starts_with("/api/v1/pods")), "the clashing Cluster was contacted");
+}
