@@ -179,6 +179,18 @@ struct ServeArgs {
     /// Allow anonymous requests (default: only when no authenticator is configured).
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     anonymous_auth: Option<bool>,
+    /// Audit log file (audit.k8s.io/v1 events, one JSON line each).
+    #[arg(long)]
+    audit_log_path: Option<PathBuf>,
+    /// Audit policy file (audit.k8s.io/v1 Policy; default: every request at Metadata).
+    #[arg(long)]
+    audit_policy_file: Option<PathBuf>,
+    /// Megabytes of the audit log before it is rotated (0: never).
+    #[arg(long = "audit-log-maxsize")]
+    audit_log_maxsize: Option<u64>,
+    /// Rotated audit log files kept (0: all).
+    #[arg(long = "audit-log-maxbackup")]
+    audit_log_maxbackup: Option<usize>,
 }
 
 /// How log lines are written (`--logging-format`).
@@ -280,6 +292,18 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<Config> {
     config.allow_plain_http |= args.allow_plain_http;
     if let Some(anonymous) = args.anonymous_auth {
         config.auth.anonymous = Some(anonymous);
+    }
+    if let Some(path) = args.audit_log_path {
+        config.audit.log_path = Some(path);
+    }
+    if let Some(policy) = args.audit_policy_file {
+        config.audit.policy_file = Some(policy);
+    }
+    if let Some(size) = args.audit_log_maxsize {
+        config.audit.log_max_size = size;
+    }
+    if let Some(backups) = args.audit_log_maxbackup {
+        config.audit.log_max_backup = backups;
     }
     for flag in &args.clusters {
         config.clusters.push(ClusterSpec::parse_flag(flag).map_err(anyhow::Error::msg)?);
