@@ -469,6 +469,25 @@ mod tests {
         assert!(!text.contains("aHVudGVyMg==") && !text.contains("password"), "secret data in the audit log: {text}");
     }
 
+    #[actix_web::test]
+    async fn a_watch_is_recorded_when_it_starts_and_when_it_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        let audit = Audit::from_config(&AuditConfig { log_path: Some(path.clone()), ..AuditConfig::default() }).unwrap();
+        let app = web_test::init_service(App::new().wrap(audit).default_service(web::to(|| async {
+            HttpResponse::Ok().content_type("application/json").streaming(futures::stream::iter([Ok::<_, actix_web::Error>(bytes::Bytes::from_static(b"{}\n"))]))
+        })))
+        .await;
+        let response = web_test::call_service(&app, web_test::TestRequest::get().uri("/api/v1/pods?watch=true").to_request()).await;
+        let stages = |path: &std::path::Path| lines(path).iter().map(|e| e["stage"].as_str().unwrap().to_string()).collect::<Vec<_>>();
+        assert_eq!(stages(&path), ["RequestReceived", "ResponseStarted"], "the watch's response has started");
+        drop(web_test::read_body(response).await);
+        assert_eq!(stages(&path), ["RequestReceived", "ResponseStarted", "ResponseComplete"]);
+        let last = &lines(&path)[2];
+        assert_eq!((last["verb"].as_str(), last["level"].as_str(), last["user"].clone()), (Some("watch"), Some("Metadata"), json!({})));
+        assert!(last.get("responseObject").is_none());
+    }
+
     #[test]
     fn audit_ids_are_uuids() {
         let id = new_audit_id();
