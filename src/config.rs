@@ -47,6 +47,9 @@ pub struct Config {
     /// Client authentication (tokens, client certificates) and authorization rules.
     #[serde(default)]
     pub auth: kubefold_api::auth::AuthConfig,
+    /// The audit log: file, kube-apiserver's audit policy, rotation.
+    #[serde(default)]
+    pub audit: kubefold_api::audit::AuditConfig,
     /// The admin API: which directories the kubeconfig files of members
     /// registered through it may be in (`kubeconfigDirs`).
     #[serde(default)]

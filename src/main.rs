@@ -187,6 +187,18 @@ struct ServeArgs {
     /// Context of `--karmada-kubeconfig`; its current context when unset.
     #[arg(long)]
     karmada_context: Option<String>,
+    /// Audit log file (audit.k8s.io/v1 events, one JSON line each).
+    #[arg(long)]
+    audit_log_path: Option<PathBuf>,
+    /// Audit policy file (audit.k8s.io/v1 Policy; default: every request at Metadata).
+    #[arg(long)]
+    audit_policy_file: Option<PathBuf>,
+    /// Megabytes of the audit log before it is rotated (0: never).
+    #[arg(long = "audit-log-maxsize")]
+    audit_log_maxsize: Option<u64>,
+    /// Rotated audit log files kept (0: all).
+    #[arg(long = "audit-log-maxbackup")]
+    audit_log_maxbackup: Option<usize>,
 }
 
 /// How log lines are written (`--logging-format`).
@@ -293,6 +305,17 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<Config> {
         config.karmada = Some(karmada::KarmadaConfig { kubeconfig, context: args.karmada_context });
     } else if let (Some(karmada), Some(context)) = (config.karmada.as_mut(), args.karmada_context) {
         karmada.context = Some(context);
+    if let Some(path) = args.audit_log_path {
+        config.audit.log_path = Some(path);
+    }
+    if let Some(policy) = args.audit_policy_file {
+        config.audit.policy_file = Some(policy);
+    }
+    if let Some(size) = args.audit_log_maxsize {
+        config.audit.log_max_size = size;
+    }
+    if let Some(backups) = args.audit_log_maxbackup {
+        config.audit.log_max_backup = backups;
     }
     for flag in &args.clusters {
         config.clusters.push(ClusterSpec::parse_flag(flag).map_err(anyhow::Error::msg)?);

@@ -244,6 +244,7 @@ pub fn run(
             compress_lists: config.compress_lists,
             openapi_refresh: Duration::from_secs(config.openapi_refresh_seconds.max(1)),
             auth: config.auth.clone(),
+            audit: config.audit.clone(),
             tls: config.tls.clone(),
             placement: config.placement.clone(),
             file_descriptor_reserve: config.file_descriptor_reserve,

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use actix_web::web::Bytes;
-use actix_web::{HttpRequest, HttpResponse};
+use actix_web::{HttpMessage, HttpRequest, HttpResponse};
 use futures::StreamExt;
 use http::Method;
 use kubefold_engine::event::{IndexEntry, ObjectKey};
@@ -61,6 +61,11 @@ fn member_path(scope: &Scope, key: &ObjectKey, subresource: Option<&str>, query:
         path.push_str(query);
     }
     path
+}
+
+/// Notes the member an edit acts on, for the audit log.
+fn acted_on(req: &HttpRequest, cluster: &str) {
+    req.extensions_mut().insert(crate::audit::ActedOn(cluster.to_string()));
 }
 
 /// The member's answer passed back unchanged (errors are Status objects).
@@ -252,6 +257,7 @@ pub async fn update(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &s
     object::to_member(&mut object, &key.name, member_rv.as_deref());
     let path = member_path(scope, &key, sub, req.query_string());
     let bytes = serde_json::to_vec(&object).map_err(|e| Status::internal(e.to_string()))?;
+    acted_on(req, &key.cluster);
     let response = members::send(&state.fleet, &key.cluster, Method::PUT, &path, Some(respond::JSON), bytes).await?;
     if !response.is_success() {
         return Ok(passthrough(&response));
@@ -331,6 +337,7 @@ pub async fn patch(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &st
         return forward_scale(state, req, scope, &key, Method::PATCH, forwarded).await;
     }
     let path = member_path(scope, &key, sub, req.query_string());
+    acted_on(req, &key.cluster);
     let response = members::send(&state.fleet, &key.cluster, Method::PATCH, &path, Some(&ct), forwarded).await?;
     if !response.is_success() {
         return Ok(passthrough(&response));
@@ -344,6 +351,7 @@ pub async fn patch(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &st
 async fn forward_scale(state: &ApiState, req: &HttpRequest, scope: &Scope, key: &ObjectKey, method: Method, body: Vec<u8>) -> Result<HttpResponse, Status> {
     let ct = content_type(req).map(str::to_string);
     let path = member_path(scope, key, Some("scale"), req.query_string());
+    acted_on(req, &key.cluster);
     let response = members::send(&state.fleet, &key.cluster, method.clone(), &path, ct.as_deref(), body).await?;
     if !response.is_success() {
         return Ok(passthrough(&response));
@@ -388,6 +396,7 @@ pub async fn delete(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &s
     }
     let path = member_path(scope, &key, None, req.query_string());
     let ct = (!forwarded.is_empty()).then_some(respond::JSON);
+    acted_on(req, &key.cluster);
     let response = members::send(&state.fleet, &key.cluster, Method::DELETE, &path, ct, forwarded).await?;
     if !response.is_success() {
         return Ok(passthrough(&response));
@@ -444,6 +453,7 @@ pub async fn create(state: &ApiState, req: &HttpRequest, scope: &Scope, body: &B
         path.push_str(req.query_string());
     }
     let bytes = serde_json::to_vec(&object).map_err(|e| Status::internal(e.to_string()))?;
+    acted_on(req, &cluster);
     let response = members::send(&state.fleet, &cluster, Method::POST, &path, Some(respond::JSON), bytes).await?;
     if !response.is_success() {
         return Ok(passthrough(&response));
@@ -521,6 +531,7 @@ pub async fn delete_collection(state: &ApiState, req: &HttpRequest, scope: &Scop
         .collect();
     let mut items = Vec::new();
     for cluster in targets {
+        acted_on(req, &cluster);
         let response = members::send(&state.fleet, &cluster, Method::DELETE, &path, options_type, options.clone()).await?;
         if !response.is_success() {
             return Ok(passthrough(&response));

@@ -7,6 +7,7 @@
 //! - [`karmada_path`]: the API also served under Karmada's proxy paths.
 //! - [`query`]: reads below the HTTP layer: list, get and watch parameters,
 //!   scopes and selectors, paging, list bodies, snapshots of the past, watches.
+//! - [`audit`]: the audit log (`audit.k8s.io/v1` events, kube-apiserver's policy).
 //! - [`admin`]: `/admin/v1` (clusters, resources, stats, compaction, backup).
 //! - [`connections`]: open connections against the descriptors the process may open.
 //! - [`discovery`]: `/version`, `/api`, `/apis` documents.
@@ -35,6 +36,7 @@
 //! - [`console`]: the web console under `/ui` (fleet and search).
 
 pub mod admin;
+pub mod audit;
 pub mod connections;
 pub mod decode;
 pub mod discovery;
@@ -118,6 +120,8 @@ pub struct ApiConfig {
     pub compress_lists: bool,
     /// Authentication and authorization.
     pub auth: auth::AuthConfig,
+    /// The audit log.
+    pub audit: audit::AuditConfig,
     /// TLS; plain HTTP when absent.
     pub tls: Option<tls::TlsConfig>,
     /// Rules choosing the member of a new object that names none.
@@ -147,6 +151,7 @@ impl Default for ApiConfig {
             client_stall_timeout: Some(Duration::from_secs(60)),
             compress_lists: true,
             auth: auth::AuthConfig::default(),
+            audit: audit::AuditConfig::default(),
             tls: None,
             placement: Vec::new(),
             file_descriptor_reserve: None,
@@ -450,6 +455,9 @@ pub enum ServerError {
     /// The authentication configuration is unusable.
     #[error("authentication: {0}")]
     Auth(#[source] auth::Error),
+    /// The audit log cannot be set up.
+    #[error("audit: {0}")]
+    Audit(#[source] audit::Error),
     /// The TLS configuration is unusable.
     #[error("tls: {0}")]
     Tls(#[source] tls::Error),
@@ -468,6 +476,7 @@ pub fn server(state: Arc<ApiState>, listener: Option<std::net::TcpListener>) -> 
     if authenticator.is_open() {
         tracing::warn!(listen = %config.listen, "No authenticator configured: every client has full access.");
     }
+    let audit = audit::Audit::from_config(&config.audit).map_err(ServerError::Audit)?;
     let tls = config.tls.as_ref().map(tls::server_config).transpose().map_err(ServerError::Tls)?;
     if tls.is_none() {
         tracing::warn!(listen = %config.listen, "Serving plain HTTP: configure tls for anything but loopback.");
@@ -488,6 +497,8 @@ pub fn server(state: Arc<ApiState>, listener: Option<std::net::TcpListener>) -> 
             .wrap(authenticator.clone())
             // Reviews are answered by the same authorizer.
             .app_data(web::Data::new(authenticator.clone()))
+            // Outside authentication: refused requests are recorded too.
+            .wrap(audit.clone())
             // Every request is described once, before authentication reads it.
             .wrap(actix_web::middleware::from_fn(request::describe))
             .wrap(actix_web::middleware::from_fn(connections::overflow_lane))

@@ -62,6 +62,8 @@ pub const RECORDED: &[Family] = &[
     family("kubefold_requests_total", Kind::Counter, &["verb", "resource", "code"], "API requests answered, by verb, resource type and HTTP code."),
     family("kubefold_request_duration_seconds", Kind::Histogram, &["verb", "resource"], "Time to answer an API request (watches excluded)."),
     family("kubefold_auth_rejected_total", Kind::Counter, &["reason"], "Requests refused by authentication, authorization or limits."),
+    family("kubefold_audit_events_total", Kind::Counter, &["stage"], "Audit events written, by stage."),
+    family("kubefold_audit_event_errors_total", Kind::Counter, &[], "Audit events that could not be written to the audit log."),
     family("kubefold_member_errors_total", Kind::Counter, &["cluster"], "Failed requests to a member cluster."),
     family("kubefold_member_relists_total", Kind::Counter, &["cluster"], "Full lists of a member's types (initial and after 410)."),
     family("kubefold_member_bad_objects_total", Kind::Counter, &["cluster"], "Objects from a member that could not be ingested."),

@@ -64,6 +64,12 @@ pub struct Rule {
     /// matches `*`.
     #[serde(default = "default_rule_clusters")]
     pub clusters: Vec<String>,
+    /// Namespaces the resources may be in (globs, as `team-*`), as a
+    /// RoleBinding scopes a Role. A request in no namespace (a list across
+    /// namespaces, a cluster-scoped object) only matches `*`; a
+    /// `namespaces` object is in its own namespace.
+    #[serde(default = "default_rule_namespaces")]
+    pub namespaces: Vec<String>,
     /// Other paths allowed (`/metrics`, `/admin/v1/stats`, `/admin/*`), as
     /// RBAC's nonResourceURLs.
     #[serde(default, rename = "nonResourceURLs")]
@@ -72,6 +78,11 @@ pub struct Rule {
 
 /// Every cluster: `["*"]`.
 pub fn default_rule_clusters() -> Vec<String> {
+    vec!["*".to_string()]
+}
+
+/// Every namespace, and requests in none: `["*"]`.
+pub fn default_rule_namespaces() -> Vec<String> {
     vec!["*".to_string()]
 }
 
@@ -245,7 +256,11 @@ impl Rule {
                     Some(c) => any_glob(&self.clusters, c),
                     None => self.clusters.iter().any(|c| c == "*"),
                 };
-                resource_matches && cluster_matches
+                let namespace_matches = match &r.namespace {
+                    Some(n) => any_glob(&self.namespaces, n),
+                    None => self.namespaces.iter().any(|n| n == "*"),
+                };
+                resource_matches && cluster_matches && namespace_matches
             }
             Target::Discovery { path } | Target::NonResource { path } => any_glob(&self.non_resource_urls, path),
             Target::Version => any_glob(&self.non_resource_urls, "/version"),
@@ -434,6 +449,30 @@ mod tests {
         assert!(ok(&nobody, &discovery) && ok(&nobody, &version) && !ok(&nobody, &get));
         assert!(!ok(&anonymous, &discovery) && ok(&anonymous, &version) && !ok(&anonymous, &get));
         assert!(!ok(&viewer, &attrs(Method::POST, "/api", "")));
+    }
+
+    #[test]
+    fn rules_limited_to_namespaces_allow_only_there() {
+        let rules: Vec<Rule> = serde_yaml::from_str(
+            r#"
+- users: [erin]
+  verbs: [get, list, watch, create, delete]
+  resources: [pods, configmaps, namespaces]
+  namespaces: [team-a, "shared-*"]
+"#,
+        )
+        .unwrap();
+        rules[0].validate().unwrap();
+        let erin = user("erin", &[]);
+        let ok = |m: Method, p: &str| authorize(&erin, &attrs(m, p, ""), &rules);
+        assert!(ok(Method::GET, "/api/v1/namespaces/team-a/pods"));
+        assert!(ok(Method::POST, "/clusters/member1/api/v1/namespaces/shared-eu/configmaps"));
+        assert!(ok(Method::DELETE, "/api/v1/namespaces/team-a/pods/web-0_member1"));
+        assert!(ok(Method::GET, "/api/v1/namespaces/team-a"), "a namespace is in itself");
+        assert!(!ok(Method::GET, "/api/v1/namespaces/team-b/pods"));
+        assert!(!ok(Method::GET, "/api/v1/pods"), "a list across namespaces is in none");
+        assert!(!ok(Method::GET, "/api/v1/namespaces"));
+        assert!(!ok(Method::GET, "/api/v1/namespaces/team-b"));
     }
 
     #[test]

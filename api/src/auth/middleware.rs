@@ -54,6 +54,8 @@ struct Admitted {
     /// Its slot of the client's long-running requests, if it is one.
     long_running: Option<InFlightGuard>,
     client: Client,
+    /// The authenticated caller, when it impersonates `user`.
+    impersonator: Option<User>,
 }
 
 /// The client a request is counted against in the per-client limits: the
@@ -153,14 +155,14 @@ impl Auth {
         let slot = self.inner.in_flight.acquire(client.clone()).ok_or(Rejection::TooManyRequests)?;
         // The per-client limits count the real caller; authorization sees
         // the user it impersonates.
-        let user = match crate::impersonate::Impersonation::from_headers(req.headers()).map_err(Rejection::Invalid)? {
-            None => user,
+        let (user, impersonator) = match crate::impersonate::Impersonation::from_headers(req.headers()).map_err(Rejection::Invalid)? {
+            None => (user, None),
             Some(asked) => {
                 if let Some(denied) = asked.checks().into_iter().find(|check| !self.allows(&user, check)) {
                     return Err(Rejection::Forbidden(Box::new((user, denied))));
                 }
                 debug!(user = %user.name, as_user = %asked.user, as_groups = ?asked.groups, "Request impersonates a user.");
-                asked.user()
+                (asked.user(), Some(user))
             }
         };
         let info = RequestInfo::of(&req.extensions(), req.method(), req.path(), req.query_string());
@@ -172,7 +174,7 @@ impl Auth {
             true => Some(self.inner.long_running.acquire(client.clone()).ok_or(Rejection::TooManyLongRunning)?),
             false => None,
         };
-        Ok(Admitted { user, attributes, slot, long_running, client: Client(client) })
+        Ok(Admitted { user, attributes, slot, long_running, client: Client(client), impersonator })
     }
 }
 
@@ -232,8 +234,11 @@ where
             return Box::pin(async move { Ok(response.await?.map_body(|_, body| Counted { body, _slot: None, _long_running: None }).map_into_left_body()) });
         }
         match self.auth.admit(&req) {
-            Ok(Admitted { user, attributes, slot, long_running, client }) => {
+            Ok(Admitted { user, attributes, slot, long_running, client, impersonator }) => {
                 req.extensions_mut().insert(user);
+                if let Some(impersonator) = impersonator {
+                    req.extensions_mut().insert(crate::audit::Impersonator(impersonator));
+                }
                 req.extensions_mut().insert(attributes);
                 req.extensions_mut().insert(client);
                 let response = self.service.call(req);
@@ -264,7 +269,10 @@ where
                     Rejection::Forbidden(denied) => {
                         let (user, attributes) = *denied;
                         info!(user = %user.name, groups = ?user.groups, verb = %attributes.verb, path = req.path(), "Request forbidden.");
-                        forbidden(&user, &attributes)
+                        let status = forbidden(&user, &attributes);
+                        // Who was refused, for the audit log.
+                        req.extensions_mut().insert(user);
+                        status
                     }
                 };
                 metrics::counter!("kubefold_auth_rejected_total", "reason" => status.reason.clone()).increment(1);

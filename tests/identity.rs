@@ -1,0 +1,151 @@
+//! Who did what, end to end: kubefold's audit log records every edit (the
+//! authenticated user, the one impersonated, the member acted on, the
+//! answer's code), requests refused by authorization too, follows the
+//! policy file, and never holds a Secret's contents.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+
+const ADMIN: &str = "admin-token-5c4b3a";
+const VIEWER: &str = "viewer-token-0f9e8d";
+const SECRET_VALUE: &str = "cGFzc3dvcmQtZDBudC1sMGc=";
+
+fn write(dir: &std::path::Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+fn send(kf: &Kubefold, token: &str, method: &str, path: &str, body: Option<Value>, headers: &[(&str, &str)]) -> (u16, String, Value) {
+    let client = reqwest::blocking::Client::new();
+    let mut request = client.request(method.parse().unwrap(), format!("{}{path}", kf.url)).bearer_auth(token);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().unwrap();
+    let code = response.status().as_u16();
+    let audit_id = response.headers().get("Audit-Id").map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
+    let body = response.json::<Value>().unwrap_or(Value::Null);
+    (code, audit_id, body)
+}
+
+fn audit_events(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect()
+}
+
+#[test]
+fn every_edit_is_in_the_audit_log_with_who_did_it_and_no_secret_data() {
+    let members = demo_members(1, 0.0);
+    let (tmp, dir) = data_dir();
+    let tokens = write(tmp.path(), "tokens.csv", &format!("{ADMIN},admin,1001,\"kubefold:admins\"\n{VIEWER},viewer,1002,\"kubefold:viewers\"\n"));
+    let policy = write(
+        tmp.path(),
+        "policy.yaml",
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: None\n  verbs: [get, list, watch]\n- level: RequestResponse\n",
+    );
+    let log = tmp.path().join("audit").join("audit.log");
+    let kf = Kubefold::serve(
+        &dir,
+        &cluster_flags(&members),
+        &["--token-auth-file", &tokens, "--audit-log-path", log.to_str().unwrap(), "--audit-policy-file", &policy, "--audit-log-maxsize", "10", "--audit-log-maxbackup", "2"],
+    );
+    kf.wait_ready();
+    let member = &members[0].0;
+
+    // Reads are not recorded by this policy.
+    let (code, _, _) = send(&kf, ADMIN, "GET", "/api/v1/pods", None, &[]);
+    assert_eq!(code, 200);
+
+    // A Secret created through the member's scope.
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db-password", "namespace": "default"}, "data": {"password": SECRET_VALUE}, "type": "Opaque"});
+    let (code, created_id, body) = send(&kf, ADMIN, "POST", &format!("/clusters/{member}/api/v1/namespaces/default/secrets"), Some(secret), &[]);
+    assert_eq!(code, 201, "{body}");
+    assert!(!created_id.is_empty(), "the answer names its audit ID");
+
+    // An edit by an impersonated user (kubectl --as).
+    let config_map = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": "default"}, "data": {"mode": "fast"}});
+    let (code, as_id, body) = send(
+        &kf,
+        ADMIN,
+        "POST",
+        &format!("/clusters/{member}/api/v1/namespaces/default/configmaps"),
+        Some(config_map.clone()),
+        &[("Impersonate-User", "alice"), ("Impersonate-Group", "kubefold:editors")],
+    );
+    assert_eq!(code, 201, "{body}");
+
+    // An edit refused by kubefold's authorization.
+    let (code, denied_id, body) = send(&kf, VIEWER, "DELETE", &format!("/api/v1/namespaces/default/configmaps/settings_{member}"), None, &[]);
+    assert_eq!(code, 403, "{body}");
+
+    // The Secret deleted.
+    let (code, deleted_id, body) = send(&kf, ADMIN, "DELETE", &format!("/clusters/{member}/api/v1/namespaces/default/secrets/db-password"), None, &[]);
+    assert_eq!(code, 200, "{body}");
+
+    let mut events = Vec::new();
+    wait_for(std::time::Duration::from_secs(10), "the audit events of the four edits", || {
+        events = audit_events(&log);
+        events.iter().filter(|e| e["stage"] == "ResponseComplete").count() >= 4
+    });
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!text.contains(SECRET_VALUE), "a Secret's data is in the audit log: {text}");
+    assert!(!text.contains(ADMIN) && !text.contains(VIEWER), "a token is in the audit log");
+    assert!(events.iter().all(|e| e["verb"] != "list"), "reads are left out by the policy: {text}");
+    let complete = |id: &str| -> Value {
+        let found: Vec<&Value> = events.iter().filter(|e| e["auditID"] == id).collect();
+        let stages: Vec<&str> = found.iter().map(|e| e["stage"].as_str().unwrap()).collect();
+        assert_eq!(stages, ["RequestReceived", "ResponseComplete"], "events of {id}: {text}");
+        assert_eq!(found[1]["kind"], "Event");
+        assert_eq!(found[1]["apiVersion"], "audit.k8s.io/v1");
+        found[1].clone()
+    };
+
+    let created = complete(&created_id);
+    assert_eq!(created["level"], "RequestResponse");
+    assert_eq!(created["verb"], "create");
+    assert_eq!(created["user"]["username"], "admin");
+    assert_eq!(created["user"]["groups"], json!(["kubefold:admins", "system:authenticated"]));
+    assert_eq!(created["objectRef"]["resource"], "secrets");
+    assert_eq!(created["objectRef"]["namespace"], "default");
+    assert_eq!(created["annotations"]["kubefold.io/cluster"], member.as_str());
+    assert_eq!(created["responseStatus"]["code"], 201);
+    assert_eq!(created["requestObject"]["metadata"]["name"], "db-password");
+    assert!(created["requestObject"].get("data").is_none() && created["responseObject"].get("data").is_none());
+    assert_eq!(created["responseObject"]["kind"], "Secret", "{created}");
+    assert_eq!(created["sourceIPs"], json!(["127.0.0.1"]));
+
+    let impersonated = complete(&as_id);
+    assert_eq!(impersonated["user"]["username"], "admin");
+    assert_eq!(impersonated["impersonatedUser"]["username"], "alice");
+    assert_eq!(impersonated["requestObject"]["data"], json!({"mode": "fast"}), "a ConfigMap's data is recorded at RequestResponse");
+
+    let denied = complete(&denied_id);
+    assert_eq!((denied["user"]["username"].as_str(), denied["verb"].as_str(), denied["responseStatus"]["code"].as_u64()), (Some("viewer"), Some("delete"), Some(403)));
+    assert_eq!(denied["objectRef"]["name"], format!("settings_{member}"));
+    assert_eq!(denied["annotations"]["kubefold.io/cluster"], member.as_str());
+
+    let deleted = complete(&deleted_id);
+    assert_eq!((deleted["verb"].as_str(), deleted["responseStatus"]["code"].as_u64()), (Some("delete"), Some(200)));
+    assert_eq!(deleted["annotations"]["kubefold.io/cluster"], member.as_str());
+    assert!(deleted.get("responseObject").map_or(true, |o| o.get("data").is_none()));
+    kf.stop();
+}
+
+#[test]
+fn a_policy_file_that_is_not_a_policy_stops_kubefold_at_start() {
+    let (tmp, dir) = data_dir();
+    let policy = write(tmp.path(), "policy.yaml", "apiVersion: v1\nkind: ConfigMap\n");
+    let log = tmp.path().join("audit.log");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_kubefold"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir", dir.to_str().unwrap(), "--audit-log-path", log.to_str().unwrap(), "--audit-policy-file", &policy])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("audit policy") && stderr.contains("kind Policy"), "{stderr}");
+}
