@@ -143,7 +143,10 @@ fn lists_and_initial_watch_states_streaming_while_compaction_passes_them_are_who
     let members = vec![("member1".to_string(), sim)];
     let (tmp, dir) = data_dir();
     let config = tmp.path().join("kubefold.yaml");
-    std::fs::write(&config, "retention:\n  maxEvents: 5\n  maxAgeSeconds: 86400\n  compactionIntervalSeconds: 3600\n").unwrap();
+    // The client pauses its list while every pod changes, which takes more
+    // than the default stall limit (60 s) on a slow machine: kubefold would
+    // then close the stalled list, and this test is about one that goes on.
+    std::fs::write(&config, "clientStallTimeoutSeconds: 0\nretention:\n  maxEvents: 5\n  maxAgeSeconds: 86400\n  compactionIntervalSeconds: 3600\n").unwrap();
     let kf = Kubefold::serve(&dir, &cluster_flags(&members), &["--config", config.to_str().unwrap()]);
     kf.wait_ready();
     let sim = &members[0].1;

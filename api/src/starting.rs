@@ -69,6 +69,9 @@ impl StartingServer {
         let progress = web::Data::new(progress);
         let http = HttpServer::new(move || App::new().app_data(progress.clone()).default_service(web::to(answer)))
             .workers(1)
+            // Each answer closes its connection, so that no connection
+            // outlives this server: the API takes over with none open.
+            .keep_alive(actix_web::http::KeepAlive::Disabled)
             // kubefold's own shutdown handling is installed later; a signal
             // now ends the process as it did before there was a listener.
             .disable_signals()
@@ -84,10 +87,11 @@ impl StartingServer {
         Ok(StartingServer { handle, task })
     }
 
-    /// Stops answering; connections kept alive are closed, and the
-    /// listening socket's backlog is left for the API.
+    /// Stops accepting and lets the requests it took finish (each answer is
+    /// immediate); connections not yet accepted wait in the listening
+    /// socket's backlog for the API.
     pub async fn stop(self) {
-        self.handle.stop(false).await;
+        self.handle.stop(true).await;
         let _ = self.task.await;
     }
 }
