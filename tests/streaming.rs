@@ -1,0 +1,119 @@
+//! Streaming subresources with kubectl 1.33 (WebSocket, `v5.channel.k8s.io`):
+//! `exec` (plain, `-i` with stdin, exit codes), `cp` both ways and `attach`,
+//! through kubefold (qualified names, and member names under
+//! `/clusters/{c}`) and against the simulator directly.
+
+mod common;
+
+use std::process::{Command, Stdio};
+
+use common::*;
+
+/// The kubectl 1.33 binary beside the dispatcher, or `None` (the test is
+/// then skipped with a message naming it).
+fn kubectl_133() -> Option<String> {
+    let dispatcher = Command::new("which").arg("kubectl").output().ok()?;
+    let dispatcher = std::fs::canonicalize(String::from_utf8_lossy(&dispatcher.stdout).trim()).ok()?;
+    let path = dispatcher.with_file_name("kubectl.1.33");
+    if path.exists() {
+        Some(path.to_string_lossy().into_owned())
+    } else {
+        eprintln!("skipped: {} is not installed", path.display());
+        None
+    }
+}
+
+/// kubectl against `server` with a 60 s bound; (exit code, stdout, stderr).
+fn run(bin: &str, server: &str, args: &[&str], stdin: Option<&[u8]>) -> (i32, Vec<u8>, String) {
+    let mut cmd = Command::new("timeout");
+    cmd.arg("60").arg(bin).arg("--server").arg(server).args(args);
+    cmd.env("KUBECONFIG", "/dev/null").env("HOME", std::env::temp_dir());
+    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("kubectl runs");
+    if let Some(input) = stdin {
+        use std::io::Write;
+        let mut pipe = child.stdin.take().unwrap();
+        pipe.write_all(input).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    (out.status.code().unwrap_or(-1), out.stdout, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// The same checks against one server, naming the pod `pod`.
+fn exec_cp_attach(bin: &str, server: &str, pod: &str, scratch: &std::path::Path) {
+    let exec = |args: &[&str], stdin: Option<&[u8]>| {
+        let mut all = vec!["exec", "-n", "default"];
+        if stdin.is_some() {
+            all.push("-i");
+        }
+        all.push(pod);
+        all.push("--");
+        all.extend_from_slice(args);
+        run(bin, server, &all, stdin)
+    };
+    // Plain exec: the pod's own name, as the member calls it.
+    let (code, out, err) = exec(&["hostname"], None);
+    assert_eq!((code, String::from_utf8_lossy(&out).as_ref()), (0, "web-0\n"), "{server} hostname: {err}");
+    let (code, out, err) = exec(&["sh", "-c", "echo one && echo two; ls /etc"], None);
+    assert_eq!(code, 0, "{server}: {err}");
+    assert_eq!(String::from_utf8_lossy(&out), "one\ntwo\nhostname\nos-release\n", "{server}");
+    // -i: stdin reaches the command and its end ends it (v5's close signal).
+    let input: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 256) as u8).collect();
+    let (code, out, err) = exec(&["cat"], Some(&input));
+    assert_eq!(code, 0, "{server} cat: {err}");
+    assert!(out == input, "{server}: cat returned {} bytes of {}", out.len(), input.len());
+    // Exit codes come back as kubectl's own.
+    let (code, _, err) = exec(&["sh", "-c", "echo failing >&2; exit 3"], None);
+    assert_eq!(code, 3, "{server}: {err}");
+    assert!(err.contains("command terminated with exit code 3"), "{server}: {err}");
+    let (code, _, err) = exec(&["no-such-command"], None);
+    assert_ne!(code, 0, "{server}: {err}");
+    assert!(err.contains("executable file not found"), "{server}: {err}");
+
+    // cp both ways, byte for byte.
+    let local = scratch.join("payload.bin");
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    std::fs::write(&local, &data).unwrap();
+    let remote = format!("default/{pod}:/tmp/payload.bin");
+    let (code, _, err) = run(bin, server, &["cp", local.to_str().unwrap(), &remote], None);
+    assert_eq!(code, 0, "{server} cp to the pod: {err}");
+    let back = scratch.join("back.bin");
+    let (code, _, err) = run(bin, server, &["cp", &remote, back.to_str().unwrap()], None);
+    assert_eq!(code, 0, "{server} cp from the pod: {err}");
+    assert!(std::fs::read(&back).unwrap() == data, "{server}: the copy differs");
+    let (code, out, _) = exec(&["ls", "/tmp"], None);
+    assert_eq!((code, String::from_utf8_lossy(&out).as_ref()), (0, "payload.bin\n"), "{server}");
+
+    // attach: the container's output as it comes, until kubectl is stopped.
+    let out = Command::new("timeout")
+        .args(["4", bin, "--server", server, "attach", "-n", "default", pod])
+        .env("KUBECONFIG", "/dev/null")
+        .env("HOME", std::env::temp_dir())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(124), "{server} attach ended early: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(!out.stdout.is_empty(), "{server} attach printed nothing: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn exec_cp_and_attach_with_kubectl_through_kubefold_and_directly() {
+    let Some(bin) = kubectl_133() else { return };
+    let members = demo_members(1, 0.0);
+    let (_tmp, dir) = data_dir();
+    let kf = Kubefold::serve(&dir, &cluster_flags(&members), &[]);
+    kf.wait_ready();
+    let scratch = tempfile::tempdir().unwrap();
+    let direct = members[0].1.url();
+    exec_cp_attach(&bin, &direct, "web-0", scratch.path());
+    exec_cp_attach(&bin, &kf.url, "web-0_member1", scratch.path());
+    exec_cp_attach(&bin, &format!("{}/clusters/member1", kf.url), "web-0", scratch.path());
+    // A name without its member, and a pod the member does not have.
+    let (code, _, err) = run(&bin, &kf.url, &["exec", "-n", "default", "web-0", "--", "hostname"], None);
+    assert_ne!(code, 0);
+    assert!(err.contains("not found"), "{err}");
+    let (code, _, err) = run(&bin, &kf.url, &["exec", "-n", "default", "nothere_member1", "--", "hostname"], None);
+    assert_ne!(code, 0);
+    assert!(err.contains("not found"), "{err}");
+}
