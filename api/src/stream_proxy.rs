@@ -53,10 +53,9 @@ const REQUEST_HEADERS: [&str; 9] = [
     "content-type",
 ];
 
-/// Answer headers passed back from the member.
-const ANSWER_HEADERS: [&str; 8] = [
-    "connection",
-    "upgrade",
+/// Answer headers passed back from the member (its `Upgrade` sets the
+/// connection's upgrade, see [`forward`]).
+const ANSWER_HEADERS: [&str; 6] = [
     "sec-websocket-accept",
     "sec-websocket-protocol",
     "sec-websocket-extensions",
@@ -186,6 +185,10 @@ pub async fn forward(req: &HttpRequest, payload: web::Payload, state: &ApiState,
         for value in response.headers().get_all(name) {
             answer.append_header((name, value.as_bytes()));
         }
+    }
+    if let Some(protocol) = response.headers().get("upgrade").and_then(|v| v.to_str().ok()) {
+        // `Connection: upgrade` and `Upgrade` as actix-http writes them.
+        answer.upgrade(protocol.to_string());
     }
     if response.status() != http::StatusCode::SWITCHING_PROTOCOLS {
         // A refusal (the member's Status) or a proxied answer, streamed back.

@@ -43,6 +43,13 @@ const EXEC_PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
 /// Protocols of port-forward over WebSocket.
 const PORTFORWARD_PROTOCOLS: [&str; 2] = ["v4.channel.k8s.io", "portforward.k8s.io"];
 
+/// The close frame at the end of a stream: 1000 normal closure, which
+/// client-go reads as the end of every channel (without a code it reports
+/// an error).
+fn normal_close() -> actix_ws::CloseReason {
+    actix_ws::CloseReason { code: actix_ws::CloseCode::Normal, description: None }
+}
+
 /// A streaming subresource of a pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
@@ -266,7 +273,7 @@ async fn exec(mut session: Session, mut messages: actix_ws::AggregatedMessageStr
             let mut frame = vec![3u8];
             frame.extend_from_slice(exit_status(outcome, &command).to_string().as_bytes());
             let _ = session.binary(frame).await;
-            let _ = session.close(None).await;
+            let _ = session.close(Some(normal_close())).await;
             return;
         }
         if client_gone && outcome.is_none() && !setup.stdin {
@@ -292,7 +299,7 @@ async fn attach(
                 }
                 _ => {
                     let _ = session.binary([&[3u8][..], json!({"metadata": {}, "status": "Success"}).to_string().as_bytes()].concat()).await;
-                    let _ = session.close(None).await;
+                    let _ = session.close(Some(normal_close())).await;
                     return;
                 }
             },
@@ -417,7 +424,7 @@ async fn portforward(
             return;
         }
     }
-    let _ = session.close(None).await;
+    let _ = session.close(Some(normal_close())).await;
 }
 
 #[cfg(test)]
