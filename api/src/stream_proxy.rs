@@ -88,37 +88,50 @@ fn translate_name(segment: &str) -> Option<(String, String)> {
     Some((parts.join(":"), cluster))
 }
 
-/// The target of a request for a streaming subresource, `None` for any
-/// other request; 404 when a name is not qualified with a member.
-pub fn target(info: &RequestInfo) -> Option<Result<Target, Status>> {
-    let sub = info.subresource.as_deref().filter(|_| info.is_resource_request && info.api_group.is_empty())?;
-    let streaming = match info.resource.as_str() {
+/// The resource, name and subresource a core path names when they are a
+/// streaming subresource (`proxy` may be followed by more segments, which
+/// kubefold's request parse does not take for a resource request).
+fn streaming_parts(path: &str) -> Option<(&str, &str, &str)> {
+    let segments: Vec<&str> = path.split('/').collect();
+    let rest = match segments.as_slice() {
+        ["", "clusters", _, rest @ ..] => rest,
+        ["", rest @ ..] => rest,
+        _ => return None,
+    };
+    let (resource, name, sub) = match rest {
+        ["api", "v1", "namespaces", _, resource, name, sub, ..] => (*resource, *name, *sub),
+        ["api", "v1", resource @ "nodes", name, sub, ..] => (*resource, *name, *sub),
+        _ => return None,
+    };
+    let streaming = match resource {
         "pods" => SUBRESOURCES.contains(&sub),
         "services" | "nodes" => sub == "proxy",
         _ => false,
     };
-    if !streaming {
-        return None;
-    }
-    let name = info.name.clone()?;
+    let extra = rest.len() > if resource == "nodes" { 5 } else { 7 };
+    (streaming && !name.is_empty() && (sub == "proxy" || !extra)).then_some((resource, name, sub))
+}
+
+/// The target of a request for a streaming subresource, `None` for any
+/// other request; 404 when a name is not qualified with a member.
+pub fn target(info: &RequestInfo) -> Option<Result<Target, Status>> {
     let path = info.decoded_path.clone()?;
-    if let Some(cluster) = &info.cluster {
-        let tail = path.strip_prefix(&format!("/clusters/{cluster}"))?.to_string();
-        return Some(Ok(Target { cluster: cluster.clone(), path: tail, subresource: sub.to_string() }));
+    let (resource, name, sub) = streaming_parts(&path)?;
+    if let Some(rest) = path.strip_prefix("/clusters/") {
+        let (cluster, tail) = rest.split_once('/')?;
+        return Some(Ok(Target { cluster: cluster.to_string(), path: format!("/{tail}"), subresource: sub.to_string() }));
     }
-    let Some((member_name, cluster)) = translate_name(&name) else {
+    let Some((member_name, cluster)) = translate_name(name) else {
         return Some(Err(Status::new(
             404,
             "NotFound",
-            format!("{} \"{name}\" not found: a name at the top level carries its member (name_cluster)", info.resource),
+            format!("{resource} \"{name}\" not found: a name at the top level carries its member (name_cluster)"),
         )
-        .with_details("", &info.resource, &name)));
+        .with_details("", resource, name)));
     };
-    let object = format!("/{}/{}/", info.resource, name);
-    let Some(at) = path.find(&object) else {
-        return Some(Err(Status::path_not_found()));
-    };
-    let translated = format!("{}/{}/{}/{}", &path[..at], info.resource, member_name, &path[at + object.len()..]);
+    let object = format!("/{resource}/{name}/");
+    let at = path.find(&object)?;
+    let translated = format!("{}/{}/{}/{}", &path[..at], resource, member_name, &path[at + object.len()..]);
     Some(Ok(Target { cluster, path: translated, subresource: sub.to_string() }))
 }
 
@@ -298,5 +311,9 @@ mod tests {
         assert_eq!(target(&info("/api/v1/namespaces/a/pods/p/exec")).unwrap().unwrap_err().code, 404);
         assert!(target(&info("/api/v1/namespaces/a/pods/p_m/log")).is_none());
         assert!(target(&info("/api/v1/namespaces/a/pods/p_m")).is_none());
+        assert!(target(&info("/api/v1/namespaces/a/pods/p_m/exec/more")).is_none());
+        assert!(target(&info("/apis/x.io/v1/namespaces/a/things/p_m/exec")).is_none());
+        let t = target(&info("/api/v1/namespaces/a/services/https:web_m2:443/proxy/")).unwrap().unwrap();
+        assert_eq!(t.path, "/api/v1/namespaces/a/services/https:web:443/proxy/");
     }
 }
