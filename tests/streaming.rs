@@ -126,6 +126,17 @@ fn exec_cp_and_attach_with_kubectl_through_kubefold_and_directly() {
     exec_cp_attach(&bin, &direct, "web-0", scratch.path());
     exec_cp_attach(&bin, &kf.url, "web-0_member1", scratch.path());
     exec_cp_attach(&bin, &format!("{}/clusters/member1", kf.url), "web-0", scratch.path());
+    // The streams were counted, with their bytes, and none is left open.
+    let (_, metrics) = http_get(&format!("{}/metrics", kf.url));
+    let value = |series: &str| -> f64 {
+        metrics.lines().find(|l| l.starts_with(series)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok()).unwrap_or(-1.0)
+    };
+    assert!(value("kubefold_stream_bytes_total{direction=\"to_member\"}") > 400_000.0, "{metrics}");
+    assert!(value("kubefold_stream_bytes_total{direction=\"from_member\"}") > 400_000.0, "{metrics}");
+    wait_for(std::time::Duration::from_secs(10), "no stream left open", || {
+        let (_, metrics) = http_get(&format!("{}/metrics", kf.url));
+        metrics.lines().find(|l| l.starts_with("kubefold_streams{subresource=\"exec\"}")).is_some_and(|l| l.ends_with(" 0"))
+    });
     // A pod the member does not have: the member's own 404.
     let (code, _, err) = run(&bin, &kf.url, &["exec", "-n", "default", "nothere_member1", "--", "hostname"], None);
     assert_ne!(code, 0);

@@ -119,6 +119,12 @@ pub fn describe() {
     for result in ["success", "failure"] {
         metrics::counter!("kubefold_config_reloads_total", "result" => result).increment(0);
     }
+    for subresource in ["exec", "attach", "portforward", "proxy"] {
+        metrics::gauge!("kubefold_streams", "subresource" => subresource).increment(0.0);
+    }
+    for direction in ["to_member", "from_member"] {
+        metrics::counter!("kubefold_stream_bytes_total", "direction" => direction).increment(0);
+    }
 }
 
 /// Exports at zero the labelled series of the members and types the fleet
