@@ -1,4 +1,5 @@
-//! Streaming subresources with kubectl 1.33 (WebSocket, `v5.channel.k8s.io`):
+//! Streaming subresources with kubectl 1.33 (WebSocket, `v5.channel.k8s.io`)
+//! and port-forward over `v4.channel.k8s.io` with a small WebSocket client:
 //! `exec` (plain, `-i` with stdin, exit codes), `cp` both ways and `attach`,
 //! through kubefold (qualified names, and member names under
 //! `/clusters/{c}`) and against the simulator directly.
@@ -141,4 +142,110 @@ fn exec_cp_and_attach_with_kubectl_through_kubefold_and_directly() {
     let (code, _, err) = run(&bin, &kf.url, &["exec", "-n", "default", "nothere_member1", "--", "hostname"], None);
     assert_ne!(code, 0);
     assert!(err.contains("not found"), "{err}");
+}
+
+/// A minimal WebSocket client (RFC 6455) for port-forward's
+/// `v4.channel.k8s.io` protocol, which client libraries speak (kubectl
+/// tunnels SPDY in WebSocket instead).
+struct Ws(std::net::TcpStream);
+
+impl Ws {
+    fn connect(base: &str, path: &str, protocol: &str) -> Ws {
+        use std::io::{Read, Write};
+        let host = base.trim_start_matches("http://").split('/').next().unwrap().to_string();
+        let prefix = base.trim_start_matches("http://").strip_prefix(&host).unwrap_or("");
+        let mut stream = std::net::TcpStream::connect(&host).unwrap();
+        stream.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+        write!(
+            stream,
+            "GET {prefix}{path} HTTP/1.1\r\nHost: {host}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: {protocol}\r\n\r\n"
+        )
+        .unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8];
+        while !head.ends_with(b"\r\n\r\n") {
+            stream.read_exact(&mut byte).unwrap();
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&head);
+        assert!(head.starts_with("HTTP/1.1 101"), "{base}{path}: {head}");
+        assert!(head.to_ascii_lowercase().contains(&format!("sec-websocket-protocol: {protocol}")), "{head}");
+        Ws(stream)
+    }
+
+    fn send(&mut self, payload: &[u8]) {
+        use std::io::Write;
+        let mut frame = vec![0x82u8];
+        match payload.len() {
+            n if n < 126 => frame.push(0x80 | n as u8),
+            n => {
+                frame.push(0x80 | 126);
+                frame.extend_from_slice(&(n as u16).to_be_bytes());
+            }
+        }
+        // A zero masking key leaves the payload as it is.
+        frame.extend_from_slice(&[0, 0, 0, 0]);
+        frame.extend_from_slice(payload);
+        self.0.write_all(&frame).unwrap();
+    }
+
+    fn recv(&mut self) -> Vec<u8> {
+        use std::io::Read;
+        let mut head = [0u8; 2];
+        self.0.read_exact(&mut head).unwrap();
+        let len = match head[1] & 0x7f {
+            126 => {
+                let mut b = [0u8; 2];
+                self.0.read_exact(&mut b).unwrap();
+                u16::from_be_bytes(b) as usize
+            }
+            127 => {
+                let mut b = [0u8; 8];
+                self.0.read_exact(&mut b).unwrap();
+                u64::from_be_bytes(b) as usize
+            }
+            n => n as usize,
+        };
+        let mut payload = vec![0u8; len];
+        self.0.read_exact(&mut payload).unwrap();
+        assert_eq!(head[0] & 0x0f, 2, "a binary frame");
+        payload
+    }
+}
+
+#[test]
+fn port_forward_over_websocket_through_kubefold_and_directly() {
+    let members = demo_members(1, 0.0);
+    let (_tmp, dir) = data_dir();
+    let kf = Kubefold::serve(&dir, &cluster_flags(&members), &[]);
+    kf.wait_ready();
+    let direct = members[0].1.url();
+    wait_for(std::time::Duration::from_secs(30), "web-0 running", || {
+        let (_, body) = http_get(&format!("{direct}/api/v1/namespaces/default/pods/web-0"));
+        body.contains("\"phase\":\"Running\"")
+    });
+    let (_, pod) = http_get(&format!("{direct}/api/v1/namespaces/default/pods/web-0"));
+    let pod: serde_json::Value = serde_json::from_str(&pod).unwrap();
+    let port = pod["spec"]["containers"][0]["ports"][0]["containerPort"].as_u64().expect("web-0 declares a port") as u16;
+    for (base, name) in [(direct.as_str(), "web-0"), (kf.url.as_str(), "web-0_member1")] {
+        let path = format!("/api/v1/namespaces/default/pods/{name}/portforward?ports={port}&ports=1");
+        let mut ws = Ws::connect(base, &path, "v4.channel.k8s.io");
+        // Each channel's first frame carries its port, little-endian.
+        let mut firsts: Vec<Vec<u8>> = (0..4).map(|_| ws.recv()).collect();
+        firsts.sort();
+        let p = port.to_le_bytes();
+        assert_eq!(firsts, vec![vec![0, p[0], p[1]], vec![1, p[0], p[1]], vec![2, 1, 0], vec![3, 1, 0]], "{base}");
+        let mut request = vec![0u8];
+        request.extend_from_slice(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n");
+        ws.send(&request);
+        let answer = ws.recv();
+        let text = String::from_utf8_lossy(&answer[1..]).into_owned();
+        assert_eq!(answer[0], 0, "{base}: {text}");
+        assert!(text.starts_with("HTTP/1.1 200 OK") && text.ends_with("\r\n\r\nweb-0\n"), "{base}: {text}");
+        // Nothing listens on port 1: its error channel says so.
+        ws.send(b"\x02GET / HTTP/1.1\r\n\r\n");
+        let error = ws.recv();
+        assert_eq!(error[0], 3, "{base}");
+        assert!(String::from_utf8_lossy(&error[1..]).contains("connection refused"), "{base}");
+    }
 }
