@@ -131,6 +131,10 @@ pub struct Config {
     /// that reconnects, or a change of the served types, is read at once).
     #[serde(default = "default_openapi_refresh_seconds")]
     pub openapi_refresh_seconds: u64,
+    /// Seconds a forwarded stream (exec, attach, port-forward, proxy) may
+    /// pass no byte either way before it is closed.
+    #[serde(default = "default_stream_idle_timeout_seconds")]
+    pub stream_idle_timeout_seconds: u64,
 }
 
 /// `127.0.0.1:8080`.
@@ -205,6 +209,11 @@ pub fn default_file_descriptor_reserve() -> Option<usize> {
 /// 60 s.
 pub fn default_openapi_refresh_seconds() -> u64 {
     60
+}
+
+/// 4 h, kubelet's `streamingConnectionIdleTimeout`.
+pub fn default_stream_idle_timeout_seconds() -> u64 {
+    4 * 3600
 }
 
 impl Default for Config {

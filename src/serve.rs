@@ -243,6 +243,7 @@ pub fn run(
             client_stall_timeout: Some(Duration::from_secs(config.client_stall_timeout_seconds)).filter(|t| !t.is_zero()),
             compress_lists: config.compress_lists,
             openapi_refresh: Duration::from_secs(config.openapi_refresh_seconds.max(1)),
+            stream_idle_timeout: Duration::from_secs(config.stream_idle_timeout_seconds.max(1)),
             auth: config.auth.clone(),
             audit: config.audit.clone(),
             tls: config.tls.clone(),

@@ -271,7 +271,7 @@ impl ClusterSpec {
     }
 
     /// The kube client settings for this member.
-    async fn config(&self) -> Result<kube::Config> {
+    pub async fn config(&self) -> Result<kube::Config> {
         let config = match (&self.url, &self.kubeconfig) {
             (Some(url), _) => {
                 let uri: http::Uri = url.parse().map_err(|e: http::uri::InvalidUri| Error::InvalidUrl {

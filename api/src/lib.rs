@@ -59,6 +59,7 @@ pub mod query;
 pub mod read;
 pub mod respond;
 pub mod series;
+pub mod stream_proxy;
 pub mod request;
 pub mod starting;
 pub mod reviews;
@@ -136,6 +137,10 @@ pub struct ApiConfig {
     /// How often the members' OpenAPI documents are read again (see
     /// [`openapi`]).
     pub openapi_refresh: Duration,
+    /// How long a forwarded stream (exec, attach, port-forward, proxy) may
+    /// pass no byte either way before it is closed (kubelet's default, 4 h;
+    /// see [`stream_proxy`]).
+    pub stream_idle_timeout: Duration,
 }
 
 impl Default for ApiConfig {
@@ -157,6 +162,7 @@ impl Default for ApiConfig {
             file_descriptor_reserve: None,
             kubeconfig_dirs: Vec::new(),
             openapi_refresh: Duration::from_secs(60),
+            stream_idle_timeout: Duration::from_secs(4 * 3600),
         }
     }
 }
@@ -242,9 +248,10 @@ async fn dispatch(req: HttpRequest, payload: web::Payload, state: web::Data<ApiS
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("websocket"));
     let info = RequestInfo::of(&req.extensions(), req.method(), req.path(), req.query_string());
-    let result = match info.decoded_path.as_deref().and_then(unserved::streaming) {
-        Some(status) => Err(status),
-        None => {
+    let result = match (stream_proxy::target(&info), info.decoded_path.as_deref().and_then(unserved::streaming)) {
+        (Some(Ok(target)), _) => stream_proxy::forward(&req, payload, &state, target).await,
+        (Some(Err(status)), _) | (None, Some(status)) => Err(status),
+        (None, None) => {
             let body = if websocket || req.method() == Method::CONNECT {
                 drop(payload);
                 Ok(web::Bytes::new())

@@ -57,6 +57,8 @@ pub const RECORDED: &[Family] = &[
     family("kubefold_watch_client_closed_total", Kind::Counter, &[], "Watches ended because their client closed the connection."),
     family("kubefold_connections", Kind::Gauge, &[], "Open client connections."),
     family("kubefold_connections_overflow_total", Kind::Counter, &[], "Connections answered once by the overflow lane (health checks, or 503 with Retry-After) because the connection limit was reached."),
+    family("kubefold_streams", Kind::Gauge, &["subresource"], "Open streams forwarded to members (exec, attach, portforward, proxy)."),
+    family("kubefold_stream_bytes_total", Kind::Counter, &["direction"], "Bytes of forwarded streams, by direction (`to_member`, `from_member`)."),
     family("kubefold_watch_messages_total", Kind::Counter, &[], "Writes to watch clients."),
     family("kubefold_watch_lines_total", Kind::Counter, &[], "Watch events written to clients."),
     family("kubefold_requests_total", Kind::Counter, &["verb", "resource", "code"], "API requests answered, by verb, resource type and HTTP code."),
@@ -118,6 +120,12 @@ pub fn describe() {
     }
     for result in ["success", "failure"] {
         metrics::counter!("kubefold_config_reloads_total", "result" => result).increment(0);
+    }
+    for subresource in ["exec", "attach", "portforward", "proxy"] {
+        metrics::gauge!("kubefold_streams", "subresource" => subresource).increment(0.0);
+    }
+    for direction in ["to_member", "from_member"] {
+        metrics::counter!("kubefold_stream_bytes_total", "direction" => direction).increment(0);
     }
 }
 

@@ -1,8 +1,8 @@
 //! What kubefold does not serve yet answers at once with a Kubernetes
-//! `Status`, never by holding the connection: the streaming subresources
-//! `exec`, `attach`, `portforward` and `proxy` (of pods, services and
-//! nodes) get 405 MethodNotAllowed saying so, before any request body is
-//! waited for.
+//! `Status`, never by holding the connection: a streaming subresource
+//! (`exec`, `attach`, `portforward`, `proxy`) that [`crate::stream_proxy`]
+//! does not forward (those of pods, services and nodes) gets 405
+//! MethodNotAllowed saying so, before any request body is waited for.
 
 use kubefold_engine::status::Status;
 

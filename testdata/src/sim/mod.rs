@@ -15,6 +15,7 @@
 //! - [`patch`], [`strategic`], [`apply`]: merge/JSON patch, strategic merge
 //!   patch, server-side apply; [`schema`] and [`managed`] support the last two.
 //! - [`validation`]: 422 Invalid rules; [`status`]: `Status` errors.
+//! - [`exec`]: exec, attach and port-forward over WebSocket ([`shell`], [`tar`]).
 //! - [`controllers`]: scheduler, kubelet, garbage collector, namespace controller;
 //!   [`rollout`]: the deployment and replica set controllers.
 //! - [`versions`]: HorizontalPodAutoscalers in autoscaling/v2 and v1 over one storage.
@@ -50,6 +51,7 @@ pub mod apply;
 pub mod churn;
 pub mod controllers;
 pub mod discovery;
+pub mod exec;
 pub mod faults;
 pub mod fields;
 pub mod list;
@@ -65,10 +67,12 @@ pub mod rollout;
 pub mod schema;
 pub mod selector;
 pub mod server;
+pub mod shell;
 pub mod status;
 pub mod store;
 pub mod strategic;
 pub mod table;
+pub mod tar;
 pub mod validation;
 pub mod versions;
 pub mod watch;

@@ -50,6 +50,9 @@ pub async fn dispatch(req: HttpRequest, payload: web::Payload, shared: web::Data
     let watch = req.path().contains("/watch/")
         || query_value(&pairs, "watch").is_some_and(|w| parse_bool("watch", w).unwrap_or(false));
     let own = req.path().starts_with("/sim/");
+    if let Some(target) = super::exec::target(req.path()) {
+        return super::exec::serve(req, payload, shared, target).await;
+    }
     // The body of a write is read here so that the log can show it (a
     // DeleteOptions, a patch); reads and the simulator's own endpoints
     // stream theirs.
