@@ -280,7 +280,7 @@ pub async fn patch(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &st
                 (Some(c), _) => (name.to_string(), c.clone()),
                 (None, RequestedName::Qualified { name, cluster }) => (name.to_string(), cluster.to_string()),
                 (None, RequestedName::Bare(bare)) => {
-                    let object: Value = serde_yaml::from_slice(body).unwrap_or(Value::Null);
+                    let object: Value = serde_saphyr::from_slice(body).unwrap_or(Value::Null);
                     match placement::choose(state, scope, &object)? {
                         Some(cluster) => (bare.to_string(), cluster),
                         None => return Err(placement::unplaced(scope, bare)),

@@ -204,7 +204,7 @@ mod tests {
         assert_eq!(status["code"], 403);
         assert_eq!(status["message"], "users \"bob\" is forbidden: User \"eve\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope");
         // A rule may grant it, for some users and groups only.
-        let rules: Vec<Rule> = serde_yaml::from_str("[{users: [ci], verbs: [impersonate], resources: [users, groups]}]").unwrap();
+        let rules: Vec<Rule> = serde_saphyr::from_str("[{users: [ci], verbs: [impersonate], resources: [users, groups]}]").unwrap();
         assert!(allowed(&user("ci", &[]), &rules));
         assert!(!allowed(&user("other", &[]), &rules));
         let service_account = Impersonation::from_headers(&headers(&[("Impersonate-User", "system:serviceaccount:kube-system:builder")])).unwrap().unwrap();

@@ -134,7 +134,7 @@ mod tests {
 
     #[test]
     fn rules_match_namespaces_and_labels() {
-        let rules: Vec<PlacementRule> = serde_yaml::from_str(
+        let rules: Vec<PlacementRule> = serde_saphyr::from_str(
             "- {namespaces: [shop], cluster: member2}\n- {labelSelector: 'tier in (db)', cluster: member3}\n- {cluster: member1}\n",
         )
         .unwrap();
@@ -149,7 +149,7 @@ mod tests {
 
     #[test]
     fn bad_rules_are_refused() {
-        let parse = |y: &str| serde_yaml::from_str::<Vec<PlacementRule>>(y).map_err(|e| e.to_string()).and_then(|r| validate(&r));
+        let parse = |y: &str| serde_saphyr::from_str::<Vec<PlacementRule>>(y).map_err(|e| e.to_string()).and_then(|r| validate(&r));
         assert!(parse("[{cluster: Bad_Name}]").unwrap_err().contains("placement[0]"));
         assert!(parse("[{cluster: a, labelSelector: 'a in (('}]").unwrap_err().contains("labelSelector"));
         assert!(parse("[{namespace: x, cluster: a}]").is_err());

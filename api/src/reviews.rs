@@ -132,7 +132,7 @@ fn decode(req: &HttpRequest, body: &[u8], group: &str, kind: &str) -> Result<Val
     let invalid = |e: String| Status::bad_request(format!("cannot decode the {kind}: {e}"));
     let value: Value = match media {
         "application/vnd.kubernetes.protobuf" => protobuf_to_json(body, group, kind).map_err(invalid)?,
-        "application/yaml" => serde_yaml::from_slice(body).map_err(|e| invalid(e.to_string()))?,
+        "application/yaml" => serde_saphyr::from_slice(body).map_err(|e| invalid(e.to_string()))?,
         "application/json" | "" => serde_json::from_slice(body).map_err(|e| invalid(e.to_string()))?,
         other => {
             return Err(Status::new(

@@ -401,12 +401,12 @@ mod tests {
 
     #[test]
     fn config_parses_with_defaults() {
-        let c: TlsConfig = serde_yaml::from_str("{certFile: /a.crt, keyFile: /a.key}").unwrap();
+        let c: TlsConfig = serde_saphyr::from_str("{certFile: /a.crt, keyFile: /a.key}").unwrap();
         assert_eq!(c, TlsConfig::new("/a.crt", "/a.key"));
         assert_eq!((c.handshake_timeout_seconds, c.max_pending_handshakes), (10, 4096));
-        let c: TlsConfig = serde_yaml::from_str("{certFile: /a.crt, keyFile: /a.key, handshakeTimeoutSeconds: 3, maxPendingHandshakes: 64}").unwrap();
+        let c: TlsConfig = serde_saphyr::from_str("{certFile: /a.crt, keyFile: /a.key, handshakeTimeoutSeconds: 3, maxPendingHandshakes: 64}").unwrap();
         assert_eq!((c.handshake_timeout_seconds, c.max_pending_handshakes), (3, 64));
-        assert!(serde_yaml::from_str::<TlsConfig>("{certFile: /a.crt}").is_err());
-        assert!(serde_yaml::from_str::<TlsConfig>("{certFile: /a, keyFile: /b, caFile: /c}").is_err());
+        assert!(serde_saphyr::from_str::<TlsConfig>("{certFile: /a.crt}").is_err());
+        assert!(serde_saphyr::from_str::<TlsConfig>("{certFile: /a, keyFile: /b, caFile: /c}").is_err());
     }
 }

@@ -293,7 +293,7 @@ async fn anonymous_access() {
     // Enabled beside authenticators: anonymous gets /version and what rules grant.
     let f = secured(|a| {
         a.anonymous = Some(true);
-        a.rules = serde_yaml::from_str("[{users: ['system:anonymous'], verbs: [get], resources: [configmaps], clusters: [member2]}]").unwrap();
+        a.rules = serde_saphyr::from_str("[{users: ['system:anonymous'], verbs: [get], resources: [configmaps], clusters: [member2]}]").unwrap();
     });
     let c = client(&f.pki, f.addr, None);
     let (code, body) = call(&c, "GET", &url(f.addr, "/version"), None).await;

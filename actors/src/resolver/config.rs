@@ -204,7 +204,7 @@ mod tests {
 
     #[test]
     fn config_defaults_and_forms_parse() {
-        let c: EstimatorConfig = serde_yaml::from_str("{}").unwrap();
+        let c: EstimatorConfig = serde_saphyr::from_str("{}").unwrap();
         assert_eq!(c, EstimatorConfig::default());
         assert_eq!((c.service_namespace.as_str(), c.service_prefix.as_str(), c.port), ("karmada-system", "karmada-scheduler-estimator", 10352));
         assert_eq!((c.timeout, c.probe_interval_seconds, c.probe_dns_names), (Duration::from_secs(3), 10, true));
@@ -219,17 +219,17 @@ probeDnsNames: false
 tls: {caFile: /etc/ca.pem, certFile: /etc/c.pem, keyFile: /etc/k.pem, serverName: estimator}
 static: {member1: "10.0.1.2:12345"}
 "#;
-        let c: EstimatorConfig = serde_yaml::from_str(full).unwrap();
+        let c: EstimatorConfig = serde_saphyr::from_str(full).unwrap();
         c.validate().unwrap();
         assert_eq!(c.timeout, Duration::from_millis(500));
         assert_eq!(c.lookup().service_name("m"), "est-m");
         assert_eq!(c.static_endpoints["member1"], "10.0.1.2:12345");
-        assert_eq!(serde_yaml::from_str::<EstimatorConfig>("timeout: 2").unwrap().timeout, Duration::from_secs(2));
-        assert_eq!(serde_yaml::from_str::<EstimatorConfig>("timeout: 1.5").unwrap().timeout, Duration::from_millis(1500));
-        assert!(serde_yaml::from_str::<EstimatorConfig>("timeout: soon").is_err());
-        assert!(serde_yaml::from_str::<EstimatorConfig>("prot: 1").is_err());
-        assert!(serde_yaml::from_str::<EstimatorConfig>("tls: {caFiles: x}").is_err());
-        let round: EstimatorConfig = serde_yaml::from_str(&serde_yaml::to_string(&c).unwrap()).unwrap();
+        assert_eq!(serde_saphyr::from_str::<EstimatorConfig>("timeout: 2").unwrap().timeout, Duration::from_secs(2));
+        assert_eq!(serde_saphyr::from_str::<EstimatorConfig>("timeout: 1.5").unwrap().timeout, Duration::from_millis(1500));
+        assert!(serde_saphyr::from_str::<EstimatorConfig>("timeout: soon").is_err());
+        assert!(serde_saphyr::from_str::<EstimatorConfig>("prot: 1").is_err());
+        assert!(serde_saphyr::from_str::<EstimatorConfig>("tls: {caFiles: x}").is_err());
+        let round: EstimatorConfig = serde_saphyr::from_str(&serde_saphyr::to_string(&c).unwrap()).unwrap();
         assert_eq!(round, c);
     }
 
@@ -245,7 +245,7 @@ static: {member1: "10.0.1.2:12345"}
             "tls: {insecureSkipVerify: true, certFile: /c.pem}",
         ];
         for text in bad {
-            let c: EstimatorConfig = serde_yaml::from_str(text).unwrap();
+            let c: EstimatorConfig = serde_saphyr::from_str(text).unwrap();
             assert!(matches!(c.validate(), Err(Error::InvalidConfig(_))), "{text} should be refused");
         }
     }

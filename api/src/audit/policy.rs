@@ -150,7 +150,7 @@ impl Policy {
 
     /// Parses and checks a policy document.
     pub fn parse(text: &str) -> Result<Policy, String> {
-        let policy: Policy = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
+        let policy: Policy = serde_saphyr::from_str(text).map_err(|e| e.to_string())?;
         if policy.kind != "Policy" || !matches!(policy.api_version.as_str(), "audit.k8s.io/v1" | "audit.k8s.io/v1beta1") {
             return Err(format!("expected kind Policy of audit.k8s.io/v1, found kind {:?} of {:?}", policy.kind, policy.api_version));
         }

@@ -453,7 +453,7 @@ mod tests {
 
     #[test]
     fn rules_limited_to_namespaces_allow_only_there() {
-        let rules: Vec<Rule> = serde_yaml::from_str(
+        let rules: Vec<Rule> = serde_saphyr::from_str(
             r#"
 - users: [erin]
   verbs: [get, list, watch, create, delete]
@@ -477,7 +477,7 @@ mod tests {
 
     #[test]
     fn rules_match_users_verbs_resources_and_clusters() {
-        let rules: Vec<Rule> = serde_yaml::from_str(
+        let rules: Vec<Rule> = serde_saphyr::from_str(
             r#"
 - users: [dave]
   verbs: [get, list, watch]
@@ -519,7 +519,7 @@ mod tests {
 
     #[test]
     fn bad_rules_are_refused() {
-        let parse = |y: &str| serde_yaml::from_str::<Rule>(y).map_err(|e| e.to_string()).and_then(|r| r.validate());
+        let parse = |y: &str| serde_saphyr::from_str::<Rule>(y).map_err(|e| e.to_string()).and_then(|r| r.validate());
         assert!(parse("{verbs: [get], resources: [pods]}").unwrap_err().contains("user or group"));
         assert!(parse("{users: [a], verbs: [read], resources: [pods]}").unwrap_err().contains("unknown verb"));
         assert!(parse("{users: [a], verbs: [get]}").unwrap_err().contains("resources"));

@@ -289,15 +289,15 @@ mod tests {
 
     #[test]
     fn config_defaults_and_anonymous() {
-        let c: AuthConfig = serde_yaml::from_str("{}").unwrap();
+        let c: AuthConfig = serde_saphyr::from_str("{}").unwrap();
         assert_eq!(c, AuthConfig::default());
         assert_eq!(c.max_requests_in_flight_per_client, 100);
         assert_eq!(c.max_long_running_per_client, 2000);
         assert_eq!(c.watch_buffer_bytes_per_client, 256 << 20);
-        let c2: AuthConfig = serde_yaml::from_str("{maxLongRunningPerClient: 3, watchBufferBytesPerClient: 1048576}").unwrap();
+        let c2: AuthConfig = serde_saphyr::from_str("{maxLongRunningPerClient: 3, watchBufferBytesPerClient: 1048576}").unwrap();
         assert_eq!((c2.max_long_running_per_client, c2.watch_buffer_bytes_per_client), (3, 1 << 20));
         assert!(Auth::from_config(&c).unwrap().is_open());
-        assert!(serde_yaml::from_str::<AuthConfig>("tokenFile: x").is_err());
+        assert!(serde_saphyr::from_str::<AuthConfig>("tokenFile: x").is_err());
         let c = AuthConfig { anonymous: Some(false), ..c };
         assert!(matches!(Auth::from_config(&c), Err(Error::NoAuthenticator)));
         let c = AuthConfig { client_ca_file: Some("ca.pem".into()), anonymous: None, ..c };

@@ -114,7 +114,7 @@ pub fn apply(
             causes: vec![Cause::required("fieldManager", "is required for apply patch")],
         });
     };
-    let mut applied: Value = serde_yaml::from_slice(body)
+    let mut applied: Value = serde_saphyr::from_slice(body)
         .map_err(|e| ApiError::BadRequest(format!("error decoding YAML: {e}")))?;
     if !applied.is_object() {
         return Err(ApiError::BadRequest("error decoding YAML: the configuration must be an object".into()));

@@ -172,7 +172,7 @@ fn content_type(req: &HttpRequest) -> String {
 fn decode_object(req: &HttpRequest, rt: &ResourceType, subresource: Option<&str>, body: &[u8]) -> Result<Value> {
     let media = content_type(req);
     if media.starts_with("application/yaml") {
-        return serde_yaml::from_slice(body).map_err(|e| ApiError::BadRequest(format!("error decoding YAML: {e}")));
+        return serde_saphyr::from_slice(body).map_err(|e| ApiError::BadRequest(format!("error decoding YAML: {e}")));
     }
     if kubefold_proto::is_protobuf(&media) {
         return protobuf::decode(rt, subresource, body);
@@ -496,7 +496,7 @@ async fn resource(
             let patch_type = PatchType::from_content_type(&content_type(req))?;
             let body = read_body(payload).await?;
             if patch_type != PatchType::Json && sub != Subresource::Scale {
-                if let Ok(patch) = serde_yaml::from_slice::<Value>(&body) {
+                if let Ok(patch) = serde_saphyr::from_slice::<Value>(&body) {
                     super::openapi::check_fields(&shared, &rt, &query, &patch)?;
                 }
             }
