@@ -48,6 +48,8 @@
 //! - `recover`: rebuilding the index at start;
 //! - `snapshot`: the index snapshot file;
 //! - `compact`: retention and compaction;
+//! - `fault`: storage faults while running (causes, sled reopened after a
+//!   failed write, injected faults for tests);
 //! - `backup`: backup and restore;
 //! - `usage`: what the store holds, counted;
 //! - `lz4`: LZ4 block compression with a prepared dictionary.
@@ -56,6 +58,7 @@ mod backup;
 mod codec;
 mod commit;
 mod compact;
+mod fault;
 mod keys;
 pub mod log;
 mod lz4;
@@ -85,6 +88,7 @@ use pin::*;
 use read::*;
 use record::*;
 
+pub use fault::{Cause, Fault};
 pub use pin::ReadPin;
 pub use record::{decode_event, encode_event};
 pub use serve::{write_served_event, ChunkBuf, ReadAhead};
@@ -125,6 +129,14 @@ pub enum Error {
     /// A write or read failed.
     #[error("store i/o failed: {0}")]
     Io(#[from] sled::Error),
+    /// The store cannot be used until a storage fault is over.
+    #[error("store unavailable ({}): {what}", cause.describe())]
+    Unavailable {
+        /// The fault.
+        cause: Cause,
+        /// What is going on.
+        what: String,
+    },
 }
 
 /// `Result` of the store.
@@ -274,8 +286,12 @@ pub struct Recovered {
 /// The sled-backed store.
 #[derive(Clone)]
 pub struct Store {
-    db: sled::Db,
-    tree: sled::Tree,
+    /// sled's database and tree, replaced after a failed write.
+    handle: std::sync::Arc<std::sync::RwLock<fault::Handle>>,
+    /// The options it was opened with (to open it again).
+    options: Options,
+    /// The fault the store is in, and an injected one.
+    health: std::sync::Arc<fault::Health>,
     durability: Durability,
     dir: PathBuf,
     /// Serialises snapshot writes; holds the RV of the newest one written.
@@ -305,7 +321,7 @@ fn io_error(e: std::io::Error) -> Error {
 impl Store {
     /// The RV of the last committed event (0 for a new store).
     pub fn head_rv(&self) -> Result<u64> {
-        match self.tree.get(meta_key("head"))? {
+        match self.tree()?.get(meta_key("head"))? {
             Some(v) => read_u64(&v, "head rv"),
             None => Ok(0),
         }
@@ -313,7 +329,7 @@ impl Store {
 
     /// Events up to this RV have been compacted away (0 when none).
     pub fn compacted_rv(&self) -> Result<u64> {
-        match self.tree.get(meta_key("compacted"))? {
+        match self.tree()?.get(meta_key("compacted"))? {
             Some(v) => read_u64(&v, "compacted rv"),
             None => Ok(0),
         }
@@ -322,7 +338,7 @@ impl Store {
     /// Removes the checkpoint of one resource type of a cluster (it is no
     /// longer watched there).
     pub fn remove_checkpoint(&self, cluster: &str, resource: &str) -> Result<()> {
-        self.tree.remove(checkpoint_key(cluster, resource))?;
+        self.tree()?.remove(checkpoint_key(cluster, resource))?;
         Ok(())
     }
 
@@ -332,33 +348,33 @@ impl Store {
         prefix.extend_from_slice(cluster.as_bytes());
         prefix.push(0);
         let mut batch = sled::Batch::default();
-        for item in self.tree.scan_prefix(prefix) {
+        for item in self.tree()?.scan_prefix(prefix) {
             batch.remove(item?.0);
         }
-        self.tree.apply_batch(batch)?;
+        self.tree()?.apply_batch(batch)?;
         Ok(())
     }
 
     /// Writes a metadata value and flushes it.
     pub fn put_meta(&self, name: &str, value: &[u8]) -> Result<()> {
-        self.tree.insert(meta_key(name), value)?;
-        self.db.flush()?;
+        self.tree()?.insert(meta_key(name), value)?;
+        self.db()?.flush()?;
         Ok(())
     }
 
     /// A metadata value, if set.
     pub fn meta(&self, name: &str) -> Result<Option<Vec<u8>>> {
-        Ok(self.tree.get(meta_key(name))?.map(|v| v.to_vec()))
+        Ok(self.tree()?.get(meta_key(name))?.map(|v| v.to_vec()))
     }
 
     /// A metadata value, created by `init` (and flushed) when absent.
     pub fn meta_or_init(&self, name: &str, init: impl FnOnce() -> Vec<u8>) -> Result<Vec<u8>> {
-        if let Some(v) = self.tree.get(meta_key(name))? {
+        if let Some(v) = self.tree()?.get(meta_key(name))? {
             return Ok(v.to_vec());
         }
         let value = init();
-        self.tree.insert(meta_key(name), value.clone())?;
-        self.db.flush()?;
+        self.tree()?.insert(meta_key(name), value.clone())?;
+        self.db()?.flush()?;
         Ok(value)
     }
 
@@ -370,9 +386,11 @@ impl Store {
     /// Bytes the data directory takes on disk: sled's files (as sled
     /// reports them) and the record log's segments.
     pub fn size_on_disk(&self) -> Result<u64> {
-        Ok(self.db.size_on_disk()? + self.log.size().map_err(io_error)?)
+        Ok(self.db()?.size_on_disk()? + self.log.size().map_err(io_error)?)
     }
 }
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod fault_tests;
