@@ -13,6 +13,12 @@
 
 use super::*;
 
+/// The file written to tell whether the data dir takes writes again.
+const PROBE_FILE: &str = "write-probe";
+
+/// Its size: room for sled to open and write a few batches.
+const PROBE_BYTES: usize = 1024 * 1024;
+
 /// sled's database and kubefold's tree in it; `None` between the drop of a
 /// failed one and a successful reopen.
 pub(crate) type Handle = Option<(sled::Db, sled::Tree)>;
@@ -181,10 +187,28 @@ impl Store {
             Some(Fault::Fail(code)) => return Err(Error::Io(sled::Error::Io(std::io::Error::from_raw_os_error(code)))),
             None => {}
         }
-        if self.health.reopen.load(std::sync::atomic::Ordering::Acquire) {
+        let lost = self.handle.read().unwrap_or_else(|e| e.into_inner()).is_none();
+        if lost || self.health.reopen.load(std::sync::atomic::Ordering::Acquire) {
+            // sled is reopened only once the data dir takes writes again:
+            // until then the failed `Db` stays, and reads go on through it.
+            self.probe_writes()?;
             self.reopen()?;
         }
         Ok(())
+    }
+
+    /// Whether the data dir takes writes again: a file of
+    /// [`PROBE_BYTES`] written, synced and removed.
+    fn probe_writes(&self) -> Result<()> {
+        use std::io::Write as _;
+        let path = self.dir.join(PROBE_FILE);
+        let written = (|| {
+            let mut file = std::fs::File::create(&path)?;
+            file.write_all(&vec![0u8; PROBE_BYTES])?;
+            file.sync_all()
+        })();
+        let _ = std::fs::remove_file(&path);
+        written.map_err(io_error)
     }
 
     /// After a commit: remembers the fault of a failed one (and that sled
@@ -207,7 +231,7 @@ impl Store {
         }
     }
 
-    /// Drops sled's failed `Db` and opens the data dir again, as it is on
+    /// Drops sled's failed `Db` (if still held) and opens the data dir again, as it is on
     /// disk (a batch whose write failed may or may not be there; the
     /// commits after it overwrite what it left).
     pub(crate) fn reopen(&self) -> Result<()> {

@@ -157,3 +157,24 @@ fn a_full_filesystem_heals_once_grown() {
     let store = Store::open(&dir, &Options::default()).unwrap();
     assert_eq!(store.recover().unwrap().index.head_rv(), committed + 500);
 }
+
+/// A data dir started empty on purpose with a minimum resourceVersion: the
+/// next events come after it, and it survives a restart.
+#[test]
+fn a_minimum_resource_version_raises_an_empty_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), &Options::default()).unwrap();
+    assert!(store.raise_head(5_000).unwrap());
+    assert!(!store.raise_head(10).unwrap(), "never lowered");
+    let recovered = store.recover().unwrap();
+    assert_eq!((recovered.index.head_rv(), recovered.compacted_rv), (5_000, 5_000));
+    let mut index = recovered.index;
+    try_commit(&store, &mut index, batch(0, 3, 10)).unwrap();
+    assert_eq!(index.head_rv(), 5_003);
+    drop(store);
+    let store = Store::open(dir.path(), &Options::default()).unwrap();
+    let recovered = store.recover().unwrap();
+    assert_eq!(recovered.index.head_rv(), 5_003);
+    assert_eq!(recovered.compacted_rv, 5_000, "RVs from before answer 410");
+    assert!(!store.raise_head(5_003).unwrap());
+}

@@ -335,6 +335,27 @@ impl Store {
         }
     }
 
+    /// Makes the next resourceVersion served come after `min_rv`, for a data
+    /// dir that starts empty on purpose (a new disk, a restore of an older
+    /// backup) while clients may hold resourceVersions up to `min_rv`: the
+    /// head is raised to `min_rv` and the compaction floor with it, so a
+    /// client's older resourceVersion is answered 410 Gone and it lists
+    /// again. Nothing is done when the head is already there; returns
+    /// whether it was raised.
+    pub fn raise_head(&self, min_rv: u64) -> Result<bool> {
+        if self.head_rv()? >= min_rv {
+            return Ok(false);
+        }
+        let mut batch = sled::Batch::default();
+        batch.insert(meta_key("head"), &min_rv.to_be_bytes()[..]);
+        if self.compacted_rv()? < min_rv {
+            batch.insert(meta_key("compacted"), &min_rv.to_be_bytes()[..]);
+        }
+        self.tree()?.apply_batch(batch)?;
+        self.db()?.flush()?;
+        Ok(true)
+    }
+
     /// Removes the checkpoint of one resource type of a cluster (it is no
     /// longer watched there).
     pub fn remove_checkpoint(&self, cluster: &str, resource: &str) -> Result<()> {
@@ -355,11 +376,16 @@ impl Store {
         Ok(())
     }
 
-    /// Writes a metadata value and flushes it.
+    /// Writes a metadata value and flushes it; a failure is a storage
+    /// fault as a failed commit is (see [`Store::commit`]).
     pub fn put_meta(&self, name: &str, value: &[u8]) -> Result<()> {
-        self.tree()?.insert(meta_key(name), value)?;
-        self.db()?.flush()?;
-        Ok(())
+        let result = self.before_commit().and_then(|()| {
+            self.tree()?.insert(meta_key(name), value)?;
+            self.db()?.flush()?;
+            Ok(())
+        });
+        self.after_commit(&result);
+        result
     }
 
     /// A metadata value, if set.

@@ -1,0 +1,111 @@
+//! Storage faults of a running kubefold: its data dir on a small tmpfs that
+//! fills during the initial sync of a member with many pods, and is then
+//! grown. Reads go on during the fault, the health checks and the stats name
+//! it, an edit answers 507 with a Status saying why, and once there is space
+//! every member converges with no restart, the resourceVersion never going
+//! backwards. Runs where the test may mount a tmpfs (root); skips with a
+//! message otherwise.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use kubefold_testdata::{SimConfig, Workload};
+use serde_json::Value;
+
+/// Unmounts the tmpfs when dropped (after kubefold stopped).
+struct Mounted(PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+fn mount_tmpfs(dir: &Path, size: &str) -> Option<Mounted> {
+    let status = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"]).arg(dir).stderr(std::process::Stdio::null()).status();
+    if status.is_ok_and(|s| s.success()) {
+        Some(Mounted(dir.to_path_buf()))
+    } else {
+        eprintln!("skipped: cannot mount a tmpfs on {} (needs root)", dir.display());
+        None
+    }
+}
+
+fn list_rv(kf: &Kubefold) -> u64 {
+    let list = kf.get_json("/api/v1/pods?limit=1");
+    list["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap()
+}
+
+fn post(url: &str, body: &Value) -> (u16, Value) {
+    let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+    let response = client.post(url).json(body).send().expect("kubefold answers the edit");
+    let code = response.status().as_u16();
+    (code, response.json().unwrap_or(Value::Null))
+}
+
+#[test]
+fn a_full_disk_heals_without_a_restart() {
+    let base = tempfile::tempdir().unwrap();
+    let data = base.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let Some(_mounted) = mount_tmpfs(&data, "12m") else { return };
+    let sim = kubefold_testdata::start(SimConfig { name: "m1".into(), workload: Workload::Demo, pods: 20_000, churn_per_sec: 20.0, seed: 7, ..SimConfig::default() })
+        .expect("simulator starts");
+    let members = vec![("m1".to_string(), sim)];
+    let kf = Kubefold::serve(&data, &cluster_flags(&members), &[]);
+
+    // The sync fills the disk.
+    let mut seen_rv = 0;
+    wait_for(Duration::from_secs(300), "the store to report a full disk", || {
+        if let Ok(rv) = std::panic::catch_unwind(|| list_rv(&kf)) {
+            assert!(rv >= seen_rv, "the resourceVersion went back from {seen_rv} to {rv}");
+            seen_rv = rv;
+        }
+        kf.get("/readyz?verbose").1.contains("[-]store: no space left on device")
+    });
+    let (code, readyz) = kf.get("/readyz?verbose");
+    assert_eq!(code, 503, "{readyz}");
+    let stats = kf.get_json("/admin/v1/stats");
+    assert_eq!(stats["storeFault"]["reason"], "store: no space left on device", "{stats}");
+    let metrics = kf.get("/metrics").1;
+    let failures: f64 = metrics
+        .lines()
+        .find(|l| l.starts_with("kubefold_commit_failures_total{cause=\"no-space\"}"))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .expect("failed commits are counted by cause");
+    assert!(failures > 0.0, "{}", kf.logs());
+    assert!(kf.logs().contains("free space on the data dir's filesystem"), "an ERROR line says what to do");
+
+    // Reads go on from memory, with what was committed.
+    let during = kf.get_json("/api/v1/pods?limit=500");
+    assert_eq!(during["items"].as_array().unwrap().len(), 500);
+    let rv = list_rv(&kf);
+    assert!(rv >= seen_rv);
+    seen_rv = rv;
+    // An edit answers at once, saying why it was not saved.
+    let started = std::time::Instant::now();
+    let (code, status) = post(&format!("{}/admin/v1/clusters", kf.url), &serde_json::json!({"name": "m2", "url": dead_port_url()}));
+    assert!(started.elapsed() < Duration::from_secs(5), "the edit answered within 5 s");
+    assert_eq!(code, 507, "{status}");
+    assert_eq!(status["kind"], "Status");
+    assert!(status["message"].as_str().unwrap().contains("no space left on device"), "{status}");
+
+    // Space returns: ingestion resumes by itself.
+    let grown = Command::new("mount").args(["-o", "remount,size=300m"]).arg(&data).status().unwrap();
+    assert!(grown.success());
+    wait_for(Duration::from_secs(180), "kubefold ready after the disk grew", || {
+        if let Ok(rv) = std::panic::catch_unwind(|| list_rv(&kf)) {
+            assert!(rv >= seen_rv, "the resourceVersion went back from {seen_rv} to {rv}");
+            seen_rv = rv;
+        }
+        kf.get("/readyz").0 == 200
+    });
+    assert!(kf.get_json("/admin/v1/stats")["storeFault"].is_null());
+    assert_converged(&kf, &members, "/api/v1/pods", "v1/pods");
+    assert!(list_rv(&kf) >= seen_rv);
+    kf.stop();
+}
