@@ -41,6 +41,12 @@ pub struct Config {
     /// sled's background flush period, in milliseconds.
     #[serde(default = "default_flush_every_ms")]
     pub flush_every_ms: u64,
+    /// The lowest resourceVersion to serve after: a data dir whose head is
+    /// below it (one started empty on purpose, or restored from an older
+    /// backup) continues above it, and older resourceVersions answer 410
+    /// (0: no minimum).
+    #[serde(default)]
+    pub min_resource_version: u64,
     /// Retention of the event log (by count and by age) and compaction period.
     #[serde(default)]
     pub retention: kubefold_actors::aggregator::Retention,

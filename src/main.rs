@@ -155,6 +155,9 @@ struct ServeArgs {
     /// Seconds an edit waits for its change to be ingested (read-your-writes).
     #[arg(long)]
     write_wait_seconds: Option<u64>,
+    /// Serve resourceVersions above N only: for a data dir started empty on purpose (a new disk, a restore of an older backup) while clients may hold resourceVersions up to N.
+    #[arg(long, value_name = "N")]
+    min_resource_version: Option<u64>,
     /// Seconds between reads of the members' OpenAPI documents.
     #[arg(long)]
     openapi_refresh_seconds: Option<u64>,
@@ -258,6 +261,9 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<Config> {
     }
     if let Some(r) = args.openapi_refresh_seconds {
         config.openapi_refresh_seconds = r;
+    }
+    if let Some(n) = args.min_resource_version {
+        config.min_resource_version = n;
     }
     if let Some(w) = args.write_wait_seconds {
         config.write_wait_seconds = w;

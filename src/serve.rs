@@ -177,6 +177,20 @@ pub fn run(
                 .context("the store's recovery ended abnormally")??
         };
         starting.stop().await;
+        let mut recovered = recovered;
+        let min_rv = config.min_resource_version;
+        if store.raise_head(min_rv)? {
+            // A data dir behind what clients may hold: continue above it;
+            // their older resourceVersions answer 410 and they list again.
+            warn!(
+                from_rv = recovered.index.head_rv(),
+                min_resource_version = min_rv,
+                objects = recovered.index.total(),
+                "The data dir's head resourceVersion is below --min-resource-version: raised; older resourceVersions answer 410."
+            );
+            recovered.index.set_head_rv(min_rv);
+            recovered.compacted_rv = recovered.compacted_rv.max(min_rv);
+        }
         let secret = store.meta_or_init("token-secret", || rand::random::<[u8; 32]>().to_vec())?;
         // The types known: built in, and those discovered from members before
         // (their objects are served from the store before any member answers).

@@ -109,3 +109,33 @@ fn a_full_disk_heals_without_a_restart() {
     assert!(list_rv(&kf) >= seen_rv);
     kf.stop();
 }
+
+/// A data dir emptied on purpose (a new disk) while clients hold
+/// resourceVersions up to N: with `--min-resource-version N` kubefold
+/// serves only resourceVersions above N, a watch from an older one gets
+/// 410 Expired (the client lists again), and a restart keeps it so.
+#[test]
+fn an_empty_data_dir_continues_above_a_minimum_resource_version() {
+    let (_tmp, data) = data_dir();
+    let members = demo_members(1, 0.0);
+    let kf = Kubefold::serve(&data, &cluster_flags(&members), &["--min-resource-version", "250000"]);
+    kf.wait_ready();
+    let rv = list_rv(&kf);
+    assert!(rv > 250_000, "listed at {rv}");
+    let items = kf.get_json("/api/v1/pods")["items"].as_array().unwrap().clone();
+    assert!(!items.is_empty());
+    for item in &items {
+        let object_rv: u64 = item["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+        assert!(object_rv > 250_000, "{item}");
+    }
+    let resp = reqwest::blocking::get(format!("{}/api/v1/pods?watch=1&resourceVersion=1000&timeoutSeconds=5", kf.url)).unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let lines: Vec<Value> = resp.text().unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!((lines[0]["type"].as_str(), lines[0]["object"]["code"].as_u64()), (Some("ERROR"), Some(410)), "{lines:?}");
+    kf.stop();
+    // Restarted without the flag: it goes on from where it was.
+    let kf = Kubefold::serve(&data, &cluster_flags(&members), &[]);
+    kf.wait_ready();
+    assert!(list_rv(&kf) >= rv);
+    kf.stop();
+}
