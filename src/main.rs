@@ -294,7 +294,23 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<Config> {
     Ok(config)
 }
 
-fn main() -> anyhow::Result<()> {
+/// Runs the command; an error ends the process with one line on stderr
+/// (`kubefold: ...`, its causes joined by `: `) and exit status 1, never a
+/// stack backtrace: these are the operator's errors (a bad flag, a data
+/// dir in use or damaged), not kubefold's bugs.
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("kubefold: {}", one_line(&e));
+        std::process::exit(1);
+    }
+}
+
+/// An error and its causes on one line.
+fn one_line(e: &anyhow::Error) -> String {
+    format!("{e:#}").replace('\n', " ")
+}
+
+fn run() -> anyhow::Result<()> {
     disable_transparent_huge_pages();
     raise_open_files_limit();
     let cli = Cli::parse();

@@ -139,3 +139,27 @@ fn an_empty_data_dir_continues_above_a_minimum_resource_version() {
     assert!(list_rv(&kf) >= rv);
     kf.stop();
 }
+
+/// A data dir kubefold cannot use is the operator's error: one line on
+/// stderr naming it, exit status 1, no stack backtrace even when
+/// backtraces are asked for.
+#[test]
+fn an_unusable_data_dir_is_one_clear_line() {
+    let base = tempfile::tempdir().unwrap();
+    let not_a_dir = base.path().join("data");
+    std::fs::write(&not_a_dir, b"not a data dir").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_kubefold"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&not_a_dir)
+        .env("RUST_BACKTRACE", "1")
+        .env("RUST_LIB_BACKTRACE", "1")
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].starts_with("kubefold: ") && lines[0].contains(&*not_a_dir.to_string_lossy()), "{stderr}");
+    assert!(!stderr.to_lowercase().contains("backtrace"), "{stderr}");
+}
