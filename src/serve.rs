@@ -101,6 +101,25 @@ async fn reload_estimator(path: &Path, resolver: &Addr<Resolver>) {
     }
 }
 
+/// The environment variable that injects a fault into every commit, for
+/// tests of storage faults: `stall:MS` (each commit waits MS milliseconds
+/// first, a disk whose syncs stall) or `fail:ERRNO` (each fails with that
+/// OS error: 28 no space, 30 read-only, 5 I/O error).
+const INJECT_FAULT_VAR: &str = "KUBEFOLD_INJECT_STORE_FAULT";
+
+/// The fault [`INJECT_FAULT_VAR`] asks for, if any.
+fn injected_store_fault() -> anyhow::Result<Option<kubefold_store::Fault>> {
+    let Ok(value) = std::env::var(INJECT_FAULT_VAR) else { return Ok(None) };
+    let bad = || anyhow::anyhow!("{INJECT_FAULT_VAR}={value:?}: expected stall:MS or fail:ERRNO");
+    let (kind, n) = value.split_once(':').ok_or_else(bad)?;
+    let n: u64 = n.parse().map_err(|_| bad())?;
+    match kind {
+        "stall" => Ok(Some(kubefold_store::Fault::Stall(Duration::from_millis(n)))),
+        "fail" => Ok(Some(kubefold_store::Fault::Fail(i32::try_from(n).map_err(|_| bad())?))),
+        _ => Err(bad()),
+    }
+}
+
 /// Opens the store in `data_dir` and recovers its index, saying how far it
 /// is in the log every 2 s and in `progress` (which `/readyz` shows).
 fn recover(
@@ -177,6 +196,10 @@ pub fn run(
                 .context("the store's recovery ended abnormally")??
         };
         starting.stop().await;
+        if let Some(fault) = injected_store_fault()? {
+            warn!(fault = ?fault, "Store fault injected ({INJECT_FAULT_VAR}): for tests of storage faults only.");
+            store.inject_fault(Some(fault));
+        }
         let mut recovered = recovered;
         let min_rv = config.min_resource_version;
         if store.raise_head(min_rv)? {

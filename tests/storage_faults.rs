@@ -163,3 +163,59 @@ fn an_unusable_data_dir_is_one_clear_line() {
     assert!(lines[0].starts_with("kubefold: ") && lines[0].contains(&*not_a_dir.to_string_lossy()), "{stderr}");
     assert!(!stderr.to_lowercase().contains("backtrace"), "{stderr}");
 }
+
+/// A slow disk (every commit stalls 5 s) delays ingestion only: lists,
+/// health checks and a watch answer at once meanwhile, the watch gets the
+/// events once they are committed, and the commit latency histogram shows
+/// the stall.
+#[test]
+fn a_slow_disk_delays_ingestion_never_reads_or_watches() {
+    let (_tmp, data) = data_dir();
+    let members = demo_members(1, 0.0);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kubefold"));
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"]).arg(&data);
+    for (name, url) in cluster_flags(&members) {
+        cmd.arg("--cluster").arg(format!("{name}={url}"));
+    }
+    cmd.env("KUBEFOLD_INJECT_STORE_FAULT", "stall:5000");
+    let kf = Kubefold::spawn(cmd);
+    let quick = |what: &str, path: &str| {
+        let started = std::time::Instant::now();
+        let (code, body) = kf.get(path);
+        assert!(started.elapsed() < Duration::from_millis(2_500), "{what} took {:?} while commits stall", started.elapsed());
+        (code, body)
+    };
+    let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(120)).build().unwrap();
+    let started = std::time::Instant::now();
+    let watch = client.get(format!("{}/api/v1/namespaces?watch=1&timeoutSeconds=60", kf.url)).send().unwrap();
+    assert_eq!(watch.status().as_u16(), 200);
+    assert!(started.elapsed() < Duration::from_millis(2_500), "the watch answered after {:?}", started.elapsed());
+    let watch_lines = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut first = None;
+        for line in std::io::BufReader::new(watch).lines().map_while(Result::ok) {
+            let event: Value = serde_json::from_str(&line).unwrap();
+            if event["type"] == "ADDED" {
+                first = Some(event);
+                break;
+            }
+        }
+        first
+    });
+    for _ in 0..10 {
+        let (code, _) = quick("a list", "/api/v1/pods?limit=10");
+        assert_eq!(code, 200);
+        quick("/readyz", "/readyz?verbose");
+        quick("the stats", "/admin/v1/stats");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let added = watch_lines.join().unwrap().expect("the watch gets the namespaces once committed");
+    assert!(added["object"]["metadata"]["name"].is_string());
+    let metrics = kf.get("/metrics").1;
+    let value = |name: &str| -> f64 {
+        metrics.lines().find(|l| l.starts_with(name) && l[name.len()..].starts_with(' ')).and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or(0.0)
+    };
+    let (sum, count) = (value("kubefold_commit_duration_seconds_sum"), value("kubefold_commit_duration_seconds_count"));
+    assert!(count > 0.0 && sum / count >= 4.5, "commits took {sum} s over {count}");
+    kf.kill();
+}
