@@ -120,6 +120,58 @@ fn injected_store_fault() -> anyhow::Result<Option<kubefold_store::Fault>> {
     }
 }
 
+/// Whether `e` says the data dir is damaged (not unreadable for another
+/// reason: a lock held, another format, a disk that fails).
+fn is_damage(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<kubefold_store::Error>().is_some_and(|e| e.cause() == kubefold_store::Cause::Corrupt)
+}
+
+/// [`recover`]; with `store.onCorruption: repair`, a damaged data dir is
+/// moved aside into `quarantine-<unix time>/` inside it and an empty store
+/// started above the highest resourceVersion ever served (the
+/// `rv-ceiling` file), with the settings of the damaged one when its sled
+/// tree still opens; the members are then listed again.
+fn recover_or_repair(
+    data_dir: &Path,
+    options: &Options,
+    progress: &kubefold_api::starting::StartProgress,
+    on_corruption: crate::config::OnCorruption,
+) -> anyhow::Result<(Store, kubefold_store::Recovered)> {
+    let damage = match recover(data_dir, options, progress) {
+        Err(e) if is_damage(&e) && on_corruption == crate::config::OnCorruption::Repair => e,
+        other => return other,
+    };
+    let ceiling = kubefold_store::read_ceiling(data_dir);
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let quarantine = data_dir.join(format!("quarantine-{secs}"));
+    std::fs::create_dir(&quarantine).with_context(|| format!("cannot create {}", quarantine.display()))?;
+    for entry in std::fs::read_dir(data_dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name == kubefold_store::CEILING_FILE || name.starts_with("quarantine-") {
+            continue;
+        }
+        std::fs::rename(entry.path(), quarantine.join(&name)).with_context(|| format!("cannot move {} into {}", entry.path().display(), quarantine.display()))?;
+    }
+    error!(
+        data_dir = %data_dir.display(),
+        quarantine = %quarantine.display(),
+        damage = %format!("{damage:#}"),
+        continue_above = ceiling,
+        "The data dir is damaged: its files were moved into the quarantine directory (keep it for analysis, delete it when done); \
+         kubefold starts an empty store above the highest resourceVersion it served and lists the members again. \
+         Clients holding an older resourceVersion get 410 and list again. (store.onCorruption: refuse keeps the damaged data dir and does not start.)"
+    );
+    let store = Store::open(data_dir, options)?;
+    match store.salvage_settings(&quarantine) {
+        Ok(copied) => info!(settings = copied, "Settings copied from the damaged data dir (registered members, resource selection)."),
+        Err(e) => warn!(error = %e, "The damaged data dir's settings could not be read: members registered and the resource selection set through the admin API must be set again."),
+    }
+    store.raise_head(ceiling)?;
+    drop(store);
+    recover(data_dir, options, progress)
+}
+
 /// Opens the store in `data_dir` and recovers its index, saying how far it
 /// is in the log every 2 s and in `progress` (which `/readyz` shows).
 fn recover(
@@ -191,7 +243,8 @@ pub fn run(
         info!(listen = %listener.local_addr()?, "Answering health checks while the store is read.");
         let (store, recovered) = {
             let data_dir = config.data_dir.clone();
-            actix_web::rt::task::spawn_blocking(move || recover(&data_dir, &options, &progress))
+            let on_corruption = config.store.on_corruption;
+            actix_web::rt::task::spawn_blocking(move || recover_or_repair(&data_dir, &options, &progress, on_corruption))
                 .await
                 .context("the store's recovery ended abnormally")??
         };

@@ -219,3 +219,74 @@ fn a_slow_disk_delays_ingestion_never_reads_or_watches() {
     assert!(count > 0.0 && sum / count >= 4.5, "commits took {sum} s over {count}");
     kf.kill();
 }
+
+/// The record log segments of a data dir.
+fn segments(data: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(data.join("log")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "seg")).collect();
+    found.sort();
+    found
+}
+
+/// A record log damaged in several ways (bytes flipped, truncated, a
+/// segment missing), with no index snapshot to start from: by default
+/// kubefold moves the damaged files into a quarantine directory it names,
+/// starts above the highest resourceVersion it served, lists the member
+/// again and serves every object; a watch from the lost history gets 410.
+/// With `store.onCorruption: refuse` it does not start, in one line.
+#[test]
+fn a_damaged_record_log_is_quarantined_and_rebuilt_from_the_members() {
+    let members = demo_members(1, 0.0);
+    let damages: [(&str, fn(&Path)); 3] = [
+        ("bytes flipped", |seg| {
+            let mut bytes = std::fs::read(seg).unwrap();
+            for i in (0..bytes.len()).step_by(97) {
+                bytes[i] ^= 0x5a;
+            }
+            std::fs::write(seg, bytes).unwrap();
+        }),
+        ("truncated", |seg| {
+            let len = std::fs::metadata(seg).unwrap().len();
+            std::fs::OpenOptions::new().write(true).open(seg).unwrap().set_len(len / 3).unwrap();
+        }),
+        ("missing", |seg| std::fs::remove_file(seg).unwrap()),
+    ];
+    for (what, damage) in damages {
+        let (_tmp, data) = data_dir();
+        let kf = Kubefold::serve(&data, &cluster_flags(&members), &[]);
+        kf.wait_ready();
+        let served = list_rv(&kf);
+        let objects = kf.get_json("/api/v1/pods")["items"].as_array().unwrap().len();
+        kf.stop();
+        let _ = std::fs::remove_file(data.join("index.snapshot"));
+        damage(&segments(&data)[0]);
+
+        // refuse: one line, the data dir left as it was.
+        let (_cfg_dir, config) = config_file("store:\n  onCorruption: refuse\n");
+        let output = Command::new(env!("CARGO_BIN_EXE_kubefold"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--config", &config, "--data-dir"])
+            .arg(&data)
+            .env("RUST_LOG", "off")
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(1), "{what}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.starts_with("kubefold: ") && stderr.contains("corrupt") && stderr.trim().lines().count() == 1, "{what}: {stderr}");
+        assert!(!std::fs::read_dir(&data).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().starts_with("quarantine-")));
+
+        // repair (the default).
+        let kf = Kubefold::serve(&data, &cluster_flags(&members), &[]);
+        kf.wait_ready();
+        let quarantine: Vec<PathBuf> = std::fs::read_dir(&data).unwrap().map(|e| e.unwrap().path()).filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("quarantine-")).collect();
+        assert_eq!(quarantine.len(), 1, "{what}");
+        assert!(quarantine[0].join("db").exists(), "{what}: the damaged files are kept");
+        assert!(kf.logs().contains(&*quarantine[0].to_string_lossy()), "{what}: the log names the quarantine directory");
+        let rv = list_rv(&kf);
+        assert!(rv > served, "{what}: listed at {rv}, served {served} before");
+        assert_eq!(kf.get_json("/api/v1/pods")["items"].as_array().unwrap().len(), objects, "{what}");
+        let resp = reqwest::blocking::get(format!("{}/api/v1/pods?watch=1&resourceVersion={served}&timeoutSeconds=5", kf.url)).unwrap();
+        let lines: Vec<Value> = resp.text().unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!((lines[0]["type"].as_str(), lines[0]["object"]["code"].as_u64()), (Some("ERROR"), Some(410)), "{what}: {lines:?}");
+        assert_converged(&kf, &members, "/api/v1/pods", "v1/pods");
+        kf.stop();
+    }
+}

@@ -29,6 +29,9 @@ impl Store {
             .map(|event| encode_event_with(event, dicts.get(&event.resource), &mut compressors))
             .collect::<Result<Vec<_>>>()?;
         drop(compressors);
+        if let Some(last) = commit.events.last() {
+            self.keep_below_ceiling(last.rv)?;
+        }
         // Records first, then the pointers to them.
         let pointers = self.log.append(&records, self.durability == Durability::Sync).map_err(io_error)?;
         let located: Vec<(u64, log::Pointer)> = commit.events.iter().map(|event| event.rv).zip(pointers).collect();

@@ -119,6 +119,7 @@ impl Error {
                 }
             }
             Error::OpenFailed { source: sled::Error::Io(e), .. } => io_cause(e),
+            Error::OpenFailed { source: sled::Error::Corruption { .. }, .. } => Cause::Corrupt,
             Error::Unavailable { cause, .. } => *cause,
             _ => Cause::Other,
         }

@@ -47,6 +47,7 @@
 //! - `pin`: the records reads in progress keep from compaction;
 //! - `recover`: rebuilding the index at start;
 //! - `snapshot`: the index snapshot file;
+//! - `ceiling`: the resourceVersion ceiling kept beside sled;
 //! - `compact`: retention and compaction;
 //! - `fault`: storage faults while running (causes, sled reopened after a
 //!   failed write, injected faults for tests);
@@ -55,6 +56,7 @@
 //! - `lz4`: LZ4 block compression with a prepared dictionary.
 
 mod backup;
+mod ceiling;
 mod codec;
 mod commit;
 mod compact;
@@ -88,6 +90,7 @@ use pin::*;
 use read::*;
 use record::*;
 
+pub use ceiling::{read_ceiling, CEILING_FILE, CEILING_STEP};
 pub use fault::{Cause, Fault};
 pub use pin::ReadPin;
 pub use record::{decode_event, encode_event};
@@ -290,6 +293,8 @@ pub struct Store {
     handle: std::sync::Arc<std::sync::RwLock<fault::Handle>>,
     /// The options it was opened with (to open it again).
     options: Options,
+    /// The resourceVersion ceiling ([`ceiling`]).
+    ceiling: std::sync::Arc<std::sync::Mutex<u64>>,
     /// The fault the store is in, and an injected one.
     health: std::sync::Arc<fault::Health>,
     durability: Durability,

@@ -192,6 +192,7 @@ impl Store {
             handle: std::sync::Arc::new(std::sync::RwLock::new(Some((db, tree)))),
             options: options.clone(),
             health: std::sync::Arc::default(),
+            ceiling: std::sync::Arc::new(std::sync::Mutex::new(read_ceiling(path))),
             durability: options.durability,
             dir: path.to_path_buf(),
             snapshot: std::sync::Arc::new(std::sync::Mutex::new(0)),
