@@ -163,11 +163,19 @@ fn recover_or_repair(
          Clients holding an older resourceVersion get 410 and list again. (store.onCorruption: refuse keeps the damaged data dir and does not start.)"
     );
     let store = Store::open(data_dir, options)?;
-    match store.salvage_settings(&quarantine) {
-        Ok(copied) => info!(settings = copied, "Settings copied from the damaged data dir (registered members, resource selection)."),
-        Err(e) => warn!(error = %e, "The damaged data dir's settings could not be read: members registered and the resource selection set through the admin API must be set again."),
-    }
-    store.raise_head(ceiling)?;
+    let old_head = match store.salvage_settings(&quarantine) {
+        Ok((copied, head)) => {
+            info!(settings = copied, "Settings copied from the damaged data dir (registered members, resource selection).");
+            head
+        }
+        Err(e) => {
+            warn!(error = %e, "The damaged data dir's settings could not be read: members registered and the resource selection set through the admin API must be set again.");
+            0
+        }
+    };
+    // The ceiling is above every resourceVersion served; the damaged
+    // store's head, when readable, covers a data dir from before the ceiling.
+    store.raise_head(ceiling.max(old_head))?;
     drop(store);
     recover(data_dir, options, progress)
 }

@@ -51,8 +51,9 @@ impl Store {
     /// `from` into this store: the registered members, the resource
     /// selection, the discovered types, secrets; not its history (head,
     /// compaction floor, dictionaries, events, checkpoints). Returns how
-    /// many values were copied.
-    pub fn salvage_settings(&self, from: &Path) -> Result<usize> {
+    /// many values were copied, and the damaged store's head
+    /// resourceVersion (0 when unreadable).
+    pub fn salvage_settings(&self, from: &Path) -> Result<(usize, u64)> {
         let db = open_sled(from, &self.options, SEGMENT_SIZE)?;
         let old = db.open_tree("kubefold")?;
         let tree = self.tree()?;
@@ -67,6 +68,7 @@ impl Store {
             copied += 1;
         }
         self.db()?.flush()?;
-        Ok(copied)
+        let head = old.get(meta_key("head")).ok().flatten().and_then(|v| read_u64(&v, "head rv").ok()).unwrap_or(0);
+        Ok((copied, head))
     }
 }

@@ -193,9 +193,22 @@ impl Store {
             // sled is reopened only once the data dir takes writes again:
             // until then the failed `Db` stays, and reads go on through it.
             self.probe_writes()?;
+            // sled keeps working after some failed writes (a failed sync
+            // of a batch): reopened only when it still fails.
+            if !lost && self.sled_writes() {
+                self.health.reopen.store(false, std::sync::atomic::Ordering::Release);
+                return Ok(());
+            }
             self.reopen()?;
         }
         Ok(())
+    }
+
+    /// Whether the open `Db` takes a write and a flush.
+    fn sled_writes(&self) -> bool {
+        let (Ok(db), Ok(tree)) = (self.db(), self.tree()) else { return false };
+        let key = meta_key(PROBE_FILE);
+        tree.insert(&key, &b"1"[..]).is_ok() && tree.remove(&key).is_ok() && db.flush().is_ok()
     }
 
     /// Whether the data dir takes writes again: a file of
