@@ -421,7 +421,7 @@ pub async fn set_resources(state: web::Data<ApiState>, payload: web::Payload) ->
 pub async fn stats(state: web::Data<ApiState>) -> HttpResponse {
     let snapshot = state.fleet.snapshot();
     let store = state.fleet.store();
-    respond::json(&json!({
+    let mut doc = json!({
         "headResourceVersion": snapshot.head_rv(),
         "compactedResourceVersion": state.fleet.compacted_rv(),
         "objects": snapshot.total(),
@@ -430,13 +430,16 @@ pub async fn stats(state: web::Data<ApiState>) -> HttpResponse {
         "watches": crate::watch::open_watches(),
         "watchClientsByUserAgent": crate::watch::watch_clients_by_user_agent(),
         "clusters": state.fleet.member_names().len(),
-        "storeFault": store.fault().map(|(cause, message)| json!({
+    });
+    if let Some((cause, message)) = store.fault() {
+        doc["storeFault"] = json!({
             "cause": cause.label(),
             "reason": format!("store: {}", cause.describe()),
             "message": message,
             "action": cause.advice(),
-        })),
-    }))
+        });
+    }
+    respond::json(&doc)
 }
 
 /// `POST /admin/v1/compact`.
