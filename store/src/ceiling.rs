@@ -23,7 +23,7 @@ pub fn read_ceiling(dir: &Path) -> u64 {
 pub(crate) fn write_ceiling(dir: &Path, rv: u64) -> std::io::Result<()> {
     use std::io::Write as _;
     let tmp = dir.join(format!("{CEILING_FILE}.tmp"));
-    let mut file = std::fs::File::create(&tmp)?;
+    let mut file = log::private_file().write(true).create(true).truncate(true).open(&tmp)?;
     file.write_all(format!("{rv}\n").as_bytes())?;
     file.sync_all()?;
     std::fs::rename(&tmp, dir.join(CEILING_FILE))?;
