@@ -41,6 +41,15 @@ pub struct Config {
     /// sled's background flush period, in milliseconds.
     #[serde(default = "default_flush_every_ms")]
     pub flush_every_ms: u64,
+    /// The lowest resourceVersion to serve after: a data dir whose head is
+    /// below it (one started empty on purpose, or restored from an older
+    /// backup) continues above it, and older resourceVersions answer 410
+    /// (0: no minimum).
+    #[serde(default)]
+    pub min_resource_version: u64,
+    /// What the store does about damage found at start.
+    #[serde(default)]
+    pub store: StoreConfig,
     /// Retention of the event log (by count and by age) and compaction period.
     #[serde(default)]
     pub retention: kubefold_actors::aggregator::Retention,
@@ -153,6 +162,28 @@ pub fn default_durability() -> Durability {
 }
 
 /// 500 ms (sled's default).
+/// The `store` section.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct StoreConfig {
+    /// What to do when the data dir is found damaged at start.
+    #[serde(default)]
+    pub on_corruption: OnCorruption,
+}
+
+/// What to do when the data dir is found damaged at start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnCorruption {
+    /// Move the damaged files aside (named in the log), start an empty
+    /// store above the highest resourceVersion ever served, and list the
+    /// members again.
+    #[default]
+    Repair,
+    /// Refuse to start, naming the damage.
+    Refuse,
+}
+
 pub fn default_flush_every_ms() -> u64 {
     500
 }

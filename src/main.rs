@@ -156,6 +156,9 @@ struct ServeArgs {
     /// Seconds an edit waits for its change to be ingested (read-your-writes).
     #[arg(long)]
     write_wait_seconds: Option<u64>,
+    /// Serve resourceVersions above N only: for a data dir started empty on purpose (a new disk, a restore of an older backup) while clients may hold resourceVersions up to N.
+    #[arg(long, value_name = "N")]
+    min_resource_version: Option<u64>,
     /// Seconds between reads of the members' OpenAPI documents.
     #[arg(long)]
     openapi_refresh_seconds: Option<u64>,
@@ -279,6 +282,9 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<Config> {
     if let Some(r) = args.openapi_refresh_seconds {
         config.openapi_refresh_seconds = r;
     }
+    if let Some(n) = args.min_resource_version {
+        config.min_resource_version = n;
+    }
     if let Some(w) = args.write_wait_seconds {
         config.write_wait_seconds = w;
     }
@@ -324,7 +330,23 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<Config> {
     Ok(config)
 }
 
-fn main() -> anyhow::Result<()> {
+/// Runs the command; an error ends the process with one line on stderr
+/// (`kubefold: ...`, its causes joined by `: `) and exit status 1, never a
+/// stack backtrace: these are the operator's errors (a bad flag, a data
+/// dir in use or damaged), not kubefold's bugs.
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("kubefold: {}", one_line(&e));
+        std::process::exit(1);
+    }
+}
+
+/// An error and its causes on one line.
+fn one_line(e: &anyhow::Error) -> String {
+    format!("{e:#}").replace('\n', " ")
+}
+
+fn run() -> anyhow::Result<()> {
     disable_transparent_huge_pages();
     raise_open_files_limit();
     let cli = Cli::parse();

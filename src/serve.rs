@@ -101,6 +101,85 @@ async fn reload_estimator(path: &Path, resolver: &Addr<Resolver>) {
     }
 }
 
+/// The environment variable that injects a fault into every commit, for
+/// tests of storage faults: `stall:MS` (each commit waits MS milliseconds
+/// first, a disk whose syncs stall) or `fail:ERRNO` (each fails with that
+/// OS error: 28 no space, 30 read-only, 5 I/O error).
+const INJECT_FAULT_VAR: &str = "KUBEFOLD_INJECT_STORE_FAULT";
+
+/// The fault [`INJECT_FAULT_VAR`] asks for, if any.
+fn injected_store_fault() -> anyhow::Result<Option<kubefold_store::Fault>> {
+    let Ok(value) = std::env::var(INJECT_FAULT_VAR) else { return Ok(None) };
+    let bad = || anyhow::anyhow!("{INJECT_FAULT_VAR}={value:?}: expected stall:MS or fail:ERRNO");
+    let (kind, n) = value.split_once(':').ok_or_else(bad)?;
+    let n: u64 = n.parse().map_err(|_| bad())?;
+    match kind {
+        "stall" => Ok(Some(kubefold_store::Fault::Stall(Duration::from_millis(n)))),
+        "fail" => Ok(Some(kubefold_store::Fault::Fail(i32::try_from(n).map_err(|_| bad())?))),
+        _ => Err(bad()),
+    }
+}
+
+/// Whether `e` says the data dir is damaged (not unreadable for another
+/// reason: a lock held, another format, a disk that fails).
+fn is_damage(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<kubefold_store::Error>().is_some_and(|e| e.cause() == kubefold_store::Cause::Corrupt)
+}
+
+/// [`recover`]; with `store.onCorruption: repair`, a damaged data dir is
+/// moved aside into `quarantine-<unix time>/` inside it and an empty store
+/// started above the highest resourceVersion ever served (the
+/// `rv-ceiling` file), with the settings of the damaged one when its sled
+/// tree still opens; the members are then listed again.
+fn recover_or_repair(
+    data_dir: &Path,
+    options: &Options,
+    progress: &kubefold_api::starting::StartProgress,
+    on_corruption: crate::config::OnCorruption,
+) -> anyhow::Result<(Store, kubefold_store::Recovered)> {
+    let damage = match recover(data_dir, options, progress) {
+        Err(e) if is_damage(&e) && on_corruption == crate::config::OnCorruption::Repair => e,
+        other => return other,
+    };
+    let ceiling = kubefold_store::read_ceiling(data_dir);
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let quarantine = data_dir.join(format!("quarantine-{secs}"));
+    std::fs::create_dir(&quarantine).with_context(|| format!("cannot create {}", quarantine.display()))?;
+    for entry in std::fs::read_dir(data_dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name == kubefold_store::CEILING_FILE || name.starts_with("quarantine-") {
+            continue;
+        }
+        std::fs::rename(entry.path(), quarantine.join(&name)).with_context(|| format!("cannot move {} into {}", entry.path().display(), quarantine.display()))?;
+    }
+    error!(
+        data_dir = %data_dir.display(),
+        quarantine = %quarantine.display(),
+        damage = %format!("{damage:#}"),
+        continue_above = ceiling,
+        "The data dir is damaged: its files were moved into the quarantine directory (keep it for analysis, delete it when done); \
+         kubefold starts an empty store above the highest resourceVersion it served and lists the members again. \
+         Clients holding an older resourceVersion get 410 and list again. (store.onCorruption: refuse keeps the damaged data dir and does not start.)"
+    );
+    let store = Store::open(data_dir, options)?;
+    let old_head = match store.salvage_settings(&quarantine) {
+        Ok((copied, head)) => {
+            info!(settings = copied, "Settings copied from the damaged data dir (registered members, resource selection).");
+            head
+        }
+        Err(e) => {
+            warn!(error = %e, "The damaged data dir's settings could not be read: members registered and the resource selection set through the admin API must be set again.");
+            0
+        }
+    };
+    // The ceiling is above every resourceVersion served; the damaged
+    // store's head, when readable, covers a data dir from before the ceiling.
+    store.raise_head(ceiling.max(old_head))?;
+    drop(store);
+    recover(data_dir, options, progress)
+}
+
 /// Opens the store in `data_dir` and recovers its index, saying how far it
 /// is in the log every 2 s and in `progress` (which `/readyz` shows).
 fn recover(
@@ -172,11 +251,30 @@ pub fn run(
         info!(listen = %listener.local_addr()?, "Answering health checks while the store is read.");
         let (store, recovered) = {
             let data_dir = config.data_dir.clone();
-            actix_web::rt::task::spawn_blocking(move || recover(&data_dir, &options, &progress))
+            let on_corruption = config.store.on_corruption;
+            actix_web::rt::task::spawn_blocking(move || recover_or_repair(&data_dir, &options, &progress, on_corruption))
                 .await
                 .context("the store's recovery ended abnormally")??
         };
         starting.stop().await;
+        if let Some(fault) = injected_store_fault()? {
+            warn!(fault = ?fault, "Store fault injected ({INJECT_FAULT_VAR}): for tests of storage faults only.");
+            store.inject_fault(Some(fault));
+        }
+        let mut recovered = recovered;
+        let min_rv = config.min_resource_version;
+        if store.raise_head(min_rv)? {
+            // A data dir behind what clients may hold: continue above it;
+            // their older resourceVersions answer 410 and they list again.
+            warn!(
+                from_rv = recovered.index.head_rv(),
+                min_resource_version = min_rv,
+                objects = recovered.index.total(),
+                "The data dir's head resourceVersion is below --min-resource-version: raised; older resourceVersions answer 410."
+            );
+            recovered.index.set_head_rv(min_rv);
+            recovered.compacted_rv = recovered.compacted_rv.max(min_rv);
+        }
         let secret = store.meta_or_init("token-secret", || rand::random::<[u8; 32]>().to_vec())?;
         // The types known: built in, and those discovered from members before
         // (their objects are served from the store before any member answers).

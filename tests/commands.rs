@@ -781,3 +781,17 @@ fn serve_listens_where_bind_address_and_secure_port_say() {
     assert!(!both.status.success());
     assert!(String::from_utf8_lossy(&both.stderr).contains("cannot be used with"), "{}", String::from_utf8_lossy(&both.stderr));
 }
+
+/// The storage alerts fire as their unit tests say (`promtool test rules
+/// ops/prometheus/alerts_test.yaml`): commits failing by cause, commits
+/// stalling for seconds.
+#[test]
+fn the_storage_alert_rules_pass_their_promtool_unit_tests() {
+    let Ok(promtool) = which("promtool") else {
+        println!("SKIPPED: promtool is not installed (Debian package `prometheus`; .ci/run installs it)");
+        return;
+    };
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("ops/prometheus");
+    let tested = Command::new(&promtool).args(["test", "rules", "alerts_test.yaml"]).current_dir(&dir).output().unwrap();
+    assert!(tested.status.success(), "promtool test rules: {}{}", String::from_utf8_lossy(&tested.stdout), String::from_utf8_lossy(&tested.stderr));
+}

@@ -324,6 +324,7 @@ impl Aggregator {
         let commit = Commit { events, checkpoints: Vec::new() };
         if let Err(e) = self.store.commit(&commit) {
             self.reflector.restore_index(before);
+            commit_failed(&e, "", "");
             return Err(e);
         }
         let count = commit.events.len();
@@ -429,14 +430,30 @@ impl Actor for Aggregator {
     }
 }
 
+/// Counts a failed commit by its cause and says in an ERROR line what the
+/// operator does; the watcher whose batch it was lists or watches again
+/// from its last committed checkpoint, so nothing is lost once writes
+/// succeed again.
+fn commit_failed(e: &kubefold_store::Error, cluster: &str, resource: &str) {
+    let cause = e.cause();
+    metrics::counter!("kubefold_commit_failures_total", "cause" => cause.label()).increment(1);
+    error!(
+        cluster = %cluster,
+        resource = %resource,
+        cause = cause.describe(),
+        error = %e,
+        "Commit failed: reads go on from memory, member changes are not published until commits succeed again; {}.",
+        cause.advice()
+    );
+}
+
 impl Handler<Ingest> for Aggregator {
     type Result = Result<usize, IngestError>;
 
     fn handle(&mut self, msg: Ingest, _ctx: &mut Self::Context) -> Self::Result {
         let (cluster, resource) = (msg.cluster.clone(), msg.resource.clone());
         self.ingest(msg).map_err(|e| {
-            error!(cluster = %cluster, resource = %resource, error = %e, "Commit failed.");
-            metrics::counter!("kubefold_commit_failures_total").increment(1);
+            commit_failed(&e, &cluster, &resource);
             IngestError::CommitFailed(e)
         })
     }

@@ -60,7 +60,19 @@ pub fn read_registry(store: &kubefold_store::Store) -> Result<Vec<ClusterSpec>, 
 
 fn write_registry(state: &ApiState, clusters: &[ClusterSpec]) -> Result<(), Status> {
     let bytes = serde_json::to_vec(clusters).map_err(|e| Status::internal(e.to_string()))?;
-    state.fleet.store().put_meta(REGISTRY_KEY, &bytes).map_err(|e| Status::internal(e.to_string()))
+    state.fleet.store().put_meta(REGISTRY_KEY, &bytes).map_err(store_write_failed)
+}
+
+/// The Status of an edit the store could not write: 507 Insufficient
+/// Storage when the disk is full, 503 for another storage fault; the
+/// message names the cause and that reads go on.
+pub fn store_write_failed(e: kubefold_store::Error) -> Status {
+    let cause = e.cause();
+    let message = format!("store: {}: the change was not saved; reads go on, retry once the data dir's disk is writable again ({e})", cause.describe());
+    match cause {
+        kubefold_store::Cause::NoSpace => Status::new(507, "InsufficientStorage", message),
+        _ => Status::new(503, "ServiceUnavailable", message),
+    }
 }
 
 fn control(state: &ApiState) -> Result<&Control, Status> {
@@ -390,7 +402,7 @@ pub async fn set_resources(state: web::Data<ApiState>, payload: web::Payload) ->
         let selection = parse_selection(&body)?;
         let control = control(&state)?;
         let bytes = serde_json::to_vec(&selection).map_err(|e| Status::internal(e.to_string()))?;
-        state.fleet.store().put_meta(SELECTION_KEY, &bytes).map_err(|e| Status::internal(e.to_string()))?;
+        state.fleet.store().put_meta(SELECTION_KEY, &bytes).map_err(store_write_failed)?;
         let deleted = control
             .supervisor
             .send(SetSelection(selection))
@@ -409,7 +421,7 @@ pub async fn set_resources(state: web::Data<ApiState>, payload: web::Payload) ->
 pub async fn stats(state: web::Data<ApiState>) -> HttpResponse {
     let snapshot = state.fleet.snapshot();
     let store = state.fleet.store();
-    respond::json(&json!({
+    let mut doc = json!({
         "headResourceVersion": snapshot.head_rv(),
         "compactedResourceVersion": state.fleet.compacted_rv(),
         "objects": snapshot.total(),
@@ -418,7 +430,16 @@ pub async fn stats(state: web::Data<ApiState>) -> HttpResponse {
         "watches": crate::watch::open_watches(),
         "watchClientsByUserAgent": crate::watch::watch_clients_by_user_agent(),
         "clusters": state.fleet.member_names().len(),
-    }))
+    });
+    if let Some((cause, message)) = store.fault() {
+        doc["storeFault"] = json!({
+            "cause": cause.label(),
+            "reason": format!("store: {}", cause.describe()),
+            "message": message,
+            "action": cause.advice(),
+        });
+    }
+    respond::json(&doc)
 }
 
 /// `POST /admin/v1/compact`.

@@ -26,7 +26,8 @@ pub async fn healthz(req: HttpRequest) -> HttpResponse {
     HttpResponse::Ok().content_type("text/plain").body(body)
 }
 
-/// `/readyz`: the store is open (it is, or we would not serve) and every
+/// `/readyz`: the store commits (no storage fault since the last commit
+/// that succeeded, see `Store::fault`) and every
 /// watcher has finished its initial sync or resumed its watch. `?verbose`
 /// lists each check, as kube-apiserver does. Member names are shown only to
 /// authenticated callers (anyone, when authentication is off); others see
@@ -36,8 +37,11 @@ pub async fn readyz(req: HttpRequest, state: web::Data<ApiState>) -> HttpRespons
     let mut status = state.fleet.status();
     // Readiness is about the aggregated members (the estimator control plane is not one).
     status.retain(|cluster, _| members.contains(cluster));
-    let mut lines = vec!["[+]store ok".to_string()];
-    let mut ready = true;
+    // A storage fault: reads go on from memory, changes are not published.
+    let (mut lines, mut ready) = match state.fleet.store().fault() {
+        None => (vec!["[+]store ok".to_string()], true),
+        Some((cause, _)) => (vec![format!("[-]store: {}", cause.describe())], false),
+    };
     let mut not_synced = 0;
     let named = may_see_members(&req);
     for (cluster, resources) in &status {

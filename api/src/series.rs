@@ -44,7 +44,7 @@ pub const RECORDED: &[Family] = &[
     family("kubefold_events_ingested_total", Kind::Counter, &["cluster", "resource"], "Member events committed to the event log."),
     family("kubefold_commit_duration_seconds", Kind::Histogram, &[], "Time to commit one batch of events to the store."),
     family("kubefold_commit_batch_events", Kind::Histogram, &[], "Events in one committed batch."),
-    family("kubefold_commit_failures_total", Kind::Counter, &[], "Batches the store failed to commit."),
+    family("kubefold_commit_failures_total", Kind::Counter, &["cause"], "Batches the store failed to commit, by cause (`no-space`, `read-only`, `io`, `corrupt`, `other`)."),
     family("kubefold_head_resource_version", Kind::Gauge, &[], "The newest resourceVersion committed."),
     family("kubefold_compacted_resource_version", Kind::Gauge, &[], "The resourceVersion up to which the event log is compacted."),
     family("kubefold_compacted_events_total", Kind::Counter, &[], "Events removed from the event log by compaction."),
@@ -117,6 +117,9 @@ pub fn describe() {
     }
     for reason in ["watch_bound", "client_budget"] {
         metrics::counter!("kubefold_watch_slow_closed_total", "reason" => reason).increment(0);
+    }
+    for cause in kubefold_store::Cause::ALL {
+        metrics::counter!("kubefold_commit_failures_total", "cause" => cause.label()).increment(0);
     }
     for result in ["success", "failure"] {
         metrics::counter!("kubefold_config_reloads_total", "result" => result).increment(0);

@@ -64,7 +64,7 @@ impl Store {
         out.write_all(BACKUP_MAGIC).map_err(io)?;
         out.write_all(CHECKSUM_LINE).map_err(io)?;
         let mut count = 0u64;
-        for item in self.tree.iter() {
+        for item in self.tree()?.iter() {
             let (k, v) = item?;
             // An event's record, not where it is in this data dir: one
             // key and record per event, whatever value holds its pointer.
@@ -106,7 +106,7 @@ impl Store {
     /// Reads the pointers, not the records.
     pub fn backup_bytes(&self) -> Result<u64> {
         let mut bytes = (BACKUP_MAGIC.len() + CHECKSUM_LINE.len() + 4 + 32) as u64;
-        for item in self.tree.iter() {
+        for item in self.tree()?.iter() {
             let (k, v) = item?;
             let logged = match k.first() {
                 Some(&EVENT) => log::decode_entries(read_u64(&k[1..], "event key")?, &v).map_err(|what| Error::Corrupt { what })?,

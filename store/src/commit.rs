@@ -5,7 +5,15 @@ use super::*;
 
 impl Store {
     /// Commits a batch atomically; with [`Durability::Sync`] it is on disk on return.
+    /// A failed write puts the store in a fault ([`Store::fault`]) until a
+    /// commit succeeds again; the next commit first reopens sled.
     pub fn commit(&self, commit: &Commit) -> Result<()> {
+        let result = self.before_commit().and_then(|()| self.write_commit(commit));
+        self.after_commit(&result);
+        result
+    }
+
+    fn write_commit(&self, commit: &Commit) -> Result<()> {
         let mut batch = sled::Batch::default();
         let mut head = None;
         let mut dicts = self.dicts.read().unwrap_or_else(|e| e.into_inner()).clone();
@@ -21,6 +29,9 @@ impl Store {
             .map(|event| encode_event_with(event, dicts.get(&event.resource), &mut compressors))
             .collect::<Result<Vec<_>>>()?;
         drop(compressors);
+        if let Some(last) = commit.events.last() {
+            self.keep_below_ceiling(last.rv)?;
+        }
         // Records first, then the pointers to them.
         let pointers = self.log.append(&records, self.durability == Durability::Sync).map_err(io_error)?;
         let located: Vec<(u64, log::Pointer)> = commit.events.iter().map(|event| event.rv).zip(pointers).collect();
@@ -39,7 +50,7 @@ impl Store {
         if !new_dicts.is_empty() {
             *self.dicts.write().unwrap_or_else(|e| e.into_inner()) = dicts;
         }
-        if let Err(e) = self.tree.apply_batch(batch) {
+        if let Err(e) = self.tree()?.apply_batch(batch) {
             let mut dicts = self.dicts.write().unwrap_or_else(|e| e.into_inner());
             for (resource, _) in &new_dicts {
                 dicts.remove(resource);
@@ -48,7 +59,7 @@ impl Store {
         }
         self.locations.insert(located);
         if self.durability == Durability::Sync {
-            self.db.flush()?;
+            self.db()?.flush()?;
         }
         Ok(())
     }
@@ -56,7 +67,7 @@ impl Store {
     /// Syncs the record log, then flushes sled.
     pub(crate) fn flush_all(&self) -> Result<()> {
         self.log.sync().map_err(io_error)?;
-        self.db.flush()?;
+        self.db()?.flush()?;
         Ok(())
     }
 }

@@ -47,7 +47,7 @@ impl Store {
         let active = self.log.active_id();
         let sizes: BTreeMap<u32, u64> =
             self.log.segment_sizes().map_err(io_error)?.into_iter().filter(|(id, _)| active.is_none_or(|a| *id < a)).collect();
-        self.tree.insert(meta_key("compacted"), &floor.to_be_bytes()[..])?;
+        self.tree()?.insert(meta_key("compacted"), &floor.to_be_bytes()[..])?;
         let mut keep: std::collections::HashSet<u64> = live.live_rvs().filter(|rv| *rv <= floor).collect();
         // And what the reads in progress will read (a list streaming from
         // an older snapshot), read now: a read pinned later took an index
@@ -84,7 +84,7 @@ impl Store {
         // Each value holding events at or below the floor loses those not
         // kept: removed when none is left, else written again with the rest
         // under the same key (the events above the floor were noted above).
-        for item in self.tree.range(event_key(0)..=event_key(floor)) {
+        for item in self.tree()?.range(event_key(0)..=event_key(floor)) {
             let (k, v) = item?;
             let events = located(&k, v)?;
             let before = gone.len();
@@ -109,11 +109,11 @@ impl Store {
                 Some(value) => batch.insert(k, value),
             }
             if gone.len() >= 10_000 {
-                self.tree.apply_batch(std::mem::take(&mut batch))?;
+                self.tree()?.apply_batch(std::mem::take(&mut batch))?;
                 self.locations.remove(gone.drain(..));
             }
         }
-        self.tree.apply_batch(batch)?;
+        self.tree()?.apply_batch(batch)?;
         self.locations.remove(gone);
         self.flush_all()?;
         self.reclaim(&sizes, retained)?;
@@ -181,7 +181,7 @@ impl Store {
             if done_to.is_some_and(|to| *rv <= to) {
                 continue;
             }
-            let Some((k, v)) = self.tree.range(event_key(0)..=event_key(*rv)).next_back().transpose()? else { continue };
+            let Some((k, v)) = self.tree()?.range(event_key(0)..=event_key(*rv)).next_back().transpose()? else { continue };
             let events = located(&k, v)?;
             done_to = events.last().map(|(last, _)| *last);
             let events = events
@@ -192,7 +192,7 @@ impl Store {
                 batch.insert(k, value);
             }
         }
-        self.tree.apply_batch(batch)?;
+        self.tree()?.apply_batch(batch)?;
         self.locations.insert(moved);
         Ok(())
     }

@@ -47,15 +47,20 @@
 //! - `pin`: the records reads in progress keep from compaction;
 //! - `recover`: rebuilding the index at start;
 //! - `snapshot`: the index snapshot file;
+//! - `ceiling`: the resourceVersion ceiling kept beside sled;
 //! - `compact`: retention and compaction;
+//! - `fault`: storage faults while running (causes, sled reopened after a
+//!   failed write, injected faults for tests);
 //! - `backup`: backup and restore;
 //! - `usage`: what the store holds, counted;
 //! - `lz4`: LZ4 block compression with a prepared dictionary.
 
 mod backup;
+mod ceiling;
 mod codec;
 mod commit;
 mod compact;
+mod fault;
 mod keys;
 pub mod log;
 mod lz4;
@@ -85,6 +90,8 @@ use pin::*;
 use read::*;
 use record::*;
 
+pub use ceiling::{read_ceiling, CEILING_FILE, CEILING_STEP};
+pub use fault::{Cause, Fault};
 pub use pin::ReadPin;
 pub use record::{decode_event, encode_event};
 pub use serve::{write_served_event, ChunkBuf, ReadAhead};
@@ -125,6 +132,14 @@ pub enum Error {
     /// A write or read failed.
     #[error("store i/o failed: {0}")]
     Io(#[from] sled::Error),
+    /// The store cannot be used until a storage fault is over.
+    #[error("store unavailable ({}): {what}", cause.describe())]
+    Unavailable {
+        /// The fault.
+        cause: Cause,
+        /// What is going on.
+        what: String,
+    },
 }
 
 /// `Result` of the store.
@@ -274,8 +289,14 @@ pub struct Recovered {
 /// The sled-backed store.
 #[derive(Clone)]
 pub struct Store {
-    db: sled::Db,
-    tree: sled::Tree,
+    /// sled's database and tree, replaced after a failed write.
+    handle: std::sync::Arc<std::sync::RwLock<fault::Handle>>,
+    /// The options it was opened with (to open it again).
+    options: Options,
+    /// The resourceVersion ceiling ([`ceiling`]).
+    ceiling: std::sync::Arc<std::sync::Mutex<u64>>,
+    /// The fault the store is in, and an injected one.
+    health: std::sync::Arc<fault::Health>,
     durability: Durability,
     dir: PathBuf,
     /// Serialises snapshot writes; holds the RV of the newest one written.
@@ -305,7 +326,7 @@ fn io_error(e: std::io::Error) -> Error {
 impl Store {
     /// The RV of the last committed event (0 for a new store).
     pub fn head_rv(&self) -> Result<u64> {
-        match self.tree.get(meta_key("head"))? {
+        match self.tree()?.get(meta_key("head"))? {
             Some(v) => read_u64(&v, "head rv"),
             None => Ok(0),
         }
@@ -313,16 +334,37 @@ impl Store {
 
     /// Events up to this RV have been compacted away (0 when none).
     pub fn compacted_rv(&self) -> Result<u64> {
-        match self.tree.get(meta_key("compacted"))? {
+        match self.tree()?.get(meta_key("compacted"))? {
             Some(v) => read_u64(&v, "compacted rv"),
             None => Ok(0),
         }
     }
 
+    /// Makes the next resourceVersion served come after `min_rv`, for a data
+    /// dir that starts empty on purpose (a new disk, a restore of an older
+    /// backup) while clients may hold resourceVersions up to `min_rv`: the
+    /// head is raised to `min_rv` and the compaction floor with it, so a
+    /// client's older resourceVersion is answered 410 Gone and it lists
+    /// again. Nothing is done when the head is already there; returns
+    /// whether it was raised.
+    pub fn raise_head(&self, min_rv: u64) -> Result<bool> {
+        if self.head_rv()? >= min_rv {
+            return Ok(false);
+        }
+        let mut batch = sled::Batch::default();
+        batch.insert(meta_key("head"), &min_rv.to_be_bytes()[..]);
+        if self.compacted_rv()? < min_rv {
+            batch.insert(meta_key("compacted"), &min_rv.to_be_bytes()[..]);
+        }
+        self.tree()?.apply_batch(batch)?;
+        self.db()?.flush()?;
+        Ok(true)
+    }
+
     /// Removes the checkpoint of one resource type of a cluster (it is no
     /// longer watched there).
     pub fn remove_checkpoint(&self, cluster: &str, resource: &str) -> Result<()> {
-        self.tree.remove(checkpoint_key(cluster, resource))?;
+        self.tree()?.remove(checkpoint_key(cluster, resource))?;
         Ok(())
     }
 
@@ -332,33 +374,38 @@ impl Store {
         prefix.extend_from_slice(cluster.as_bytes());
         prefix.push(0);
         let mut batch = sled::Batch::default();
-        for item in self.tree.scan_prefix(prefix) {
+        for item in self.tree()?.scan_prefix(prefix) {
             batch.remove(item?.0);
         }
-        self.tree.apply_batch(batch)?;
+        self.tree()?.apply_batch(batch)?;
         Ok(())
     }
 
-    /// Writes a metadata value and flushes it.
+    /// Writes a metadata value and flushes it; a failure is a storage
+    /// fault as a failed commit is (see [`Store::commit`]).
     pub fn put_meta(&self, name: &str, value: &[u8]) -> Result<()> {
-        self.tree.insert(meta_key(name), value)?;
-        self.db.flush()?;
-        Ok(())
+        let result = self.before_commit().and_then(|()| {
+            self.tree()?.insert(meta_key(name), value)?;
+            self.db()?.flush()?;
+            Ok(())
+        });
+        self.after_commit(&result);
+        result
     }
 
     /// A metadata value, if set.
     pub fn meta(&self, name: &str) -> Result<Option<Vec<u8>>> {
-        Ok(self.tree.get(meta_key(name))?.map(|v| v.to_vec()))
+        Ok(self.tree()?.get(meta_key(name))?.map(|v| v.to_vec()))
     }
 
     /// A metadata value, created by `init` (and flushed) when absent.
     pub fn meta_or_init(&self, name: &str, init: impl FnOnce() -> Vec<u8>) -> Result<Vec<u8>> {
-        if let Some(v) = self.tree.get(meta_key(name))? {
+        if let Some(v) = self.tree()?.get(meta_key(name))? {
             return Ok(v.to_vec());
         }
         let value = init();
-        self.tree.insert(meta_key(name), value.clone())?;
-        self.db.flush()?;
+        self.tree()?.insert(meta_key(name), value.clone())?;
+        self.db()?.flush()?;
         Ok(value)
     }
 
@@ -370,9 +417,11 @@ impl Store {
     /// Bytes the data directory takes on disk: sled's files (as sled
     /// reports them) and the record log's segments.
     pub fn size_on_disk(&self) -> Result<u64> {
-        Ok(self.db.size_on_disk()? + self.log.size().map_err(io_error)?)
+        Ok(self.db()?.size_on_disk()? + self.log.size().map_err(io_error)?)
     }
 }
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod fault_tests;

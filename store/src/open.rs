@@ -189,8 +189,10 @@ impl Store {
                 .map_err(io_error)?
         };
         let store = Store {
-            db,
-            tree,
+            handle: std::sync::Arc::new(std::sync::RwLock::new(Some((db, tree)))),
+            options: options.clone(),
+            health: std::sync::Arc::default(),
+            ceiling: std::sync::Arc::new(std::sync::Mutex::new(read_ceiling(path))),
             durability: options.durability,
             dir: path.to_path_buf(),
             snapshot: std::sync::Arc::new(std::sync::Mutex::new(0)),

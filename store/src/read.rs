@@ -44,29 +44,32 @@ impl Store {
     /// value under the greatest key at or before `rv` (a group's key is its
     /// first event's RV, and groups never overlap).
     pub(crate) fn lookup(&self, rv: u64) -> Result<Option<Located>> {
-        let Some((k, v)) = self.tree.range(event_key(0)..=event_key(rv)).next_back().transpose()? else { return Ok(None) };
+        let Some((k, v)) = self.tree()?.range(event_key(0)..=event_key(rv)).next_back().transpose()? else { return Ok(None) };
         Ok(located(&k, v)?.into_iter().find(|(at, _)| *at == rv).map(|(_, l)| l))
     }
 
     /// The events sled holds with RVs in `from..=to`, in RV order, each
     /// with its entry.
-    pub(crate) fn entries(&self, from: u64, to: u64) -> impl Iterator<Item = Result<(u64, Located)>> + '_ {
+    pub(crate) fn entries(&self, from: u64, to: u64) -> Box<dyn Iterator<Item = Result<(u64, Located)>> + Send> {
+        let tree = match self.tree() {
+            Ok(tree) => tree,
+            Err(e) => return Box::new(std::iter::once(Err(e))),
+        };
         // The value holding `from` may be keyed before it (a group).
-        let (start, failed) = match self.tree.range(event_key(0)..=event_key(from)).next_back().transpose() {
+        let (start, failed) = match tree.range(event_key(0)..=event_key(from)).next_back().transpose() {
             Ok(found) => (found.map_or(event_key(from).to_vec(), |(k, _)| k.to_vec()), None),
             Err(e) => (event_key(from).to_vec(), Some(Err(Error::from(e)))),
         };
-        failed
-            .into_iter()
-            .chain(
-                self.tree
-                    .range(start..=event_key(to).to_vec())
+        Box::new(
+            failed.into_iter().chain(
+                tree.range(start..=event_key(to).to_vec())
                     .flat_map(|item| match item.map_err(Error::from).and_then(|(k, v)| located(&k, v)) {
                         Ok(events) => events.into_iter().map(Ok).collect::<Vec<_>>(),
                         Err(e) => vec![Err(e)],
                     })
                     .filter(move |item| item.as_ref().map_or(true, |(rv, _)| (from..=to).contains(rv))),
-            )
+            ),
+        )
     }
 
     /// The record of the event at `rv`, if the log holds it.

@@ -31,7 +31,7 @@ impl Store {
             }
         };
         let mut checkpoints = BTreeMap::new();
-        for item in self.tree.scan_prefix([CHECKPOINT]) {
+        for item in self.tree()?.scan_prefix([CHECKPOINT]) {
             let (k, v) = item?;
             let text = String::from_utf8_lossy(&k[1..]).into_owned();
             let (cluster, resource) =

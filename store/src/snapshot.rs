@@ -127,7 +127,7 @@ impl<W: std::io::Write> std::io::Write for ChecksumWriter<W> {
 
 impl Store {
     pub(crate) fn store_id(&self) -> Result<Vec<u8>> {
-        Ok(self.tree.get(meta_key("store-id"))?.map(|v| v.to_vec()).unwrap_or_default())
+        Ok(self.tree()?.get(meta_key("store-id"))?.map(|v| v.to_vec()).unwrap_or_default())
     }
 
     /// Writes the index to the snapshot file, atomically (a temporary file,

@@ -209,7 +209,7 @@ fn objects_written_in_place_are_what_their_bodies_serve() {
     raw.body.name_end = 22;
     raw.body.rv_at = 43;
     raw.body.row = None;
-    store.tree.insert(event_key(raw.rv), in_old_layout(&encode_event(&raw).unwrap())).unwrap();
+    store.tree().unwrap().insert(event_key(raw.rv), in_old_layout(&encode_event(&raw).unwrap())).unwrap();
     events.push(raw);
     // One buffer for all, its space holding what was written before (and
     // garbage at first): what is written never depends on it.
@@ -232,7 +232,7 @@ fn objects_written_in_place_are_what_their_bodies_serve() {
     let mut damaged = in_old_layout(&store.record(events[5].rv).unwrap().unwrap());
     let last = damaged.len() - 1;
     damaged.truncate(last);
-    store.tree.insert(event_key(2000), damaged).unwrap();
+    store.tree().unwrap().insert(event_key(2000), damaged).unwrap();
     assert!(matches!(store.write_served(2000, Some("_m1"), &mut out), Err(Error::Corrupt { .. })));
     assert_eq!(out.written(), b"[");
 }
@@ -345,8 +345,8 @@ fn undecodable_records_are_reported_as_corruption() {
     let dir = tempfile::tempdir().unwrap();
     {
         let store = Store::open(dir.path(), &Options::default()).unwrap();
-        store.tree.insert(event_key(1), &b"\xff\xff"[..]).unwrap();
-        store.tree.insert(meta_key("head"), &1u64.to_be_bytes()[..]).unwrap();
+        store.tree().unwrap().insert(event_key(1), &b"\xff\xff"[..]).unwrap();
+        store.tree().unwrap().insert(meta_key("head"), &1u64.to_be_bytes()[..]).unwrap();
         store.flush().unwrap();
     }
     let store = Store::open(dir.path(), &Options::default()).unwrap();
@@ -427,14 +427,14 @@ fn data_dirs_of_the_format_before_are_upgraded() {
                 k.push(0);
             }
             k.extend_from_slice(key.cluster.as_bytes());
-            store.tree.insert(k, serde_json::to_vec(&**entry).unwrap()).unwrap();
+            store.tree().unwrap().insert(k, serde_json::to_vec(&**entry).unwrap()).unwrap();
         }
-        store.tree.insert(meta_key("format"), FORMAT_2.as_bytes()).unwrap();
+        store.tree().unwrap().insert(meta_key("format"), FORMAT_2.as_bytes()).unwrap();
         store.flush().unwrap();
     }
     let store = Store::open(dir.path(), &opts).unwrap();
-    assert_eq!(store.tree.get(meta_key("format")).unwrap().as_deref(), Some(FORMAT.as_bytes()));
-    assert_eq!(store.tree.scan_prefix([b'i']).count(), 0, "index entries removed");
+    assert_eq!(store.tree().unwrap().get(meta_key("format")).unwrap().as_deref(), Some(FORMAT.as_bytes()));
+    assert_eq!(store.tree().unwrap().scan_prefix([b'i']).count(), 0, "index entries removed");
     let recovered = store.recover().unwrap();
     assert!(matches!(recovered.path, RecoveryPath::Snapshot { .. }), "{}", recovered.path);
     assert_eq!(index_contents(&recovered.index), index_contents(&index));
@@ -445,7 +445,7 @@ fn data_dirs_of_the_format_before_are_upgraded() {
 /// Every event's pointer in the `e` values of the store, as (RV, pointer).
 fn pointers(store: &Store) -> Vec<(u64, log::Pointer)> {
     store
-        .tree
+        .tree().unwrap()
         .scan_prefix([EVENT])
         .flat_map(|item| {
             let (k, v) = item.unwrap();
@@ -456,16 +456,16 @@ fn pointers(store: &Store) -> Vec<(u64, log::Pointer)> {
 
 /// The number of events the `e` values of the store hold.
 fn stored_events(store: &Store) -> usize {
-    store.tree.scan_prefix([EVENT]).map(|item| log::entry_count(&item.unwrap().1)).sum()
+    store.tree().unwrap().scan_prefix([EVENT]).map(|item| log::entry_count(&item.unwrap().1)).sum()
 }
 
 /// Removes the event at `rv` from the value that holds it, as compaction does.
 fn remove_event(store: &Store, rv: u64) {
-    let (k, v) = store.tree.range(event_key(0)..=event_key(rv)).next_back().unwrap().unwrap();
+    let (k, v) = store.tree().unwrap().range(event_key(0)..=event_key(rv)).next_back().unwrap().unwrap();
     let left: Vec<(u64, Located)> = located(&k, v).unwrap().into_iter().filter(|(at, _)| *at != rv).collect();
     match left_value(&k, left).unwrap() {
-        Some(value) => store.tree.insert(k, value).unwrap(),
-        None => store.tree.remove(k).unwrap(),
+        Some(value) => store.tree().unwrap().insert(k, value).unwrap(),
+        None => store.tree().unwrap().remove(k).unwrap(),
     };
 }
 
@@ -513,7 +513,7 @@ fn event_records_go_to_the_record_log_and_damage_there_is_reported() {
     std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(u64::from(last.1.offset) + 3).unwrap();
     assert!(matches!(store.event(last.0), Err(Error::Corrupt { .. })));
     // A pointer of the wrong length is damage, not a record.
-    store.tree.insert(event_key(1000), &last.1.encode()[..log::POINTER_LEN - 1]).unwrap();
+    store.tree().unwrap().insert(event_key(1000), &last.1.encode()[..log::POINTER_LEN - 1]).unwrap();
     assert!(matches!(store.event(1000), Err(Error::Corrupt { .. })));
 }
 
@@ -628,9 +628,9 @@ fn data_dirs_of_format_3_are_read_in_place_and_renamed() {
         // As format 3 kept them: each record in sled at its event's key.
         for event in &events {
             let record = in_old_layout(&store.record(event.rv).unwrap().unwrap());
-            store.tree.insert(event_key(event.rv), record).unwrap();
+            store.tree().unwrap().insert(event_key(event.rv), record).unwrap();
         }
-        store.tree.insert(meta_key("format"), FORMAT_3.as_bytes()).unwrap();
+        store.tree().unwrap().insert(meta_key("format"), FORMAT_3.as_bytes()).unwrap();
         store.write_snapshot(&index).unwrap().unwrap();
         store.flush().unwrap();
         events
@@ -643,7 +643,7 @@ fn data_dirs_of_format_3_are_read_in_place_and_renamed() {
     std::fs::write(&path, [&b"kubefold-index-snapshot\n"[..], &snapshot[snapshot::SNAPSHOT_MAGIC.len()..]].concat()).unwrap();
 
     let store = Store::open(dir.path(), &opts).unwrap();
-    assert_eq!(store.tree.get(meta_key("format")).unwrap().as_deref(), Some(FORMAT.as_bytes()));
+    assert_eq!(store.tree().unwrap().get(meta_key("format")).unwrap().as_deref(), Some(FORMAT.as_bytes()));
     let recovered = store.recover().unwrap();
     assert_eq!(recovered.path, RecoveryPath::Replay { reason: "snapshot of an older store format".into() });
     assert_eq!(index_contents(&recovered.index), index_contents(&index));
@@ -653,7 +653,7 @@ fn data_dirs_of_format_3_are_read_in_place_and_renamed() {
     }
     let newer = commit_changes(&store, &mut index, vec![pod_change("p5", 50, false)]);
     let inline = store
-        .tree
+        .tree().unwrap()
         .scan_prefix([EVENT])
         .filter(|item| {
             let (k, v) = item.as_ref().unwrap();
@@ -948,7 +948,7 @@ fn a_commits_pointers_are_kept_in_groups() {
         let store = Store::open(dir.path(), &opts).unwrap();
         let events = commit_changes(&store, &mut index, (0..n).map(|i| pod_change(&format!("p{i}"), i as u64 + 1, false)).collect());
         assert_eq!(events.len(), n);
-        let keys: Vec<u64> = store.tree.scan_prefix([EVENT]).keys().map(|k| read_u64(&k.unwrap()[1..], "key").unwrap()).collect();
+        let keys: Vec<u64> = store.tree().unwrap().scan_prefix([EVENT]).keys().map(|k| read_u64(&k.unwrap()[1..], "key").unwrap()).collect();
         let firsts = [events[0].rv, events[log::GROUP_EVENTS].rv, events[2 * log::GROUP_EVENTS].rv];
         assert_eq!(keys, firsts, "one value per {} events, keyed by its first", log::GROUP_EVENTS);
         assert_eq!(stored_events(&store), n);
@@ -1000,24 +1000,24 @@ fn data_dirs_of_format_4_are_read_in_place_and_renamed() {
         let events = commit_changes(&store, &mut index, (0..40).map(|i| pod_change(&format!("p{i}"), i + 1, false)).collect());
         // As format 4 kept them: one key per event, its pointer the value.
         for (rv, pointer) in pointers(&store) {
-            store.tree.insert(event_key(rv), &pointer.encode()[..]).unwrap();
+            store.tree().unwrap().insert(event_key(rv), &pointer.encode()[..]).unwrap();
         }
-        store.tree.insert(meta_key("format"), FORMAT_4.as_bytes()).unwrap();
+        store.tree().unwrap().insert(meta_key("format"), FORMAT_4.as_bytes()).unwrap();
         store.flush().unwrap();
         events
     };
     let store = Store::open(dir.path(), &opts).unwrap();
-    assert_eq!(store.tree.get(meta_key("format")).unwrap().as_deref(), Some(FORMAT.as_bytes()));
-    assert_eq!(store.tree.scan_prefix([EVENT]).count(), 40, "a key per event");
+    assert_eq!(store.tree().unwrap().get(meta_key("format")).unwrap().as_deref(), Some(FORMAT.as_bytes()));
+    assert_eq!(store.tree().unwrap().scan_prefix([EVENT]).count(), 40, "a key per event");
     assert_eq!(index_contents(&store.recover().unwrap().index), index_contents(&index));
     assert_eq!(loaded_event_count(&store), 40);
     for event in &events {
         assert_eq!(store.event(event.rv).unwrap().as_ref(), Some(event));
     }
     let newer = commit_changes(&store, &mut index, (0..20).map(|i| pod_change(&format!("p{i}"), 100 + i, false)).collect());
-    assert_eq!(store.tree.scan_prefix([EVENT]).count(), 41, "the new events in one group");
+    assert_eq!(store.tree().unwrap().scan_prefix([EVENT]).count(), 41, "the new events in one group");
     let mut backup = Vec::new();
-    let others = store.tree.iter().keys().filter(|k| k.as_ref().unwrap()[0] != EVENT).count() as u64;
+    let others = store.tree().unwrap().iter().keys().filter(|k| k.as_ref().unwrap()[0] != EVENT).count() as u64;
     assert_eq!(store.backup(&mut backup).unwrap(), others + 60, "one record per event");
     let restored = Store::restore(&copy.path().join("d"), &mut &backup[..], &opts).unwrap();
     for event in events.iter().chain(&newer) {

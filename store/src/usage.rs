@@ -47,14 +47,14 @@ impl Store {
     pub fn event_count(&self) -> usize {
         self.locations
             .count()
-            .unwrap_or_else(|| self.tree.scan_prefix([EVENT]).values().map(|v| v.map_or(0, |v| log::entry_count(&v))).sum())
+            .unwrap_or_else(|| self.tree().map_or(0, |tree| tree.scan_prefix([EVENT]).values().map(|v| v.map_or(0, |v| log::entry_count(&v))).sum()))
     }
 
     /// Records and their key and value bytes by kind (a full scan; for
     /// measurements and the soak tools, not for a request path).
     pub fn usage(&self) -> Result<Usage> {
         let mut usage = Usage::default();
-        for item in self.tree.iter() {
+        for item in self.tree()?.iter() {
             let (k, v) = item?;
             let kind = match k.first() {
                 Some(&EVENT) => &mut usage.events,
