@@ -311,6 +311,7 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<Config> {
         config.karmada = Some(karmada::KarmadaConfig { kubeconfig, context: args.karmada_context });
     } else if let (Some(karmada), Some(context)) = (config.karmada.as_mut(), args.karmada_context) {
         karmada.context = Some(context);
+    }
     if let Some(path) = args.audit_log_path {
         config.audit.log_path = Some(path);
     }
