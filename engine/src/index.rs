@@ -305,27 +305,7 @@ impl Index {
 mod tests {
     use super::*;
     use crate::event::Change;
-    use crate::object::{ingest, Ingested};
-    use crate::resources;
-
-    fn pod(ns: &str, name: &str, member_rv: &str) -> Ingested {
-        let pods = resources::find(&resources::builtin(), "", "v1", "pods").unwrap().clone();
-        let raw = format!(
-            r#"{{"metadata":{{"name":"{name}","namespace":"{ns}","resourceVersion":"{member_rv}","labels":{{"app":"x"}}}}}}"#
-        );
-        ingest(&pods, "m", raw.as_bytes()).unwrap()
-    }
-
-    /// Plans and applies like the aggregator does.
-    fn commit(index: &mut Index, events: Vec<StoredEvent>) -> Vec<(EventType, String, u64)> {
-        events
-            .into_iter()
-            .map(|e| {
-                index.apply(&e);
-                (e.event_type, e.key.name.clone(), e.rv)
-            })
-            .collect()
-    }
+    use crate::reflector::tests::{commit, pod};
 
     #[test]
     fn global_rvs_increase_and_changes_become_events() {

@@ -456,12 +456,13 @@ fn key_of(ingested: &Ingested, cluster: &str) -> ObjectKey {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::object::ingest;
     use crate::resources;
 
-    fn pod(ns: &str, name: &str, member_rv: &str) -> Ingested {
+    /// A pod of cluster `m` as ingested (its test label `app=x`).
+    pub(crate) fn pod(ns: &str, name: &str, member_rv: &str) -> Ingested {
         let pods = resources::find(&resources::builtin(), "", "v1", "pods").unwrap().clone();
         let raw = format!(
             r#"{{"metadata":{{"name":"{name}","namespace":"{ns}","resourceVersion":"{member_rv}","labels":{{"app":"x"}}}}}}"#
@@ -470,7 +471,7 @@ mod tests {
     }
 
     /// Plans and applies like the aggregator does.
-    fn commit(index: &mut Index, events: Vec<StoredEvent>) -> Vec<(EventType, String, u64)> {
+    pub(crate) fn commit(index: &mut Index, events: Vec<StoredEvent>) -> Vec<(EventType, String, u64)> {
         events
             .into_iter()
             .map(|e| {
