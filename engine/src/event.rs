@@ -51,7 +51,8 @@ pub struct ObjectKey {
 }
 
 /// One committed change with its global resource version: the unit of the
-/// event log (persisted as a bincode envelope around the raw JSON body).
+/// event log (persisted as a record: a binary head around the raw JSON
+/// body, see the store crate).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoredEvent {
     /// Global resource version of this event.
