@@ -230,8 +230,11 @@ fn dropped_non_matching_watches_release_their_connections_over_tls() {
 
 /// Point 6: a request with `Upgrade: websocket` (kubectl exec 1.30 and
 /// later) or `Upgrade: SPDY/3.1` is answered at once: the normal response
-/// where nothing streams, a Status saying streaming subresources are not
-/// served for exec; before, a WebSocket upgrade was never answered.
+/// where nothing streams; for exec and port-forward the member's answer
+/// (the stream is forwarded to it): 101 Switching Protocols for a
+/// WebSocket exec, the member's Status refusing SPDY or a subprotocol
+/// port-forward does not speak. Before, a WebSocket upgrade was never
+/// answered.
 #[test]
 fn upgrade_requests_are_answered_at_once() {
     let members = demo_members(1, 0.0);
@@ -240,6 +243,8 @@ fn upgrade_requests_are_answered_at_once() {
     kf.wait_ready();
     let websocket = "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: v5.channel.k8s.io\r\n";
     let spdy = "Connection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\n";
+    // The simulator serves exec once the pod runs.
+    wait_for(Duration::from_secs(30), "web-0 running", || kf.get("/api/v1/namespaces/default/pods/web-0_member1").1.contains("\"phase\":\"Running\""));
     for upgrade in [websocket, spdy] {
         let answer = |path: &str| {
             let url = kf.url.clone();
@@ -255,12 +260,18 @@ fn upgrade_requests_are_answered_at_once() {
         let (code, text) = answer("/version");
         assert_eq!(code, 200, "{text}");
         assert!(text.contains("gitVersion"), "{text}");
-        // Streaming subresources are not served yet: a Status saying so.
-        let (code, text) = answer("/api/v1/namespaces/default/pods/web-0_member1/exec?command=ls&stdout=true");
-        assert_eq!(code, 405, "{text}");
-        assert!(text.contains("\"kind\":\"Status\"") && text.contains("not served"), "{text}");
-        let (code, text) = answer("/api/v1/namespaces/default/pods/web-0_member1/portforward?ports=80");
-        assert_eq!(code, 405, "{text}");
+        for path in [
+            "/api/v1/namespaces/default/pods/web-0_member1/exec?command=ls&stdout=true",
+            "/api/v1/namespaces/default/pods/web-0_member1/portforward?ports=80",
+        ] {
+            let (code, text) = answer(path);
+            // Port-forward does not speak the exec subprotocol offered here.
+            if upgrade == websocket && path.contains("/exec?") {
+                assert_eq!(code, 101, "{path}: {text}");
+            } else {
+                assert!((400..500).contains(&code) && text.contains("\"kind\":\"Status\""), "{path}: {code} {text}");
+            }
+        }
         // A get of the pod itself is served.
         let (code, text) = answer("/api/v1/namespaces/default/pods/web-0_member1");
         assert_eq!(code, 200, "{text}");
