@@ -691,8 +691,17 @@ fn scale_status_and_json_patch_translate_the_resource_version() {
     // have written the deployment's status after the scale).
     let deploy_path = format!("/apis/apps/v1/namespaces/shop/deployments/{qualified}");
     let member_path = format!("/apis/apps/v1/namespaces/shop/deployments/{member_name}");
-    wait_for(Duration::from_secs(10), "kubefold holds the member's deployment", || {
-        as_member_sees_it(&kf.get_json(&deploy_path), "member1").1 == member_get(&m1, &member_path)["metadata"]["resourceVersion"]
+    // The member's controllers finish the rollout first (they write the
+    // deployment's status as its pods start), so nothing changes it between
+    // the read of its scale and the patch below.
+    wait_for(Duration::from_secs(30), "the rollout done and kubefold holding the member's deployment", || {
+        let member = member_get(&m1, &member_path);
+        let (spec, status) = (&member["spec"], &member["status"]);
+        let done = status["observedGeneration"] == member["metadata"]["generation"]
+            && status["updatedReplicas"] == spec["replicas"]
+            && status["readyReplicas"] == spec["replicas"]
+            && status["replicas"] == spec["replicas"];
+        done && as_member_sees_it(&kf.get_json(&deploy_path), "member1").1 == member["metadata"]["resourceVersion"]
     });
     let scale = kf.get_json(&format!("/apis/apps/v1/namespaces/shop/deployments/{qualified}/scale"));
     let global = rv_of(&scale);
