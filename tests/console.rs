@@ -228,3 +228,73 @@ fn a_large_fleet_is_paged() {
     drop(browser);
     kf.stop();
 }
+
+/// 100,000 search results (two members of 50,000 load pods each) are read
+/// a page at a time with continue tokens, never whole: each page holds 50
+/// rows, the pages hold different pods, and a 1% label selector narrows
+/// them to 1,000 (20 pages).
+#[test]
+fn a_hundred_thousand_results_are_paged() {
+    if let Some(missing) = webdriver::missing() {
+        eprintln!("skipped: {missing}");
+        return;
+    }
+    let members: Vec<(String, kubefold_testdata::SimHandle)> = (1..=2)
+        .map(|i| {
+            let name = format!("member{i}");
+            let sim = kubefold_testdata::start(kubefold_testdata::SimConfig { name: name.clone(), pods: 50_000, seed: i, ..Default::default() })
+                .expect("simulator starts");
+            (name, sim)
+        })
+        .collect();
+    let (_dir, data) = data_dir();
+    let kf = Kubefold::serve(&data, &cluster_flags(&members), &[]);
+    // A debug build syncing 100,000 pods on a busy machine: minutes, not seconds.
+    wait_for(Duration::from_secs(600), "kubefold ready with 100,000 pods", || kf.get("/readyz").0 == 200);
+    // remainingItemCount is given only without selectors, as Kubernetes gives it.
+    let listed = kf.get_json("/api/v1/pods?limit=1");
+    let remaining = listed["metadata"]["remainingItemCount"].as_u64().expect("remainingItemCount");
+    assert!(remaining >= 99_999, "kubefold holds the 100,000 load pods: {listed}");
+
+    let keys = |b: &Browser| -> Vec<String> {
+        b.script("return [...document.querySelectorAll('#results tbody tr')].map((r) => r.dataset.key);", json!([]))
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect()
+    };
+    let browser = Browser::start(1280, 860);
+    browser.open(&format!("{}/ui/search?type=pods&labels=app%3Dload", kf.url));
+    browser.wait(Duration::from_secs(60), "the first page of 100,000 pods", |b| b.text("#search-status").contains("page 1"));
+    assert_eq!(keys(&browser).len(), 50);
+    assert!(browser.text("#search-status").contains("more on the next page"), "{}", browser.text("#search-status"));
+    let mut seen: std::collections::BTreeSet<String> = keys(&browser).into_iter().collect();
+    for page in 2..=4 {
+        browser.click("#next-page");
+        browser.wait(Duration::from_secs(60), "the next page", |b| b.text("#search-status").contains(&format!("page {page}")));
+        let page_keys = keys(&browser);
+        assert_eq!(page_keys.len(), 50);
+        seen.extend(page_keys);
+    }
+    assert_eq!(seen.len(), 200, "four pages, 200 different pods");
+    browser.click("#prev-page");
+    browser.wait(Duration::from_secs(60), "back to page 3", |b| b.text("#search-status").contains("page 3"));
+    // The page holds only its rows: the browser never received the 100,000.
+    let rows_in_document = browser.script("return document.querySelectorAll('tr').length;", json!([]));
+    assert!(rows_in_document.as_u64().unwrap() <= 60, "{rows_in_document}");
+
+    // shard=s7: 1,000 pods, 20 pages, the last one without a next.
+    browser.open(&format!("{}/ui/search?type=pods&labels=shard%3Ds7", kf.url));
+    browser.wait(Duration::from_secs(60), "the first page of shard s7", |b| b.text("#search-status").contains("page 1"));
+    let mut shard: std::collections::BTreeSet<String> = keys(&browser).into_iter().collect();
+    for page in 2..=20 {
+        browser.click("#next-page");
+        browser.wait(Duration::from_secs(60), "the next page", |b| b.text("#search-status").contains(&format!("page {page}")));
+        shard.extend(keys(&browser));
+    }
+    assert_eq!(shard.len(), 1000, "every pod of shard s7 once, over the pages");
+    assert_eq!(browser.script("return document.getElementById('next-page').disabled;", json!([])), json!(true), "no page after the last");
+    drop(browser);
+    kf.stop();
+}
