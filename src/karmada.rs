@@ -2,7 +2,9 @@
 //! (`karmada` in the config, `--karmada-kubeconfig`): every `Cluster`
 //! (`cluster.karmada.io/v1alpha1`) with the Secret its `spec.secretRef`
 //! names becomes a member, every `ResourceRegistry`
-//! (`search.karmada.io/v1alpha1`) a rule of the resource selection. The
+//! (`search.karmada.io/v1alpha1`) a rule of the resource selection; the
+//! `token` of the Secret its `spec.impersonatorSecretRef` names is the
+//! member's impersonator token (edits act there as their caller). The
 //! control plane is read again every second and only the differences are
 //! applied: a new Cluster is added, one whose endpoint or credentials
 //! changed reconnects, a removed one is dropped (its objects become DELETED
@@ -64,6 +66,14 @@ pub fn member_of(cluster: &Value, secrets: &BTreeMap<String, BTreeMap<String, St
         .unwrap_or_default();
     let mut member = ClusterSpec::from_url(&name, &endpoint);
     member.labels = labels;
+    // The identity that impersonates callers on the member (Karmada's
+    // cluster proxy uses the same Secret).
+    if let Some(secret_ref) = spec["impersonatorSecretRef"].as_object() {
+        let key = format!("{}/{}", secret_ref.get("namespace").and_then(Value::as_str).unwrap_or_default(), secret_ref.get("name").and_then(Value::as_str).unwrap_or_default());
+        let data = secrets.get(&key).ok_or_else(|| format!("Cluster {name}: its impersonator Secret {key} does not exist"))?;
+        let token = data.get("token").and_then(|t| decode(t)).map(|t| t.trim().to_string()).filter(|t| !t.is_empty());
+        member.impersonator_token = Some(token.ok_or_else(|| format!("Cluster {name}: its impersonator Secret {key} has no token"))?);
+    }
     if ca_bundle.is_none() && proxy.is_none() {
         member.token = token;
         member.insecure_skip_tls_verify = insecure;
@@ -245,9 +255,12 @@ async fn read(client: &kube::Client) -> anyhow::Result<ControlPlane> {
     let as_values = |items: Vec<DynamicObject>| items.into_iter().filter_map(|o| serde_json::to_value(o).ok()).collect::<Vec<_>>();
     let clusters = as_values(list("cluster.karmada.io", "Cluster", "clusters").list(&ListParams::default()).await.context("list clusters")?.items);
     let mut secrets = BTreeMap::new();
-    for cluster in &clusters {
-        let Some(r) = cluster["spec"]["secretRef"].as_object() else { continue };
+    let references = clusters.iter().flat_map(|c| [c["spec"]["secretRef"].as_object(), c["spec"]["impersonatorSecretRef"].as_object()]);
+    for r in references.flatten() {
         let (Some(ns), Some(name)) = (r.get("namespace").and_then(Value::as_str), r.get("name").and_then(Value::as_str)) else { continue };
+        if secrets.contains_key(&format!("{ns}/{name}")) {
+            continue;
+        }
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&()));
         if let Some(secret) = api.get_opt(name).await.context("get secret")? {
             let data = secret.data["data"].as_object().map(|d| d.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect()).unwrap_or_default();
@@ -289,6 +302,23 @@ mod tests {
         assert_eq!(server.server.as_deref(), Some("https://m1:6443"));
         assert_eq!(server.certificate_authority_data.as_deref(), Some("UEVN"));
         assert_eq!(server.proxy_url.as_deref(), Some("http://proxy:3128"));
+    }
+
+    #[test]
+    fn the_impersonator_secret_makes_the_member_impersonate() {
+        let mut secrets = secrets();
+        let impersonator = BTreeMap::from([("token".to_string(), "aW1wZXJzb25hdG9yCg==".to_string())]);
+        secrets.insert("karmada-cluster/m1-impersonator".to_string(), impersonator);
+        let mut cluster = json!({"metadata": {"name": "m1"}, "spec": {"syncMode": "Push", "apiEndpoint": "https://m1", "secretRef": {"namespace": "karmada-cluster", "name": "m1"}}});
+        let member = member_of(&cluster, &secrets).unwrap();
+        assert!(!member.impersonates(), "no impersonator Secret: kubefold's own identity");
+        cluster["spec"]["impersonatorSecretRef"] = json!({"namespace": "karmada-cluster", "name": "m1-impersonator"});
+        let member = member_of(&cluster, &secrets).unwrap();
+        assert_eq!(member.impersonator_token.as_deref(), Some("impersonator"));
+        assert!(member.impersonates());
+        assert!(!format!("{member:?}").contains("impersonator\""), "the token never shows");
+        cluster["spec"]["impersonatorSecretRef"]["name"] = json!("gone");
+        assert!(member_of(&cluster, &secrets).unwrap_err().contains("impersonator Secret karmada-cluster/gone"));
     }
 
     #[test]

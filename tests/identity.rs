@@ -149,3 +149,113 @@ fn a_policy_file_that_is_not_a_policy_stops_kubefold_at_start() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("audit policy") && stderr.contains("kind Policy"), "{stderr}");
 }
+
+/// A member simulator that decides every request itself: kubefold reads
+/// with `kubefold-token`, `impersonator-token` may impersonate anyone,
+/// alice may edit ConfigMaps in `default` only, and bob nothing.
+fn strict_member(dir: &std::path::Path, audit_log: &std::path::Path) -> kubefold_testdata::SimHandle {
+    let policy = write(
+        dir,
+        "member-authz.yaml",
+        "users:\n\
+         - {name: kubefold, token: kubefold-token}\n\
+         - {name: impersonator, token: impersonator-token}\n\
+         rules:\n\
+         - {users: [kubefold], verbs: [get, list, watch], resources: ['*']}\n\
+         - {users: [impersonator], verbs: [impersonate], resources: [users, groups, uids, 'userextras/*']}\n\
+         - {users: [alice], verbs: [get, create, update, patch, delete], apiGroups: [''], resources: [configmaps], namespaces: [default]}\n",
+    );
+    kubefold_testdata::start(kubefold_testdata::SimConfig {
+        name: "member1".into(),
+        workload: kubefold_testdata::Workload::Demo,
+        authz_file: Some(policy.into()),
+        audit_log_path: Some(audit_log.to_path_buf()),
+        ..kubefold_testdata::SimConfig::default()
+    })
+    .expect("simulator starts")
+}
+
+/// The member's audit events of `verb` on `resource` (and subresource).
+fn member_events(log: &std::path::Path, verb: &str, resource: &str, subresource: Option<&str>) -> Vec<Value> {
+    audit_events(log)
+        .into_iter()
+        .filter(|e| e["verb"] == verb && e["objectRef"]["resource"] == resource && e["objectRef"]["subresource"].as_str() == subresource)
+        .collect()
+}
+
+#[test]
+fn edits_reach_the_member_as_the_caller_and_the_members_refusal_comes_back() {
+    let (tmp, dir) = data_dir();
+    let member_log = tmp.path().join("member-audit.log");
+    let member = strict_member(tmp.path(), &member_log);
+    let impersonator = write(tmp.path(), "impersonator.token", "impersonator-token\n");
+    let tokens = write(
+        tmp.path(),
+        "tokens.csv",
+        &format!("{ADMIN},admin,1001,\"kubefold:admins\"\nalice-token,alice,2001,\"kubefold:editors,team-a\"\nbob-token,bob,2002,\"kubefold:editors\"\n"),
+    );
+    let (_config_dir, config) = config_file(&format!(
+        "clusters:\n- name: member1\n  url: {}\n  token: kubefold-token\n  impersonatorTokenFile: {impersonator}\n",
+        member.url()
+    ));
+    let kf = Kubefold::serve(&dir, &[], &["--config", &config, "--token-auth-file", &tokens]);
+    kf.wait_ready();
+    let config_map = |name: &str, namespace: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}, "data": {"mode": "fast"}});
+
+    // alice creates where the member lets her: it arrives as alice.
+    let (code, _, body) = send(&kf, "alice-token", "POST", "/clusters/member1/api/v1/namespaces/default/configmaps", Some(config_map("settings", "default")), &[]);
+    assert_eq!(code, 201, "{body}");
+    let created = member_events(&member_log, "create", "configmaps", None);
+    assert_eq!(created.len(), 1, "{created:?}");
+    assert_eq!(created[0]["user"]["username"], "impersonator");
+    assert_eq!(created[0]["impersonatedUser"]["username"], "alice");
+    assert_eq!(created[0]["impersonatedUser"]["uid"], "2001");
+    assert_eq!(created[0]["impersonatedUser"]["groups"], json!(["kubefold:editors", "team-a", "system:authenticated"]));
+    assert_eq!(created[0]["responseStatus"]["code"], 201);
+
+    // An edit at the top level (a qualified name) too.
+    let (code, _, body) = send(&kf, "alice-token", "PATCH", "/api/v1/namespaces/default/configmaps/settings_member1", Some(json!({"data": {"mode": "slow"}})), &[("Content-Type", "application/merge-patch+json")]);
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["data"]["mode"], "slow");
+    let patched = member_events(&member_log, "patch", "configmaps", None);
+    assert_eq!(patched.len(), 1);
+    assert_eq!(patched[0]["impersonatedUser"]["username"], "alice");
+    assert_eq!(patched[0]["objectRef"]["name"], "settings");
+
+    // Where the member's policy denies it, its 403 comes back unchanged
+    // (kubefold's own rules let every editor through).
+    let (code, _, body) = send(&kf, "alice-token", "POST", "/clusters/member1/api/v1/namespaces/kube-system/configmaps", Some(config_map("settings", "kube-system")), &[]);
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(body["kind"], "Status");
+    assert_eq!(body["reason"], "Forbidden");
+    assert_eq!(body["message"], "configmaps is forbidden: User \"alice\" cannot create resource \"configmaps\" in API group \"\" in the namespace \"kube-system\"");
+    let (code, _, body) = send(&kf, "bob-token", "DELETE", "/api/v1/namespaces/default/configmaps/settings_member1", None, &[]);
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(body["message"], "configmaps \"settings\" is forbidden: User \"bob\" cannot delete resource \"configmaps\" in API group \"\" in the namespace \"default\"");
+    let refused = member_events(&member_log, "delete", "configmaps", None);
+    assert_eq!((refused[0]["impersonatedUser"]["username"].as_str(), refused[0]["responseStatus"]["code"].as_u64()), (Some("bob"), Some(403)));
+    let (code, _, _) = send(&kf, "alice-token", "GET", "/api/v1/namespaces/default/configmaps/settings_member1", None, &[]);
+    assert_eq!(code, 200, "bob's delete changed nothing");
+
+    // kubectl --as: the member sees the impersonated user, not the admin.
+    let as_alice = [("Impersonate-User", "alice"), ("Impersonate-Group", "kubefold:editors")];
+    let (code, _, body) = send(&kf, ADMIN, "DELETE", "/api/v1/namespaces/default/configmaps/settings_member1", None, &as_alice);
+    assert_eq!(code, 200, "{body}");
+    let deleted = member_events(&member_log, "delete", "configmaps", None);
+    assert_eq!(deleted.last().unwrap()["impersonatedUser"]["username"], "alice");
+    assert_eq!(deleted.last().unwrap()["impersonatedUser"]["groups"], json!(["kubefold:editors", "system:authenticated"]));
+    assert_eq!(deleted.last().unwrap()["responseStatus"]["code"], 200);
+
+    // A streaming subresource goes as the caller too: alice may not exec.
+    let (code, _, body) = send(&kf, "alice-token", "POST", "/api/v1/namespaces/default/pods/web-0_member1/exec?command=ls&stdout=true", None, &[]);
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(body["message"], "pods \"web-0\" is forbidden: User \"alice\" cannot create resource \"pods/exec\" in API group \"\" in the namespace \"default\"");
+    let exec = member_events(&member_log, "create", "pods", Some("exec"));
+    assert_eq!(exec.len(), 1);
+    assert_eq!(exec[0]["impersonatedUser"]["username"], "alice");
+
+    // kubefold's own reads stay kubefold's.
+    let reads = audit_events(&member_log).into_iter().filter(|e| e["verb"] == "watch").collect::<Vec<_>>();
+    assert!(!reads.is_empty() && reads.iter().all(|e| e["user"]["username"] == "kubefold" && e.get("impersonatedUser").is_none()));
+    kf.stop();
+}

@@ -172,3 +172,63 @@ fn a_karmada_cluster_named_as_a_configured_one_is_refused() {
     // The configured member1 is the one served, not the Karmada Cluster's endpoint.
     assert!(other.requests().iter().all(|r| !r.path.starts_with("/api/v1/pods")), "the clashing Cluster was contacted");
 }
+
+#[test]
+fn edits_through_the_karmada_path_act_on_the_member_as_the_caller() {
+    let karmada = sim("karmada", 9, true);
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("member-authz.yaml");
+    std::fs::write(
+        &policy,
+        "users: [{name: kubefold, token: token-1}, {name: impersonator, token: impersonator-1}]\n\
+         rules:\n\
+         - {users: [kubefold], verbs: [get, list, watch], resources: ['*']}\n\
+         - {users: [impersonator], verbs: [impersonate], resources: [users, groups, uids]}\n\
+         - {groups: [team-a], verbs: [create, patch, delete], apiGroups: [''], resources: [configmaps], namespaces: [default]}\n",
+    )
+    .unwrap();
+    let member_log = dir.path().join("member1-audit.log");
+    let member1 = kubefold_testdata::start(SimConfig {
+        name: "member1".into(),
+        workload: Workload::Demo,
+        authz_file: Some(policy),
+        audit_log_path: Some(member_log.clone()),
+        ..SimConfig::default()
+    })
+    .expect("simulator starts");
+    register(&karmada, "member1", &member1, "token-1");
+    // The impersonator Secret, as karmadactl join writes it.
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "member1-impersonator", "namespace": "karmada-cluster"}, "data": {"token": b64("impersonator-1")}});
+    send(&karmada, "POST", "/api/v1/namespaces/karmada-cluster/secrets", "application/json", &secret);
+    let reference = json!({"spec": {"impersonatorSecretRef": {"namespace": "karmada-cluster", "name": "member1-impersonator"}}});
+    send(&karmada, "PATCH", "/apis/cluster.karmada.io/v1alpha1/clusters/member1", "application/merge-patch+json", &reference);
+
+    let (_dir, data) = data_dir();
+    let kubeconfig = data.parent().unwrap().join("karmada.kubeconfig");
+    std::fs::write(&kubeconfig, format!("apiVersion: v1\nkind: Config\nclusters: [{{name: k, cluster: {{server: \"{}\"}}}}]\nusers: [{{name: u, user: {{}}}}]\ncontexts: [{{name: k, context: {{cluster: k, user: u}}}}]\ncurrent-context: k\n", karmada.url())).unwrap();
+    let tokens = data.parent().unwrap().join("tokens.csv");
+    std::fs::write(&tokens, "carol-token,carol,3001,\"kubefold:editors,team-a\"\ndave-token,dave,3002,\"kubefold:editors\"\n").unwrap();
+    let kf = Kubefold::serve(&data, &[], &["--karmada-kubeconfig", kubeconfig.to_str().unwrap(), "--token-auth-file", tokens.to_str().unwrap()]);
+    let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+    let pods = format!("{}{PROXY}/api/v1/namespaces/default/pods", kf.url);
+    wait_for(Duration::from_secs(60), "member1's pods", || {
+        client.get(&pods).bearer_auth("carol-token").send().ok().filter(|r| r.status() == 200).and_then(|r| r.text().ok()).is_some_and(|t| t.contains("web-0_member1"))
+    });
+    let create = |token: &str| {
+        let config_map = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("from-{token}_member1"), "namespace": "default"}});
+        let response = client.post(format!("{}{PROXY}/api/v1/namespaces/default/configmaps", kf.url)).bearer_auth(token).json(&config_map).send().unwrap();
+        (response.status().as_u16(), response.json::<Value>().unwrap_or(Value::Null))
+    };
+    let (code, body) = create("carol-token");
+    assert_eq!(code, 201, "{body}");
+    let (code, body) = create("dave-token");
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(body["message"], "configmaps is forbidden: User \"dave\" cannot create resource \"configmaps\" in API group \"\" in the namespace \"default\"");
+    let events: Vec<Value> = std::fs::read_to_string(&member_log).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let creates: Vec<(String, String, u64)> = events
+        .iter()
+        .filter(|e| e["verb"] == "create" && e["objectRef"]["resource"] == "configmaps")
+        .map(|e| (e["user"]["username"].as_str().unwrap().to_string(), e["impersonatedUser"]["username"].as_str().unwrap_or_default().to_string(), e["responseStatus"]["code"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(creates, [("impersonator".to_string(), "carol".to_string(), 201), ("impersonator".to_string(), "dave".to_string(), 403)]);
+}

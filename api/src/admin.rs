@@ -238,6 +238,18 @@ fn parse_spec(state: &ApiState, body: &[u8]) -> Result<ClusterSpec, Status> {
     if let Some(path) = &spec.kubeconfig {
         check_kubeconfig_path(&spec.name, path, &state.config.kubeconfig_dirs)?;
     }
+    if let Some(path) = &spec.impersonator_token_file {
+        // A file whose contents go to a member as a credential: the same
+        // directories as kubeconfigs.
+        check_kubeconfig_path(&spec.name, path, &state.config.kubeconfig_dirs).map_err(|_| {
+            Status::new(
+                422,
+                "Invalid",
+                format!("cluster {:?}: impersonatorTokenFile {} is not in a directory of admin.kubeconfigDirs; give impersonatorToken instead", spec.name, path.display()),
+            )
+            .with_details("admin.kubefold.io", "clusters", &spec.name)
+        })?;
+    }
     Ok(spec)
 }
 

@@ -56,6 +56,8 @@ struct Admitted {
     client: Client,
     /// The authenticated caller, when it impersonates `user`.
     impersonator: Option<User>,
+    /// The extra attributes of `user`.
+    extra: Vec<(String, Vec<String>)>,
 }
 
 /// The client a request is counted against in the per-client limits: the
@@ -155,14 +157,14 @@ impl Auth {
         let slot = self.inner.in_flight.acquire(client.clone()).ok_or(Rejection::TooManyRequests)?;
         // The per-client limits count the real caller; authorization sees
         // the user it impersonates.
-        let (user, impersonator) = match crate::impersonate::Impersonation::from_headers(req.headers()).map_err(Rejection::Invalid)? {
-            None => (user, None),
+        let (user, impersonator, extra) = match crate::impersonate::Impersonation::from_headers(req.headers()).map_err(Rejection::Invalid)? {
+            None => (user, None, Vec::new()),
             Some(asked) => {
                 if let Some(denied) = asked.checks().into_iter().find(|check| !self.allows(&user, check)) {
                     return Err(Rejection::Forbidden(Box::new((user, denied))));
                 }
                 debug!(user = %user.name, as_user = %asked.user, as_groups = ?asked.groups, "Request impersonates a user.");
-                (asked.user(), Some(user))
+                (asked.user(), Some(user), asked.extra)
             }
         };
         let info = RequestInfo::of(&req.extensions(), req.method(), req.path(), req.query_string());
@@ -174,7 +176,7 @@ impl Auth {
             true => Some(self.inner.long_running.acquire(client.clone()).ok_or(Rejection::TooManyLongRunning)?),
             false => None,
         };
-        Ok(Admitted { user, attributes, slot, long_running, client: Client(client), impersonator })
+        Ok(Admitted { user, attributes, slot, long_running, client: Client(client), impersonator, extra })
     }
 }
 
@@ -234,7 +236,11 @@ where
             return Box::pin(async move { Ok(response.await?.map_body(|_, body| Counted { body, _slot: None, _long_running: None }).map_into_left_body()) });
         }
         match self.auth.admit(&req) {
-            Ok(Admitted { user, attributes, slot, long_running, client, impersonator }) => {
+            Ok(Admitted { user, attributes, slot, long_running, client, impersonator, extra }) => {
+                if !self.auth.inner.open {
+                    // Who forwarded edits act as on members that impersonate.
+                    req.extensions_mut().insert(crate::impersonate::Caller { user: user.clone(), extra });
+                }
                 req.extensions_mut().insert(user);
                 if let Some(impersonator) = impersonator {
                     req.extensions_mut().insert(crate::audit::Impersonator(impersonator));
