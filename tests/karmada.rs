@@ -137,6 +137,16 @@ fn members_and_selection_follow_karmada_live() {
     send(&karmada, "PATCH", "/apis/search.karmada.io/v1alpha1/resourceregistries/config", "application/merge-patch+json", &json!({"spec": {"targetCluster": {"clusterNames": ["member1", "member3"]}}}));
     wait_for(Duration::from_secs(30), "member3's config maps", || names(&kf, "/api/v1/configmaps").iter().any(|n| n.ends_with("_member3")));
 
+    // All of it came from watches, not from reading the control plane
+    // again and again: one list of each kind, then watches from it.
+    let requests = karmada.requests();
+    let count = |path: &str, watch: bool| requests.iter().filter(|r| r.method == "GET" && r.path == path && r.watch == watch).count();
+    for path in ["/apis/cluster.karmada.io/v1alpha1/clusters", "/apis/search.karmada.io/v1alpha1/resourceregistries", "/api/v1/namespaces/karmada-cluster/secrets"] {
+        assert!(count(path, true) >= 1, "no watch of {path}: {requests:?}");
+        assert!(count(path, false) <= 2, "{path} listed {} times: the control plane is polled", count(path, false));
+    }
+    assert!(requests.iter().all(|r| r.method != "GET" || !r.path.starts_with("/api/v1/namespaces/karmada-cluster/secrets/")), "Secrets read one by one");
+
     // kubectl through Karmada's proxy path: only the server changes.
     let bin = "/usr/lib/google-cloud-sdk/bin/kubectl.1.33";
     if !std::path::Path::new(bin).exists() {
