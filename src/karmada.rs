@@ -24,6 +24,7 @@ use kube::api::{Api, DynamicObject};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::discovery::ApiResource;
 use kubefold_actors::cluster::ClusterSpec;
+use kubefold_actors::fleet::karmada::KarmadaCluster;
 use kubefold_actors::resolver::{Resolver, SetMembers};
 use kubefold_actors::supervisor::{AddCluster, DropCluster, SetSelection, Supervisor};
 use kubefold_engine::selection::{ResourceSelection, SelectionRule};
@@ -344,6 +345,12 @@ pub async fn run(config: KarmadaConfig, configured: BTreeSet<String>, supervisor
             }
         }
         members = wanted;
+        // Each member's sync mode and Ready condition, shown in its status.
+        let views = clusters
+            .iter()
+            .filter_map(|c| Some((c["metadata"]["name"].as_str().filter(|n| members.contains_key(*n))?.to_string(), KarmadaCluster::of(c))))
+            .collect();
+        fleet.karmada().replace(views);
         if members_changed {
             resolver.do_send(SetMembers(fleet.member_names()));
         }

@@ -242,3 +242,46 @@ fn edits_through_the_karmada_path_act_on_the_member_as_the_caller() {
         .collect();
     assert_eq!(creates, [("impersonator".to_string(), "carol".to_string(), 201), ("impersonator".to_string(), "dave".to_string(), 403)]);
 }
+
+#[test]
+fn a_clusters_ready_condition_and_an_unreachable_pull_cluster_show_in_the_status() {
+    let karmada = sim("karmada", 9, true);
+    let member1 = sim("member1", 1, false);
+    register(&karmada, "member1", &member1, "token-1");
+    // A Pull-mode Cluster whose endpoint nothing answers (its agent pulls;
+    // the control plane, and kubefold, cannot reach it).
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "faraway", "namespace": "karmada-cluster"}, "data": {"token": b64("token-f")}});
+    send(&karmada, "POST", "/api/v1/namespaces/karmada-cluster/secrets", "application/json", &secret);
+    let cluster = json!({
+        "apiVersion": "cluster.karmada.io/v1alpha1", "kind": "Cluster", "metadata": {"name": "faraway"},
+        "spec": {"syncMode": "Pull", "apiEndpoint": common::dead_port_url(), "secretRef": {"namespace": "karmada-cluster", "name": "faraway"}},
+    });
+    send(&karmada, "POST", "/apis/cluster.karmada.io/v1alpha1/clusters", "application/json", &cluster);
+    let (_dir, data) = data_dir();
+    let kubeconfig = data.parent().unwrap().join("karmada.kubeconfig");
+    std::fs::write(&kubeconfig, format!("apiVersion: v1\nkind: Config\nclusters: [{{name: k, cluster: {{server: \"{}\"}}}}]\nusers: [{{name: u, user: {{}}}}]\ncontexts: [{{name: k, context: {{cluster: k, user: u}}}}]\ncurrent-context: k\n", karmada.url())).unwrap();
+    let kf = Kubefold::serve(&data, &[], &["--karmada-kubeconfig", kubeconfig.to_str().unwrap()]);
+    let status = |name: &str| {
+        let (code, body) = kf.get(&format!("/admin/v1/clusters/{name}"));
+        if code == 200 { serde_json::from_str::<Value>(&body).unwrap()["status"].clone() } else { Value::Null }
+    };
+    wait_for(Duration::from_secs(60), "member1 synced", || status("member1")["phase"] == "Synced");
+    assert_eq!(status("member1")["karmada"], json!({"syncMode": "Push"}));
+    wait_for(Duration::from_secs(60), "faraway unreachable", || status("faraway")["phase"] == "Unreachable");
+    let faraway = status("faraway");
+    assert!(faraway["reason"].as_str().is_some_and(|r| !r.is_empty()), "{faraway}");
+    assert_eq!(faraway["karmada"]["syncMode"], "Pull");
+
+    // Karmada marks member1 not ready: shown at once.
+    let ready = json!({"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "ClusterNotReachable", "message": "cluster is not reachable", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+    send(&karmada, "PATCH", "/apis/cluster.karmada.io/v1alpha1/clusters/member1/status", "application/merge-patch+json", &ready);
+    wait_for(Duration::from_secs(30), "member1 not ready", || status("member1")["phase"] == "NotReady");
+    let member1_status = status("member1");
+    assert_eq!(member1_status["reason"], "ClusterNotReachable: cluster is not reachable");
+    assert_eq!(member1_status["karmada"]["ready"]["status"], "False");
+    // And ready again.
+    let ready = json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "ClusterReady", "message": "cluster is healthy and ready to accept workloads", "lastTransitionTime": "2026-01-01T00:01:00Z"}]}});
+    send(&karmada, "PATCH", "/apis/cluster.karmada.io/v1alpha1/clusters/member1/status", "application/merge-patch+json", &ready);
+    wait_for(Duration::from_secs(30), "member1 ready", || status("member1")["phase"] == "Synced");
+    assert!(status("member1").get("reason").is_none());
+}
