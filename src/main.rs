@@ -171,6 +171,13 @@ struct ServeArgs {
     /// CA of client certificates (mTLS: CN is the user, O the groups); needs TLS.
     #[arg(long)]
     client_ca_file: Option<PathBuf>,
+    /// Kubeconfig of the API server that reviews bearer tokens kubefold does
+    /// not know (TokenReview), as an aggregated API server authenticates.
+    #[arg(long)]
+    authentication_kubeconfig: Option<PathBuf>,
+    /// How long a token review's answer is reused (e.g. `10s`, `2m`).
+    #[arg(long, value_parser = parse_seconds)]
+    authentication_token_webhook_cache_ttl: Option<u64>,
     /// Serving certificate (PEM); with --tls-private-key-file.
     #[arg(long, requires = "tls_private_key_file")]
     tls_cert_file: Option<PathBuf>,
@@ -303,6 +310,12 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<Config> {
     if let Some(tokens) = args.token_auth_file {
         config.auth.token_auth_file = Some(tokens);
     }
+    if let Some(kubeconfig) = args.authentication_kubeconfig {
+        config.auth.authentication_kubeconfig = Some(kubeconfig);
+    }
+    if let Some(ttl) = args.authentication_token_webhook_cache_ttl {
+        config.auth.authentication_cache_ttl_seconds = ttl;
+    }
     config.allow_plain_http |= args.allow_plain_http;
     if let Some(anonymous) = args.anonymous_auth {
         config.auth.anonymous = Some(anonymous);
@@ -382,5 +395,20 @@ fn run() -> anyhow::Result<()> {
             private_files();
             offline::restore(&input, &data_dir)
         }
+    }
+}
+
+/// Seconds of a duration flag: `10s`, `2m`, `1h`, or a number of seconds.
+fn parse_seconds(text: &str) -> Result<u64, String> {
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let n: u64 = number.parse().map_err(|_| format!("{text:?} is not a duration (10s, 2m, 1h)"))?;
+    match unit {
+        "s" => Ok(n),
+        "m" => Ok(n * 60),
+        "h" => Ok(n * 3600),
+        _ => Err(format!("{text:?} is not a duration (10s, 2m, 1h)")),
     }
 }

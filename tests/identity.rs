@@ -259,3 +259,72 @@ fn edits_reach_the_member_as_the_caller_and_the_members_refusal_comes_back() {
     assert!(!reads.is_empty() && reads.iter().all(|e| e["user"]["username"] == "kubefold" && e.get("impersonatedUser").is_none()));
     kf.stop();
 }
+
+#[test]
+fn bearer_tokens_kubefold_does_not_know_are_reviewed_by_the_control_plane_and_cached() {
+    let (tmp, dir) = data_dir();
+    let policy = write(
+        tmp.path(),
+        "control-plane-authz.yaml",
+        "users:\n\
+         - {name: kubefold-auth, token: auth-token}\n\
+         - {name: carol, token: carol-token, uid: '3001', groups: [kubefold:editors]}\n\
+         rules:\n\
+         - {users: [kubefold-auth], verbs: [create], apiGroups: [authentication.k8s.io], resources: [tokenreviews]}\n",
+    );
+    let control_plane = kubefold_testdata::start(kubefold_testdata::SimConfig { name: "control-plane".into(), authz_file: Some(policy.into()), ..kubefold_testdata::SimConfig::default() })
+        .expect("simulator starts");
+    let kubeconfig = write(
+        tmp.path(),
+        "authn.kubeconfig",
+        &format!("apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters: [{{name: c, cluster: {{server: \"{}\"}}}}]\nusers: [{{name: u, user: {{token: auth-token}}}}]\ncontexts: [{{name: c, context: {{cluster: c, user: u}}}}]\n", control_plane.url()),
+    );
+    let tokens = write(tmp.path(), "tokens.csv", &format!("{ADMIN},admin,1001,\"kubefold:admins\"\n"));
+    let members = demo_members(1, 0.0);
+    let kf = Kubefold::serve(
+        &dir,
+        &cluster_flags(&members),
+        &["--token-auth-file", &tokens, "--authentication-kubeconfig", &kubeconfig, "--authentication-token-webhook-cache-ttl", "2s"],
+    );
+    kf.wait_ready();
+    let reviews_of = |token: &str| {
+        control_plane.requests().iter().filter(|r| r.method == "POST" && r.path == "/apis/authentication.k8s.io/v1/tokenreviews" && r.body.contains(token)).count()
+    };
+
+    // carol is who the control plane says, in the groups it says.
+    let (code, _, body) = send(&kf, "carol-token", "GET", "/api/v1/namespaces/default/pods", None, &[]);
+    assert_eq!(code, 200, "{body}");
+    let (code, _, body) = send(&kf, "carol-token", "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", Some(json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})), &[]);
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(body["status"]["userInfo"]["username"], "carol");
+    assert_eq!(body["status"]["userInfo"]["uid"], "3001");
+    assert_eq!(body["status"]["userInfo"]["groups"], json!(["kubefold:editors", "system:authenticated"]));
+    assert_eq!(reviews_of("carol-token"), 1, "the second request used the cached answer");
+
+    // A token the control plane does not know is 401, and its refusal cached.
+    for _ in 0..2 {
+        let (code, _, body) = send(&kf, "stolen-token", "GET", "/api/v1/namespaces/default/pods", None, &[]);
+        assert_eq!(code, 401, "{body}");
+        assert_eq!(body["reason"], "Unauthorized");
+    }
+    assert_eq!(reviews_of("stolen-token"), 1);
+
+    // A token of kubefold's own file is never sent to the control plane.
+    let (code, _, _) = send(&kf, ADMIN, "GET", "/api/v1/namespaces/default/pods", None, &[]);
+    assert_eq!(code, 200);
+    assert_eq!(reviews_of(ADMIN), 0);
+
+    // Past the cache's TTL the token is reviewed again.
+    wait_for(std::time::Duration::from_secs(20), "carol's token reviewed again after the TTL", || {
+        let (code, _, _) = send(&kf, "carol-token", "GET", "/api/v1/namespaces/default/pods", None, &[]);
+        assert_eq!(code, 200);
+        reviews_of("carol-token") >= 2
+    });
+
+    // The control plane gone: unknown tokens are 401, not a hang.
+    let stopped = control_plane.url();
+    control_plane.stop();
+    let (code, _, body) = send(&kf, "another-token", "GET", "/api/v1/namespaces/default/pods", None, &[]);
+    assert_eq!(code, 401, "{body} (control plane {stopped} stopped)");
+    kf.stop();
+}

@@ -29,6 +29,9 @@ const OPEN_PATHS: [&str; 3] = ["/livez", "/readyz", "/healthz"];
 struct Inner {
     /// Who requests are.
     authenticator: Authenticator,
+    /// Bearer tokens the authenticator does not know, reviewed by a
+    /// control plane.
+    token_reviewer: Option<super::delegated::TokenReviewer>,
     /// No authenticator: everyone may do everything.
     open: bool,
     rules: Vec<Rule>,
@@ -83,7 +86,14 @@ impl Auth {
             None => None,
         };
         let client_certificates = config.client_ca_file.is_some();
-        let any_authenticator = tokens.is_some() || client_certificates;
+        let token_reviewer = match &config.authentication_kubeconfig {
+            Some(path) => {
+                let ttl = std::time::Duration::from_secs(config.authentication_cache_ttl_seconds);
+                Some(super::delegated::TokenReviewer::new(path, ttl, ttl)?)
+            }
+            None => None,
+        };
+        let any_authenticator = tokens.is_some() || client_certificates || token_reviewer.is_some();
         let anonymous = config.anonymous.unwrap_or(!any_authenticator);
         if !anonymous && !any_authenticator {
             return Err(Error::NoAuthenticator);
@@ -93,11 +103,12 @@ impl Auth {
         }
         let open = !any_authenticator;
         if open {
-            warn!("No authenticator is configured (tokenAuthFile, clientCaFile): every request is served as system:anonymous with full access.");
+            warn!("No authenticator is configured (tokenAuthFile, clientCaFile, authenticationKubeconfig): every request is served as system:anonymous with full access.");
         } else {
             info!(
                 tokens = tokens.as_ref().map_or(0, HashMap::len),
                 client_certificates,
+                delegated = token_reviewer.is_some(),
                 anonymous,
                 rules = config.rules.len(),
                 "Authentication enabled."
@@ -106,6 +117,7 @@ impl Auth {
         Ok(Auth {
             inner: Arc::new(Inner {
                 authenticator: Authenticator { tokens, client_certificates, anonymous },
+                token_reviewer,
                 open,
                 rules: config.rules.clone(),
                 in_flight: Arc::new(InFlight {
@@ -145,10 +157,29 @@ impl Auth {
         self.inner.authenticator.authenticate(certificate, req.headers()).ok_or(Rejection::Unauthorized)
     }
 
-    /// Authenticates, counts and authorizes `req` (as the user it
+    /// [`Auth::authenticate`], then, for a bearer token it does not know,
+    /// the control plane's review ([`super::delegated`]).
+    async fn authenticate_delegated(&self, req: &ServiceRequest) -> Result<User, Rejection> {
+        let local = self.authenticate(req);
+        let Some(reviewer) = &self.inner.token_reviewer else { return local };
+        if local.as_ref().is_ok_and(|u| !u.is_anonymous()) {
+            return local;
+        }
+        let Some(token) = super::authn::bearer_token(req.headers()) else { return local };
+        match reviewer.review(token).await {
+            Ok(Some(user)) => Ok(user),
+            Ok(None) => Err(Rejection::Unauthorized),
+            Err(error) => {
+                warn!(error = %error, "Token review failed; the request is unauthenticated.");
+                Err(Rejection::Unauthorized)
+            }
+        }
+    }
+
+    /// Counts and authorizes `req` of `user` (as the user it
     /// impersonates, if it may: [`crate::impersonate`]).
-    fn admit(&self, req: &ServiceRequest) -> Result<Admitted, Rejection> {
-        let user = self.authenticate(req)?;
+    fn admit(&self, req: &ServiceRequest, user: Result<User, Rejection>) -> Result<Admitted, Rejection> {
+        let user = user?;
         let client = if user.is_anonymous() {
             format!("ip:{}", req.peer_addr().map_or_else(|| "unknown".to_string(), |a| IpAddr::to_string(&a.ip())))
         } else {
@@ -200,14 +231,14 @@ where
     type Future = Ready<Result<Self::Transform, Self::InitError>>;
 
     fn new_transform(&self, service: S) -> Self::Future {
-        ready(Ok(AuthMiddleware { service, auth: self.clone() }))
+        ready(Ok(AuthMiddleware { service: std::rc::Rc::new(service), auth: self.clone() }))
     }
 }
 
 /// The per-worker service of [`Auth`].
 #[derive(Debug)]
 pub struct AuthMiddleware<S> {
-    service: S,
+    service: std::rc::Rc<S>,
     auth: Auth,
 }
 
@@ -235,57 +266,59 @@ where
             let response = self.service.call(req);
             return Box::pin(async move { Ok(response.await?.map_body(|_, body| Counted { body, _slot: None, _long_running: None }).map_into_left_body()) });
         }
-        match self.auth.admit(&req) {
-            Ok(Admitted { user, attributes, slot, long_running, client, impersonator, extra }) => {
-                if !self.auth.inner.open {
-                    // Who forwarded edits act as on members that impersonate.
-                    req.extensions_mut().insert(crate::impersonate::Caller { user: user.clone(), extra });
-                }
-                req.extensions_mut().insert(user);
-                if let Some(impersonator) = impersonator {
-                    req.extensions_mut().insert(crate::audit::Impersonator(impersonator));
-                }
-                req.extensions_mut().insert(attributes);
-                req.extensions_mut().insert(client);
-                let response = self.service.call(req);
-                Box::pin(async move {
-                    let response = response.await;
+        let auth = self.auth.clone();
+        let service = self.service.clone();
+        Box::pin(async move {
+            let user = auth.authenticate_delegated(&req).await;
+            match auth.admit(&req, user) {
+                Ok(Admitted { user, attributes, slot, long_running, client, impersonator, extra }) => {
+                    if !auth.inner.open {
+                        // Who forwarded edits act as on members that impersonate.
+                        req.extensions_mut().insert(crate::impersonate::Caller { user: user.clone(), extra });
+                    }
+                    req.extensions_mut().insert(user);
+                    if let Some(impersonator) = impersonator {
+                        req.extensions_mut().insert(crate::audit::Impersonator(impersonator));
+                    }
+                    req.extensions_mut().insert(attributes);
+                    req.extensions_mut().insert(client);
+                    let response = service.call(req).await;
                     // A long-running request's in-flight slot is released
                     // when its response starts, any other's with its body;
                     // its long-running slot with its body.
                     let slot = long_running.is_none().then_some(slot);
                     Ok(response?.map_body(|_, body| Counted { body, _slot: slot, _long_running: long_running }).map_into_left_body())
-                })
+                }
+                Err(rejection) => {
+                    let status = match rejection {
+                        Rejection::Invalid(status) => status,
+                        Rejection::Unauthorized => {
+                            debug!(path = req.path(), peer = ?req.peer_addr(), "Request unauthenticated.");
+                            unauthorized()
+                        }
+                        Rejection::TooManyRequests => {
+                            debug!(path = req.path(), peer = ?req.peer_addr(), "Too many requests in flight from one client.");
+                            too_many_requests()
+                        }
+                        Rejection::TooManyLongRunning => {
+                            debug!(path = req.path(), peer = ?req.peer_addr(), "Too many long-running requests open from one client.");
+                            too_many_long_running()
+                        }
+                        Rejection::Forbidden(denied) => {
+                            let (user, attributes) = *denied;
+                            info!(user = %user.name, groups = ?user.groups, verb = %attributes.verb, path = req.path(), "Request forbidden.");
+                            let status = forbidden(&user, &attributes);
+                            // Who was refused, for the audit log.
+                            req.extensions_mut().insert(user);
+                            status
+                        }
+                    };
+                    metrics::counter!("kubefold_auth_rejected_total", "reason" => status.reason.clone()).increment(1);
+                    let response = crate::respond::status(&status);
+                    Ok(req.into_response(response).map_into_right_body())
+                }
             }
-            Err(rejection) => {
-                let status = match rejection {
-                    Rejection::Invalid(status) => status,
-                    Rejection::Unauthorized => {
-                        debug!(path = req.path(), peer = ?req.peer_addr(), "Request unauthenticated.");
-                        unauthorized()
-                    }
-                    Rejection::TooManyRequests => {
-                        debug!(path = req.path(), peer = ?req.peer_addr(), "Too many requests in flight from one client.");
-                        too_many_requests()
-                    }
-                    Rejection::TooManyLongRunning => {
-                        debug!(path = req.path(), peer = ?req.peer_addr(), "Too many long-running requests open from one client.");
-                        too_many_long_running()
-                    }
-                    Rejection::Forbidden(denied) => {
-                        let (user, attributes) = *denied;
-                        info!(user = %user.name, groups = ?user.groups, verb = %attributes.verb, path = req.path(), "Request forbidden.");
-                        let status = forbidden(&user, &attributes);
-                        // Who was refused, for the audit log.
-                        req.extensions_mut().insert(user);
-                        status
-                    }
-                };
-                metrics::counter!("kubefold_auth_rejected_total", "reason" => status.reason.clone()).increment(1);
-                let response = crate::respond::status(&status);
-                Box::pin(ready(Ok(req.into_response(response).map_into_right_body())))
-            }
-        }
+        })
     }
 }
 

@@ -10,6 +10,8 @@
 //! - [`limits`]: requests and long-running requests per client.
 //! - [`connection`]: the listener's connection hook keeping the verified
 //!   client certificate.
+//! - [`delegated`]: bearer tokens reviewed by a control plane
+//!   (`--authentication-kubeconfig`, TokenReview, cached).
 //! - [`middleware`]: the middleware itself ([`Auth`]).
 //!
 //! With no authenticator configured, authentication is off: every request is
@@ -19,6 +21,7 @@
 pub mod authn;
 pub mod authz;
 pub mod connection;
+pub mod delegated;
 pub mod limits;
 pub mod middleware;
 
@@ -60,6 +63,17 @@ pub struct AuthConfig {
     /// its O values as the groups. Requires TLS.
     #[serde(default)]
     pub client_ca_file: Option<PathBuf>,
+    /// Kubeconfig of an API server (kube-apiserver, karmada-apiserver) that
+    /// reviews bearer tokens no other authenticator knows
+    /// (`--authentication-kubeconfig`): a `TokenReview` says who the token
+    /// is, as for an aggregated API server. Its identity needs `create` on
+    /// `tokenreviews`.
+    #[serde(default)]
+    pub authentication_kubeconfig: Option<PathBuf>,
+    /// Seconds a token review's answer is reused, authenticated or refused
+    /// (`--authentication-token-webhook-cache-ttl`). Default 10.
+    #[serde(default = "default_authentication_cache_ttl_seconds")]
+    pub authentication_cache_ttl_seconds: u64,
     /// Serve requests without credentials as `system:anonymous` (group
     /// `system:unauthenticated`; `--anonymous-auth`). Default: false when an
     /// authenticator is configured, true otherwise (and then with full access:
@@ -110,6 +124,8 @@ impl Default for AuthConfig {
         AuthConfig {
             token_auth_file: None,
             client_ca_file: None,
+            authentication_kubeconfig: None,
+            authentication_cache_ttl_seconds: default_authentication_cache_ttl_seconds(),
             anonymous: default_anonymous(),
             rules: Vec::new(),
             max_requests_in_flight_per_client: default_max_requests_in_flight_per_client(),
@@ -117,6 +133,11 @@ impl Default for AuthConfig {
             watch_buffer_bytes_per_client: default_watch_buffer_bytes_per_client(),
         }
     }
+}
+
+/// 10 seconds ([`delegated::DEFAULT_CACHE_TTL`]).
+pub fn default_authentication_cache_ttl_seconds() -> u64 {
+    delegated::DEFAULT_CACHE_TTL.as_secs()
 }
 
 /// Unset: decided by whether an authenticator is configured.
@@ -170,8 +191,16 @@ pub enum Error {
         reason: String,
     },
     /// Anonymous access is off and nothing can authenticate a request.
-    #[error("anonymous access is disabled but no authenticator (tokenAuthFile, clientCaFile) is configured: every request would be refused")]
+    #[error("anonymous access is disabled but no authenticator (tokenAuthFile, clientCaFile, authenticationKubeconfig) is configured: every request would be refused")]
     NoAuthenticator,
+    /// The kubeconfig of delegated authentication cannot be read.
+    #[error("authentication kubeconfig {path}: {reason}")]
+    DelegationKubeconfig {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// Result of this module.
