@@ -178,6 +178,16 @@ struct ServeArgs {
     /// How long a token review's answer is reused (e.g. `10s`, `2m`).
     #[arg(long, value_parser = parse_seconds)]
     authentication_token_webhook_cache_ttl: Option<u64>,
+    /// Kubeconfig of the API server that decides (SubjectAccessReview) what
+    /// kubefold's own rules do not allow, as for an aggregated API server.
+    #[arg(long)]
+    authorization_kubeconfig: Option<PathBuf>,
+    /// How long an allowed access review is reused (e.g. `10s`).
+    #[arg(long, value_parser = parse_seconds)]
+    authorization_webhook_cache_authorized_ttl: Option<u64>,
+    /// How long a refused access review is reused (e.g. `10s`).
+    #[arg(long, value_parser = parse_seconds)]
+    authorization_webhook_cache_unauthorized_ttl: Option<u64>,
     /// Serving certificate (PEM); with --tls-private-key-file.
     #[arg(long, requires = "tls_private_key_file")]
     tls_cert_file: Option<PathBuf>,
@@ -315,6 +325,15 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<Config> {
     }
     if let Some(ttl) = args.authentication_token_webhook_cache_ttl {
         config.auth.authentication_cache_ttl_seconds = ttl;
+    }
+    if let Some(kubeconfig) = args.authorization_kubeconfig {
+        config.auth.authorization_kubeconfig = Some(kubeconfig);
+    }
+    if let Some(ttl) = args.authorization_webhook_cache_authorized_ttl {
+        config.auth.authorization_authorized_ttl_seconds = ttl;
+    }
+    if let Some(ttl) = args.authorization_webhook_cache_unauthorized_ttl {
+        config.auth.authorization_unauthorized_ttl_seconds = ttl;
     }
     config.allow_plain_http |= args.allow_plain_http;
     if let Some(anonymous) = args.anonymous_auth {

@@ -328,3 +328,75 @@ fn bearer_tokens_kubefold_does_not_know_are_reviewed_by_the_control_plane_and_ca
     assert_eq!(code, 401, "{body} (control plane {stopped} stopped)");
     kf.stop();
 }
+
+#[test]
+fn what_kubefolds_rules_do_not_allow_is_asked_of_the_control_plane_with_the_cluster() {
+    let (tmp, dir) = data_dir();
+    let policy = write(
+        tmp.path(),
+        "control-plane-authz.yaml",
+        "users:\n\
+         - {name: kubefold-auth, token: auth-token}\n\
+         - {name: carol, token: carol-token, groups: [team-a]}\n\
+         rules:\n\
+         - {users: [kubefold-auth], verbs: [create], resources: [tokenreviews, subjectaccessreviews]}\n\
+         - {groups: [team-a], verbs: [get, list, watch], apiGroups: [''], resources: [pods], namespaces: [default]}\n",
+    );
+    let control_plane = kubefold_testdata::start(kubefold_testdata::SimConfig { name: "control-plane".into(), authz_file: Some(policy.into()), ..kubefold_testdata::SimConfig::default() })
+        .expect("simulator starts");
+    let kubeconfig = write(
+        tmp.path(),
+        "control-plane.kubeconfig",
+        &format!("apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters: [{{name: c, cluster: {{server: \"{}\"}}}}]\nusers: [{{name: u, user: {{token: auth-token}}}}]\ncontexts: [{{name: c, context: {{cluster: c, user: u}}}}]\n", control_plane.url()),
+    );
+    let tokens = write(tmp.path(), "tokens.csv", &format!("{ADMIN},admin,1001,\"kubefold:admins\"\n"));
+    let members = demo_members(1, 0.0);
+    let kf = Kubefold::serve(
+        &dir,
+        &cluster_flags(&members),
+        &["--token-auth-file", &tokens, "--authentication-kubeconfig", &kubeconfig, "--authorization-kubeconfig", &kubeconfig],
+    );
+    kf.wait_ready();
+    let reviews = || {
+        control_plane
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == "POST" && r.path == "/apis/authorization.k8s.io/v1/subjectaccessreviews")
+            .map(|r| serde_json::from_str::<Value>(&r.body).unwrap())
+            .collect::<Vec<Value>>()
+    };
+
+    // carol has no kubefold group: the control plane's policy decides.
+    let (code, _, body) = send(&kf, "carol-token", "GET", "/api/v1/namespaces/default/pods", None, &[]);
+    assert_eq!(code, 200, "{body}");
+    let (code, _, body) = send(&kf, "carol-token", "GET", "/api/v1/namespaces/kube-system/pods", None, &[]);
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(body["reason"], "Forbidden");
+    assert_eq!(body["message"], "pods is forbidden: User \"carol\" cannot list resource \"pods\" in API group \"\" in the namespace \"kube-system\"");
+    let (code, _, body) = send(&kf, "carol-token", "DELETE", "/api/v1/namespaces/default/pods/web-0_member1", None, &[]);
+    assert_eq!(code, 403, "{body}");
+
+    // The member is passed as an extra attribute.
+    let (code, _, body) = send(&kf, "carol-token", "GET", "/clusters/member1/api/v1/namespaces/default/pods", None, &[]);
+    assert_eq!(code, 200, "{body}");
+    let asked = reviews();
+    let spec = &asked.last().unwrap()["spec"];
+    assert_eq!(spec["user"], "carol");
+    assert_eq!(spec["groups"], json!(["team-a", "system:authenticated"]));
+    assert_eq!(spec["resourceAttributes"], json!({"verb": "list", "group": "", "version": "v1", "resource": "pods", "namespace": "default"}));
+    assert_eq!(spec["extra"], json!({"kubefold.io/cluster": ["member1"]}));
+
+    // Answers are cached: the same request again asks nothing.
+    let before = reviews().len();
+    let (code, _, _) = send(&kf, "carol-token", "GET", "/api/v1/namespaces/default/pods", None, &[]);
+    assert_eq!(code, 200);
+    let (code, _, _) = send(&kf, "carol-token", "GET", "/api/v1/namespaces/kube-system/pods", None, &[]);
+    assert_eq!(code, 403);
+    assert_eq!(reviews().len(), before);
+
+    // What kubefold's own rules allow is never asked.
+    let (code, _, _) = send(&kf, ADMIN, "GET", "/api/v1/namespaces/kube-system/pods", None, &[]);
+    assert_eq!(code, 200);
+    assert!(reviews().iter().all(|r| r["spec"]["user"] != "admin"));
+    kf.stop();
+}

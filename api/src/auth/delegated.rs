@@ -9,6 +9,14 @@
 //! 10 s by default as for aggregated servers); a review that fails (the API
 //! server unreachable, an error) is not cached and the request is 401.
 //! Tokens stay in memory only, never logged.
+//!
+//! Delegated authorization (`--authorization-kubeconfig`): a request
+//! kubefold's own rules do not allow is asked of that API server in a
+//! `SubjectAccessReview` (user, UID, groups, extra, and the member cluster as
+//! the extra attribute [`CLUSTER_EXTRA`]), cached as kube-apiserver's
+//! webhook authorizer caches: an allowed answer for the authorized TTL, a
+//! refused one for the unauthorized TTL (10 s each by default, as for
+//! aggregated servers). A review that fails refuses the request.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -18,7 +26,12 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::authn::User;
+use super::authz::{RequestAttributes, Target};
 use super::{Error, Result};
+
+/// The extra attribute of a SubjectAccessReview naming the member cluster
+/// a request is about.
+pub const CLUSTER_EXTRA: &str = "kubefold.io/cluster";
 
 /// Most tokens the cache holds; beyond it, expired answers are dropped,
 /// then everything (the next requests are reviewed again).
@@ -85,6 +98,85 @@ impl TokenReviewer {
     }
 }
 
+/// Asks the control plane whether a user may do something, with a cache.
+#[derive(Debug)]
+pub struct AccessReviewer {
+    kubeconfig: PathBuf,
+    authorized_ttl: Duration,
+    unauthorized_ttl: Duration,
+    cache: Mutex<HashMap<String, (bool, Instant)>>,
+}
+
+impl AccessReviewer {
+    /// A reviewer with the API server of `kubeconfig` (its current
+    /// context); the file is read now to check it.
+    pub fn new(kubeconfig: &Path, authorized_ttl: Duration, unauthorized_ttl: Duration) -> Result<AccessReviewer> {
+        kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| Error::DelegationKubeconfig { path: kubeconfig.to_path_buf(), reason: e.to_string() })?;
+        Ok(AccessReviewer { kubeconfig: kubeconfig.to_path_buf(), authorized_ttl, unauthorized_ttl, cache: Mutex::new(HashMap::new()) })
+    }
+
+    /// Whether the control plane allows `user` to do `attributes`; an
+    /// error when it could not be asked.
+    pub async fn allows(&self, user: &User, attributes: &RequestAttributes) -> Result<bool, String> {
+        let spec = review_spec(user, attributes);
+        let key = spec.to_string();
+        let now = Instant::now();
+        if let Some((allowed, expires)) = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            if *expires > now {
+                metrics::counter!("kubefold_access_reviews_total", "result" => "cached").increment(1);
+                return Ok(*allowed);
+            }
+        }
+        let client = client(&self.kubeconfig).await?;
+        let review = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec});
+        let request = http::Request::post("/apis/authorization.k8s.io/v1/subjectaccessreviews")
+            .header("Content-Type", "application/json")
+            .body(serde_json::to_vec(&review).unwrap_or_default())
+            .map_err(|e| e.to_string())?;
+        let answer: Value = client.request(request).await.map_err(|e| {
+            metrics::counter!("kubefold_access_reviews_total", "result" => "error").increment(1);
+            e.to_string()
+        })?;
+        let allowed = answer["status"]["allowed"] == true && answer["status"]["denied"] != true;
+        metrics::counter!("kubefold_access_reviews_total", "result" => if allowed { "allowed" } else { "denied" }).increment(1);
+        let ttl = if allowed { self.authorized_ttl } else { self.unauthorized_ttl };
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.len() >= CACHE_LIMIT {
+            cache.retain(|_, (_, expires)| *expires > now);
+            if cache.len() >= CACHE_LIMIT {
+                cache.clear();
+            }
+        }
+        cache.insert(key, (allowed, Instant::now() + ttl));
+        Ok(allowed)
+    }
+}
+
+/// The `spec` of the SubjectAccessReview of `user` doing `attributes`.
+pub fn review_spec(user: &User, attributes: &RequestAttributes) -> Value {
+    let mut spec = json!({"user": user.name, "groups": user.groups});
+    if !user.uid.is_empty() {
+        spec["uid"] = json!(user.uid);
+    }
+    match &attributes.target {
+        Target::Resource(r) => {
+            let mut resource = json!({"verb": attributes.verb, "group": r.group, "version": r.version, "resource": r.resource});
+            for (key, value) in [("subresource", &r.subresource), ("namespace", &r.namespace), ("name", &r.name)] {
+                if let Some(value) = value {
+                    resource[key] = json!(value);
+                }
+            }
+            spec["resourceAttributes"] = resource;
+            if let Some(cluster) = &r.cluster {
+                spec["extra"] = json!({CLUSTER_EXTRA: [cluster]});
+            }
+        }
+        Target::Discovery { path } | Target::NonResource { path } => spec["nonResourceAttributes"] = json!({"path": path, "verb": attributes.verb}),
+        Target::Version => spec["nonResourceAttributes"] = json!({"path": "/version", "verb": attributes.verb}),
+    }
+    spec
+}
+
 /// The user of a TokenReview's `status`, `None` unless authenticated.
 pub fn user_of(status: &Value) -> Option<User> {
     if status["authenticated"] != true {
@@ -111,6 +203,31 @@ async fn client(kubeconfig: &Path) -> Result<kube::Client, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_access_review_names_the_user_the_request_and_the_cluster() {
+        let user = User { name: "carol".into(), uid: "7".into(), groups: vec!["team-a".into(), "system:authenticated".into()] };
+        let attributes = RequestAttributes {
+            verb: "list".into(),
+            target: Target::Resource(super::super::authz::ResourceAttributes {
+                group: String::new(),
+                version: "v1".into(),
+                resource: "pods".into(),
+                subresource: None,
+                namespace: Some("default".into()),
+                name: None,
+                cluster: Some("member1".into()),
+            }),
+        };
+        assert_eq!(
+            review_spec(&user, &attributes),
+            json!({"user": "carol", "uid": "7", "groups": ["team-a", "system:authenticated"],
+                   "resourceAttributes": {"verb": "list", "group": "", "version": "v1", "resource": "pods", "namespace": "default"},
+                   "extra": {"kubefold.io/cluster": ["member1"]}})
+        );
+        let metrics = RequestAttributes { verb: "get".into(), target: Target::NonResource { path: "/metrics".into() } };
+        assert_eq!(review_spec(&user, &metrics)["nonResourceAttributes"], json!({"path": "/metrics", "verb": "get"}));
+    }
 
     #[test]
     fn only_an_authenticated_review_names_a_user() {

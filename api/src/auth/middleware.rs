@@ -32,6 +32,8 @@ struct Inner {
     /// Bearer tokens the authenticator does not know, reviewed by a
     /// control plane.
     token_reviewer: Option<super::delegated::TokenReviewer>,
+    /// What the rules do not allow, asked of a control plane.
+    access_reviewer: Option<super::delegated::AccessReviewer>,
     /// No authenticator: everyone may do everything.
     open: bool,
     rules: Vec<Rule>,
@@ -94,6 +96,14 @@ impl Auth {
             None => None,
         };
         let any_authenticator = tokens.is_some() || client_certificates || token_reviewer.is_some();
+        let access_reviewer = match &config.authorization_kubeconfig {
+            Some(path) => Some(super::delegated::AccessReviewer::new(
+                path,
+                std::time::Duration::from_secs(config.authorization_authorized_ttl_seconds),
+                std::time::Duration::from_secs(config.authorization_unauthorized_ttl_seconds),
+            )?),
+            None => None,
+        };
         let anonymous = config.anonymous.unwrap_or(!any_authenticator);
         if !anonymous && !any_authenticator {
             return Err(Error::NoAuthenticator);
@@ -108,7 +118,8 @@ impl Auth {
             info!(
                 tokens = tokens.as_ref().map_or(0, HashMap::len),
                 client_certificates,
-                delegated = token_reviewer.is_some(),
+                delegated_authentication = token_reviewer.is_some(),
+                delegated_authorization = access_reviewer.is_some(),
                 anonymous,
                 rules = config.rules.len(),
                 "Authentication enabled."
@@ -118,6 +129,7 @@ impl Auth {
             inner: Arc::new(Inner {
                 authenticator: Authenticator { tokens, client_certificates, anonymous },
                 token_reviewer,
+                access_reviewer,
                 open,
                 rules: config.rules.clone(),
                 in_flight: Arc::new(InFlight {
@@ -176,9 +188,22 @@ impl Auth {
         }
     }
 
+    /// [`Auth::allows`], then, for what it refuses, the control plane's
+    /// access review ([`super::delegated`]); a review that fails refuses.
+    async fn allowed(&self, user: &User, attributes: &RequestAttributes) -> bool {
+        if self.allows(user, attributes) {
+            return true;
+        }
+        let Some(reviewer) = &self.inner.access_reviewer else { return false };
+        reviewer.allows(user, attributes).await.unwrap_or_else(|error| {
+            warn!(error = %error, "Access review failed; the request is refused.");
+            false
+        })
+    }
+
     /// Counts and authorizes `req` of `user` (as the user it
     /// impersonates, if it may: [`crate::impersonate`]).
-    fn admit(&self, req: &ServiceRequest, user: Result<User, Rejection>) -> Result<Admitted, Rejection> {
+    async fn admit(&self, req: &ServiceRequest, user: Result<User, Rejection>) -> Result<Admitted, Rejection> {
         let user = user?;
         let client = if user.is_anonymous() {
             format!("ip:{}", req.peer_addr().map_or_else(|| "unknown".to_string(), |a| IpAddr::to_string(&a.ip())))
@@ -191,8 +216,10 @@ impl Auth {
         let (user, impersonator, extra) = match crate::impersonate::Impersonation::from_headers(req.headers()).map_err(Rejection::Invalid)? {
             None => (user, None, Vec::new()),
             Some(asked) => {
-                if let Some(denied) = asked.checks().into_iter().find(|check| !self.allows(&user, check)) {
-                    return Err(Rejection::Forbidden(Box::new((user, denied))));
+                for check in asked.checks() {
+                    if !self.allowed(&user, &check).await {
+                        return Err(Rejection::Forbidden(Box::new((user, check))));
+                    }
                 }
                 debug!(user = %user.name, as_user = %asked.user, as_groups = ?asked.groups, "Request impersonates a user.");
                 (asked.user(), Some(user), asked.extra)
@@ -200,7 +227,7 @@ impl Auth {
         };
         let info = RequestInfo::of(&req.extensions(), req.method(), req.path(), req.query_string());
         let attributes = RequestAttributes::of(&info);
-        if !self.allows(&user, &attributes) {
+        if !self.allowed(&user, &attributes).await {
             return Err(Rejection::Forbidden(Box::new((user, attributes))));
         }
         let long_running = match is_long_running(&info) {
@@ -270,7 +297,7 @@ where
         let service = self.service.clone();
         Box::pin(async move {
             let user = auth.authenticate_delegated(&req).await;
-            match auth.admit(&req, user) {
+            match auth.admit(&req, user).await {
                 Ok(Admitted { user, attributes, slot, long_running, client, impersonator, extra }) => {
                     if !auth.inner.open {
                         // Who forwarded edits act as on members that impersonate.

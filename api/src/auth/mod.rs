@@ -11,7 +11,8 @@
 //! - [`connection`]: the listener's connection hook keeping the verified
 //!   client certificate.
 //! - [`delegated`]: bearer tokens reviewed by a control plane
-//!   (`--authentication-kubeconfig`, TokenReview, cached).
+//!   (`--authentication-kubeconfig`, TokenReview) and requests its rules
+//!   decide (`--authorization-kubeconfig`, SubjectAccessReview), cached.
 //! - [`middleware`]: the middleware itself ([`Auth`]).
 //!
 //! With no authenticator configured, authentication is off: every request is
@@ -74,6 +75,21 @@ pub struct AuthConfig {
     /// (`--authentication-token-webhook-cache-ttl`). Default 10.
     #[serde(default = "default_authentication_cache_ttl_seconds")]
     pub authentication_cache_ttl_seconds: u64,
+    /// Kubeconfig of an API server that decides what kubefold's own rules
+    /// do not allow (`--authorization-kubeconfig`): a
+    /// `SubjectAccessReview` per request, with the member cluster as the
+    /// extra attribute `kubefold.io/cluster`, as for an aggregated API
+    /// server. Its identity needs `create` on `subjectaccessreviews`.
+    #[serde(default)]
+    pub authorization_kubeconfig: Option<PathBuf>,
+    /// Seconds an allowed access review is reused
+    /// (`--authorization-webhook-cache-authorized-ttl`). Default 10.
+    #[serde(default = "default_authentication_cache_ttl_seconds")]
+    pub authorization_authorized_ttl_seconds: u64,
+    /// Seconds a refused access review is reused
+    /// (`--authorization-webhook-cache-unauthorized-ttl`). Default 10.
+    #[serde(default = "default_authentication_cache_ttl_seconds")]
+    pub authorization_unauthorized_ttl_seconds: u64,
     /// Serve requests without credentials as `system:anonymous` (group
     /// `system:unauthenticated`; `--anonymous-auth`). Default: false when an
     /// authenticator is configured, true otherwise (and then with full access:
@@ -126,6 +142,9 @@ impl Default for AuthConfig {
             client_ca_file: None,
             authentication_kubeconfig: None,
             authentication_cache_ttl_seconds: default_authentication_cache_ttl_seconds(),
+            authorization_kubeconfig: None,
+            authorization_authorized_ttl_seconds: default_authentication_cache_ttl_seconds(),
+            authorization_unauthorized_ttl_seconds: default_authentication_cache_ttl_seconds(),
             anonymous: default_anonymous(),
             rules: Vec::new(),
             max_requests_in_flight_per_client: default_max_requests_in_flight_per_client(),
