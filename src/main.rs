@@ -188,6 +188,22 @@ struct ServeArgs {
     /// How long a refused access review is reused (e.g. `10s`).
     #[arg(long, value_parser = parse_seconds)]
     authorization_webhook_cache_unauthorized_ttl: Option<u64>,
+    /// CA of front proxies' client certificates: their requests name the
+    /// user in headers (X-Remote-User, X-Remote-Group, X-Remote-Extra-*); needs TLS.
+    #[arg(long)]
+    requestheader_client_ca_file: Option<PathBuf>,
+    /// CNs of front proxies' certificates (comma-separated; default: any the CA signs).
+    #[arg(long, value_delimiter = ',')]
+    requestheader_allowed_names: Option<Vec<String>>,
+    /// Headers naming the user (comma-separated; default X-Remote-User).
+    #[arg(long, value_delimiter = ',')]
+    requestheader_username_headers: Option<Vec<String>>,
+    /// Headers naming the groups (comma-separated; default X-Remote-Group).
+    #[arg(long, value_delimiter = ',')]
+    requestheader_group_headers: Option<Vec<String>>,
+    /// Prefixes of the headers of extra attributes (comma-separated; default X-Remote-Extra-).
+    #[arg(long, value_delimiter = ',')]
+    requestheader_extra_headers_prefix: Option<Vec<String>>,
     /// Serving certificate (PEM); with --tls-private-key-file.
     #[arg(long, requires = "tls_private_key_file")]
     tls_cert_file: Option<PathBuf>,
@@ -325,6 +341,27 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<Config> {
     }
     if let Some(ttl) = args.authentication_token_webhook_cache_ttl {
         config.auth.authentication_cache_ttl_seconds = ttl;
+    }
+    if let Some(ca) = args.requestheader_client_ca_file {
+        config.auth.requestheader_client_ca_file = Some(ca);
+    }
+    if let Some(names) = args.requestheader_allowed_names {
+        config.auth.requestheader_allowed_names = names;
+    }
+    if let Some(headers) = args.requestheader_username_headers {
+        config.auth.requestheader_username_headers = headers;
+    }
+    if let Some(headers) = args.requestheader_group_headers {
+        config.auth.requestheader_group_headers = headers;
+    }
+    if let Some(prefixes) = args.requestheader_extra_headers_prefix {
+        config.auth.requestheader_extra_headers_prefix = prefixes;
+    }
+    // The listener accepts the front proxies' certificates too.
+    if let Some(tls) = config.tls.as_mut() {
+        if tls.requestheader_client_ca_file.is_none() {
+            tls.requestheader_client_ca_file = config.auth.requestheader_client_ca_file.clone();
+        }
     }
     if let Some(kubeconfig) = args.authorization_kubeconfig {
         config.auth.authorization_kubeconfig = Some(kubeconfig);

@@ -34,6 +34,11 @@ struct Inner {
     token_reviewer: Option<super::delegated::TokenReviewer>,
     /// What the rules do not allow, asked of a control plane.
     access_reviewer: Option<super::delegated::AccessReviewer>,
+    /// Users named by a front proxy.
+    front_proxy: Option<super::requestheader::FrontProxy>,
+    /// With a front proxy: the verifier of users' client certificates
+    /// (the listener accepts both CAs').
+    client_verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
     /// No authenticator: everyone may do everything.
     open: bool,
     rules: Vec<Rule>,
@@ -95,7 +100,12 @@ impl Auth {
             }
             None => None,
         };
-        let any_authenticator = tokens.is_some() || client_certificates || token_reviewer.is_some();
+        let front_proxy = super::requestheader::FrontProxy::from_config(config)?;
+        let client_verifier = match (&front_proxy, &config.client_ca_file) {
+            (Some(_), Some(path)) => Some(crate::tls::client_verifier(path).map_err(|e| Error::RequestHeaderCa { path: path.clone(), reason: e.to_string() })?),
+            _ => None,
+        };
+        let any_authenticator = tokens.is_some() || client_certificates || token_reviewer.is_some() || front_proxy.is_some();
         let access_reviewer = match &config.authorization_kubeconfig {
             Some(path) => Some(super::delegated::AccessReviewer::new(
                 path,
@@ -113,13 +123,14 @@ impl Auth {
         }
         let open = !any_authenticator;
         if open {
-            warn!("No authenticator is configured (tokenAuthFile, clientCaFile, authenticationKubeconfig): every request is served as system:anonymous with full access.");
+            warn!("No authenticator is configured (tokenAuthFile, clientCaFile, authenticationKubeconfig, requestheaderClientCaFile): every request is served as system:anonymous with full access.");
         } else {
             info!(
                 tokens = tokens.as_ref().map_or(0, HashMap::len),
                 client_certificates,
                 delegated_authentication = token_reviewer.is_some(),
                 delegated_authorization = access_reviewer.is_some(),
+                front_proxy = front_proxy.is_some(),
                 anonymous,
                 rules = config.rules.len(),
                 "Authentication enabled."
@@ -130,6 +141,8 @@ impl Auth {
                 authenticator: Authenticator { tokens, client_certificates, anonymous },
                 token_reviewer,
                 access_reviewer,
+                front_proxy,
+                client_verifier,
                 open,
                 rules: config.rules.clone(),
                 in_flight: Arc::new(InFlight {
@@ -165,8 +178,26 @@ impl Auth {
 
     /// Authenticates from the connection's client certificate or the bearer token.
     fn authenticate(&self, req: &ServiceRequest) -> Result<User, Rejection> {
-        let certificate = req.conn_data::<PeerCertificate>();
+        // With a front proxy's CA trusted too, a user's certificate must
+        // chain to the client CA.
+        let certificate = req.conn_data::<PeerCertificate>().filter(|c| match &self.inner.client_verifier {
+            Some(verifier) => verifier.verify_client_cert(&c.der, &c.intermediates, rustls::pki_types::UnixTime::now()).is_ok(),
+            None => self.inner.front_proxy.as_ref().is_none_or(|proxy| !proxy.signed(c)),
+        });
         self.inner.authenticator.authenticate(certificate, req.headers()).ok_or(Rejection::Unauthorized)
+    }
+
+    /// The user a front proxy names ([`super::requestheader`]), if any.
+    fn front_proxied(&self, req: &ServiceRequest) -> Option<Result<(User, super::requestheader::Extra), Rejection>> {
+        let proxy = self.inner.front_proxy.as_ref()?;
+        match proxy.authenticate(req.conn_data::<PeerCertificate>(), req.headers()) {
+            super::requestheader::FrontProxied::No => None,
+            super::requestheader::FrontProxied::User(user, extra) => Some(Ok((user, extra))),
+            super::requestheader::FrontProxied::NameNotAllowed => {
+                warn!(peer = ?req.peer_addr(), "A front proxy's certificate has a CN not in requestheaderAllowedNames; the request is unauthenticated.");
+                Some(Err(Rejection::Unauthorized))
+            }
+        }
     }
 
     /// [`Auth::authenticate`], then, for a bearer token it does not know,
@@ -203,8 +234,8 @@ impl Auth {
 
     /// Counts and authorizes `req` of `user` (as the user it
     /// impersonates, if it may: [`crate::impersonate`]).
-    async fn admit(&self, req: &ServiceRequest, user: Result<User, Rejection>) -> Result<Admitted, Rejection> {
-        let user = user?;
+    async fn admit(&self, req: &ServiceRequest, user: Result<(User, super::requestheader::Extra), Rejection>) -> Result<Admitted, Rejection> {
+        let (user, authenticated_extra) = user?;
         let client = if user.is_anonymous() {
             format!("ip:{}", req.peer_addr().map_or_else(|| "unknown".to_string(), |a| IpAddr::to_string(&a.ip())))
         } else {
@@ -214,7 +245,7 @@ impl Auth {
         // The per-client limits count the real caller; authorization sees
         // the user it impersonates.
         let (user, impersonator, extra) = match crate::impersonate::Impersonation::from_headers(req.headers()).map_err(Rejection::Invalid)? {
-            None => (user, None, Vec::new()),
+            None => (user, None, authenticated_extra),
             Some(asked) => {
                 for check in asked.checks() {
                     if !self.allowed(&user, &check).await {
@@ -296,7 +327,10 @@ where
         let auth = self.auth.clone();
         let service = self.service.clone();
         Box::pin(async move {
-            let user = auth.authenticate_delegated(&req).await;
+            let user = match auth.front_proxied(&req) {
+                Some(proxied) => proxied,
+                None => auth.authenticate_delegated(&req).await.map(|user| (user, Vec::new())),
+            };
             match auth.admit(&req, user).await {
                 Ok(Admitted { user, attributes, slot, long_running, client, impersonator, extra }) => {
                     if !auth.inner.open {

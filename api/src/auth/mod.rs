@@ -13,6 +13,8 @@
 //! - [`delegated`]: bearer tokens reviewed by a control plane
 //!   (`--authentication-kubeconfig`, TokenReview) and requests its rules
 //!   decide (`--authorization-kubeconfig`, SubjectAccessReview), cached.
+//! - [`requestheader`]: users named by a front proxy's headers
+//!   (`--requestheader-*`).
 //! - [`middleware`]: the middleware itself ([`Auth`]).
 //!
 //! With no authenticator configured, authentication is off: every request is
@@ -23,6 +25,7 @@ pub mod authn;
 pub mod authz;
 pub mod connection;
 pub mod delegated;
+pub mod requestheader;
 pub mod limits;
 pub mod middleware;
 
@@ -75,6 +78,29 @@ pub struct AuthConfig {
     /// (`--authentication-token-webhook-cache-ttl`). Default 10.
     #[serde(default = "default_authentication_cache_ttl_seconds")]
     pub authentication_cache_ttl_seconds: u64,
+    /// CA bundle of front proxies' client certificates
+    /// (`--requestheader-client-ca-file`): on a connection with a client
+    /// certificate it signs (and a CN of `requestheaderAllowedNames`), the
+    /// user is taken from the request headers ([`requestheader`]). Requires
+    /// TLS, which must be configured with the same file.
+    #[serde(default)]
+    pub requestheader_client_ca_file: Option<PathBuf>,
+    /// CNs of front proxies' certificates (`--requestheader-allowed-names`);
+    /// empty: any certificate the CA signs.
+    #[serde(default)]
+    pub requestheader_allowed_names: Vec<String>,
+    /// Headers naming the user, first non-empty wins
+    /// (`--requestheader-username-headers`). Default `X-Remote-User`.
+    #[serde(default = "default_requestheader_username_headers")]
+    pub requestheader_username_headers: Vec<String>,
+    /// Headers naming the groups (`--requestheader-group-headers`).
+    /// Default `X-Remote-Group`.
+    #[serde(default = "default_requestheader_group_headers")]
+    pub requestheader_group_headers: Vec<String>,
+    /// Prefixes of the headers of extra attributes
+    /// (`--requestheader-extra-headers-prefix`). Default `X-Remote-Extra-`.
+    #[serde(default = "default_requestheader_extra_headers_prefix")]
+    pub requestheader_extra_headers_prefix: Vec<String>,
     /// Kubeconfig of an API server that decides what kubefold's own rules
     /// do not allow (`--authorization-kubeconfig`): a
     /// `SubjectAccessReview` per request, with the member cluster as the
@@ -142,6 +168,11 @@ impl Default for AuthConfig {
             client_ca_file: None,
             authentication_kubeconfig: None,
             authentication_cache_ttl_seconds: default_authentication_cache_ttl_seconds(),
+            requestheader_client_ca_file: None,
+            requestheader_allowed_names: Vec::new(),
+            requestheader_username_headers: default_requestheader_username_headers(),
+            requestheader_group_headers: default_requestheader_group_headers(),
+            requestheader_extra_headers_prefix: default_requestheader_extra_headers_prefix(),
             authorization_kubeconfig: None,
             authorization_authorized_ttl_seconds: default_authentication_cache_ttl_seconds(),
             authorization_unauthorized_ttl_seconds: default_authentication_cache_ttl_seconds(),
@@ -157,6 +188,21 @@ impl Default for AuthConfig {
 /// 10 seconds ([`delegated::DEFAULT_CACHE_TTL`]).
 pub fn default_authentication_cache_ttl_seconds() -> u64 {
     delegated::DEFAULT_CACHE_TTL.as_secs()
+}
+
+/// `X-Remote-User`.
+pub fn default_requestheader_username_headers() -> Vec<String> {
+    vec!["X-Remote-User".into()]
+}
+
+/// `X-Remote-Group`.
+pub fn default_requestheader_group_headers() -> Vec<String> {
+    vec!["X-Remote-Group".into()]
+}
+
+/// `X-Remote-Extra-`.
+pub fn default_requestheader_extra_headers_prefix() -> Vec<String> {
+    vec!["X-Remote-Extra-".into()]
 }
 
 /// Unset: decided by whether an authenticator is configured.
@@ -210,8 +256,16 @@ pub enum Error {
         reason: String,
     },
     /// Anonymous access is off and nothing can authenticate a request.
-    #[error("anonymous access is disabled but no authenticator (tokenAuthFile, clientCaFile, authenticationKubeconfig) is configured: every request would be refused")]
+    #[error("anonymous access is disabled but no authenticator (tokenAuthFile, clientCaFile, authenticationKubeconfig, requestheaderClientCaFile) is configured: every request would be refused")]
     NoAuthenticator,
+    /// The request-header CA bundle cannot be used.
+    #[error("requestheader client CA file {path}: {reason}")]
+    RequestHeaderCa {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// The kubeconfig of delegated authentication cannot be read.
     #[error("authentication kubeconfig {path}: {reason}")]
     DelegationKubeconfig {
