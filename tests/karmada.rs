@@ -285,3 +285,29 @@ fn a_clusters_ready_condition_and_an_unreachable_pull_cluster_show_in_the_status
     wait_for(Duration::from_secs(30), "member1 ready", || status("member1")["phase"] == "Synced");
     assert!(status("member1").get("reason").is_none());
 }
+
+#[test]
+fn the_apiservice_of_ops_names_the_group_kubefold_serves_for_the_aggregator() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/ops/kubernetes-aggregated/apiservice.yaml")).unwrap();
+    let service: Value = serde_saphyr::from_str(&text).unwrap();
+    let (group, version) = (service["spec"]["group"].as_str().unwrap(), service["spec"]["version"].as_str().unwrap());
+    assert_eq!(service["metadata"]["name"], format!("{version}.{group}"));
+    let member1 = sim("member1", 1, false);
+    let (_dir, data) = data_dir();
+    let kf = Kubefold::serve(&data, &[("member1".to_string(), member1.url())], &[]);
+    kf.wait_ready();
+    // The aggregator's availability check and discovery read these.
+    let (code, body) = kf.get(&format!("/apis/{group}/{version}"));
+    assert_eq!(code, 200, "{body}");
+    let list: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(list["kind"], "APIResourceList");
+    assert_eq!(list["groupVersion"], format!("{group}/{version}"));
+    assert!(list["resources"].as_array().unwrap().iter().any(|r| r["name"] == "proxying/proxy"));
+    let (code, body) = kf.get(&format!("/apis/{group}"));
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["preferredVersion"]["version"], version);
+    // What the aggregator then forwards: the API under the proxy path.
+    let (code, body) = kf.get(&format!("{PROXY}/api/v1/namespaces/default/pods"));
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("web-0_member1"));
+}
