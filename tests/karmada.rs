@@ -311,3 +311,55 @@ fn the_apiservice_of_ops_names_the_group_kubefold_serves_for_the_aggregator() {
     assert_eq!(code, 200, "{body}");
     assert!(body.contains("web-0_member1"));
 }
+
+#[test]
+fn the_simulator_serves_a_custom_resource_defined_at_runtime() {
+    let control_plane = sim("karmada", 9, true);
+    let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+    let url = |path: &str| format!("{}{path}", control_plane.url());
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "gadgets.example.org"},
+        "spec": {
+            "group": "example.org", "scope": "Namespaced",
+            "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget", "listKind": "GadgetList", "shortNames": ["gd"]},
+            "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+                          "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}],
+        },
+    });
+    assert_eq!(client.get(url("/apis/example.org/v1")).send().unwrap().status().as_u16(), 404, "not served before its definition");
+    send(&control_plane, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", "application/json", &crd);
+    // Established, and served: discovery, then every verb.
+    let definition: Value = client.get(url("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/gadgets.example.org")).send().unwrap().json().unwrap();
+    assert!(definition["status"]["conditions"].as_array().unwrap().iter().any(|c| c["type"] == "Established" && c["status"] == "True"), "{definition}");
+    let groups: Value = client.get(url("/apis")).send().unwrap().json().unwrap();
+    assert!(groups["groups"].as_array().unwrap().iter().any(|g| g["name"] == "example.org"), "{groups}");
+    let resources: Value = client.get(url("/apis/example.org/v1")).send().unwrap().json().unwrap();
+    let gadgets = resources["resources"].as_array().unwrap().iter().find(|r| r["name"] == "gadgets").cloned().unwrap_or(Value::Null);
+    assert_eq!((gadgets["kind"].as_str(), gadgets["namespaced"].as_bool()), (Some("Gadget"), Some(true)), "{resources}");
+    assert!(resources["resources"].as_array().unwrap().iter().any(|r| r["name"] == "gadgets/status"));
+
+    let collection = "/apis/example.org/v1/namespaces/default/gadgets";
+    let watch = client.get(url(&format!("{collection}?watch=true"))).send().unwrap();
+    assert_eq!(watch.status().as_u16(), 200);
+    let gadget = json!({"apiVersion": "example.org/v1", "kind": "Gadget", "metadata": {"name": "g1", "namespace": "default"}, "spec": {"size": 3}});
+    let created = send(&control_plane, "POST", collection, "application/json", &gadget);
+    assert_eq!(created["spec"]["size"], 3);
+    let mut changed = created.clone();
+    changed["spec"]["size"] = json!(4);
+    let updated = send(&control_plane, "PUT", &format!("{collection}/g1"), "application/json", &changed);
+    assert_eq!(updated["spec"]["size"], 4);
+    let list: Value = client.get(url(collection)).send().unwrap().json().unwrap();
+    assert_eq!(list["kind"], "GadgetList");
+    assert_eq!(list["items"][0]["metadata"]["name"], "g1");
+    let deleted = client.delete(url(&format!("{collection}/g1"))).send().unwrap();
+    assert_eq!(deleted.status().as_u16(), 200);
+    assert_eq!(client.get(url(&format!("{collection}/g1"))).send().unwrap().status().as_u16(), 404);
+    // The watch opened before saw the gadget come, change and go.
+    use std::io::BufRead;
+    let types: Vec<String> = std::io::BufReader::new(watch)
+        .lines()
+        .take(3)
+        .map(|l| serde_json::from_str::<Value>(&l.unwrap()).unwrap()["type"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(types, ["ADDED", "MODIFIED", "DELETED"]);
+}

@@ -25,6 +25,7 @@
 //!   storms, corrupt events, clock skew), switchable at runtime.
 //! - [`protobuf`]: protobuf bodies of built-in types (reads and writes).
 //! - [`openapi`]: the OpenAPI v2 and v3 documents of the served types.
+//! - [`crds`]: CustomResourceDefinitions created at runtime become served types.
 //! - [`access`]: authentication, impersonation and authorization from an
 //!   `--authz-file`; [`audit`]: the `--audit-log-path` audit log.
 //! - [`server`]: the HTTP layer and the request log.
@@ -54,6 +55,7 @@ pub mod apply;
 pub mod audit;
 pub mod churn;
 pub mod controllers;
+pub mod crds;
 pub mod discovery;
 pub mod exec;
 pub mod faults;
@@ -276,8 +278,6 @@ pub struct Shared {
     pub store: RwLock<Store>,
     /// The request log.
     pub requests: Arc<Mutex<Vec<RequestRecord>>>,
-    /// The served resource types.
-    pub catalog: Arc<[ResourceType]>,
     /// The configuration.
     pub config: SimConfig,
     /// Cancelled when the simulator stops: ends watches and log streams.
@@ -301,6 +301,11 @@ impl Shared {
             0 => Utc::now(),
             skew => Utc::now() + chrono::Duration::seconds(skew),
         }
+    }
+
+    /// The served resource types (custom resources are added while it runs).
+    pub fn catalog(&self) -> Arc<[ResourceType]> {
+        self.store.read().map(|s| s.catalog().clone()).unwrap_or_else(|e| e.into_inner().catalog().clone())
     }
 
     /// The store for reading.
@@ -628,7 +633,6 @@ async fn serve(
     store.tasks = Some(tasks_tx);
     let objects: usize = (0..store.catalog().len()).map(|i| store.count(i)).sum();
     let shared = Arc::new(Shared {
-        catalog: store.catalog().clone(),
         store: RwLock::new(store),
         requests: Arc::new(Mutex::new(Vec::new())),
         config: config.clone(),

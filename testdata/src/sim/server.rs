@@ -271,7 +271,7 @@ async fn handle(req: &HttpRequest, payload: RequestBody, shared: Arc<Shared>) ->
         .map(|q| q.into_inner())
         .map_err(|e| ApiError::BadRequest(format!("invalid query: {e}")))?;
     let method = req.method().clone();
-    let catalog = shared.catalog.clone();
+    let catalog = shared.catalog();
     if !req.path().starts_with("/sim/") {
         protobuf::refuse_cbor(req)?;
     }
@@ -421,6 +421,8 @@ async fn burst_endpoint(method: &Method, payload: RequestBody, shared: Arc<Share
     Ok(json_value(&serde_json::json!({"resourceVersion": rv.to_string()})))
 }
 
+/// A resource request; a write of a CustomResourceDefinition then serves
+/// the types it defines ([`super::crds`]).
 async fn resource(
     req: &HttpRequest,
     payload: RequestBody,
@@ -428,11 +430,26 @@ async fn resource(
     path: ResourcePath,
     query: Vec<(String, String)>,
 ) -> Result<HttpResponse> {
-    let Some(index) = shared.catalog.iter().position(|r| r.group == path.group && r.version == path.version && r.plural == path.plural)
+    let definition = path.group == super::crds::GROUP && path.plural == "customresourcedefinitions" && !matches!(*req.method(), Method::GET | Method::HEAD);
+    let response = resource_request(req, payload, shared.clone(), path, query).await?;
+    if definition && response.status().is_success() {
+        super::crds::sync(&mut *shared.write()?);
+    }
+    Ok(response)
+}
+
+async fn resource_request(
+    req: &HttpRequest,
+    payload: RequestBody,
+    shared: Arc<Shared>,
+    path: ResourcePath,
+    query: Vec<(String, String)>,
+) -> Result<HttpResponse> {
+    let Some(index) = shared.catalog().iter().position(|r| r.group == path.group && r.version == path.version && r.plural == path.plural)
     else {
         return Err(ApiError::PathNotFound);
     };
-    let rt = shared.catalog[index].clone();
+    let rt = shared.catalog()[index].clone();
     if path.namespace.is_some() && !rt.namespaced {
         return Err(ApiError::PathNotFound);
     }
@@ -587,7 +604,7 @@ async fn list_objects(
     query: &[(String, String)],
     watch_prefix: bool,
 ) -> Result<HttpResponse> {
-    let rt = shared.catalog[index].clone();
+    let rt = shared.catalog()[index].clone();
     let options = ListOptions::parse(query, watch_prefix, &rt)?;
     if let Some(rv) = options.minimum_rv()? {
         wait_for_rv(&shared, rv).await?;
@@ -623,7 +640,7 @@ async fn start_watch(
     name: Option<&str>,
     query: &[(String, String)],
 ) -> Result<HttpResponse> {
-    let rt = shared.catalog[index].clone();
+    let rt = shared.catalog()[index].clone();
     let mut options = ListOptions::parse(query, true, &rt)?;
     if let Some(name) = name {
         let selector = format!("metadata.name={name}");
