@@ -275,6 +275,9 @@ impl AddArgs {
             ca_file: self.ca_file.as_deref().map(absolute).transpose()?,
             insecure_skip_tls_verify: self.insecure_skip_tls_verify,
             labels: self.labels.iter().cloned().collect(),
+            impersonator_token: None,
+            impersonator_token_file: None,
+            impersonate: None,
         })
     }
 }

@@ -321,6 +321,9 @@ impl Config {
         if self.auth.client_ca_file.is_some() && self.tls.is_none() {
             anyhow::bail!("auth.clientCaFile needs tls (--tls-cert-file and --tls-private-key-file): client certificates come with TLS");
         }
+        if self.auth.requestheader_client_ca_file.is_some() && self.tls.is_none() {
+            anyhow::bail!("auth.requestheaderClientCaFile needs tls (--tls-cert-file and --tls-private-key-file): a front proxy is known by its client certificate");
+        }
         let mut seen = std::collections::BTreeSet::new();
         for c in &self.clusters {
             if !kubefold_engine::names::is_valid_cluster_name(&c.name) {

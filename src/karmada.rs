@@ -2,32 +2,35 @@
 //! (`karmada` in the config, `--karmada-kubeconfig`): every `Cluster`
 //! (`cluster.karmada.io/v1alpha1`) with the Secret its `spec.secretRef`
 //! names becomes a member, every `ResourceRegistry`
-//! (`search.karmada.io/v1alpha1`) a rule of the resource selection. The
-//! control plane is read again every second and only the differences are
-//! applied: a new Cluster is added, one whose endpoint or credentials
-//! changed reconnects, a removed one is dropped (its objects become DELETED
-//! events; open watches stay open), through the same supervisor messages as
-//! the admin API.
+//! (`search.karmada.io/v1alpha1`) a rule of the resource selection; the
+//! `token` of the Secret its `spec.impersonatorSecretRef` names is the
+//! member's impersonator token (edits act there as their caller). The
+//! Clusters, the ResourceRegistries and the Secrets of the namespaces the
+//! Clusters name are watched (list, then watch from its resourceVersion;
+//! relist after 410 Gone; reconnect with backoff), and each change is
+//! applied as it arrives, only the differences: a new Cluster is added, one
+//! whose endpoint or credentials changed reconnects, a removed one is
+//! dropped (its objects become DELETED events; open watches stay open),
+//! through the same supervisor messages as the admin API.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::time::Duration;
 
 use actix::Addr;
 use anyhow::Context;
 use base64::Engine;
-use kube::api::{Api, DynamicObject, ListParams};
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject};
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::discovery::ApiResource;
 use kubefold_actors::cluster::ClusterSpec;
+use kubefold_actors::fleet::karmada::KarmadaCluster;
 use kubefold_actors::resolver::{Resolver, SetMembers};
 use kubefold_actors::supervisor::{AddCluster, DropCluster, SetSelection, Supervisor};
 use kubefold_engine::selection::{ResourceSelection, SelectionRule};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use tracing::{error, info, warn};
-
-/// How often the control plane is read.
-const RESYNC: Duration = Duration::from_secs(1);
+use tracing::{debug, error, info, warn};
 
 /// Where the Karmada control plane is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,6 +67,14 @@ pub fn member_of(cluster: &Value, secrets: &BTreeMap<String, BTreeMap<String, St
         .unwrap_or_default();
     let mut member = ClusterSpec::from_url(&name, &endpoint);
     member.labels = labels;
+    // The identity that impersonates callers on the member (Karmada's
+    // cluster proxy uses the same Secret).
+    if let Some(secret_ref) = spec["impersonatorSecretRef"].as_object() {
+        let key = format!("{}/{}", secret_ref.get("namespace").and_then(Value::as_str).unwrap_or_default(), secret_ref.get("name").and_then(Value::as_str).unwrap_or_default());
+        let data = secrets.get(&key).ok_or_else(|| format!("Cluster {name}: its impersonator Secret {key} does not exist"))?;
+        let token = data.get("token").and_then(|t| decode(t)).map(|t| t.trim().to_string()).filter(|t| !t.is_empty());
+        member.impersonator_token = Some(token.ok_or_else(|| format!("Cluster {name}: its impersonator Secret {key} has no token"))?);
+    }
     if ca_bundle.is_none() && proxy.is_none() {
         member.token = token;
         member.insecure_skip_tls_verify = insecure;
@@ -167,9 +178,89 @@ fn cluster_names(registry: &str, target: &Value, clusters: &[Value]) -> Result<O
     Ok(Some(names))
 }
 
+/// What the watches of the control plane report to [`run`].
+enum Update {
+    /// An event of the `Cluster` watch.
+    Clusters(watcher::Event<DynamicObject>),
+    /// An event of the `ResourceRegistry` watch.
+    Registries(watcher::Event<DynamicObject>),
+    /// An event of the watch of Secrets in one namespace.
+    Secrets(String, watcher::Event<DynamicObject>),
+}
+
+/// The objects of one watch as it last showed them (`namespace/name` →
+/// object); a relist is buffered and swapped in once complete.
+#[derive(Debug, Default)]
+pub struct Reflected {
+    objects: BTreeMap<String, Value>,
+    relisting: Option<BTreeMap<String, Value>>,
+    /// Whether a list has completed.
+    listed: bool,
+}
+
+impl Reflected {
+    /// Applies one event of the watch; whether the objects changed.
+    pub fn apply(&mut self, event: watcher::Event<DynamicObject>) -> bool {
+        let key_of = |o: &DynamicObject| format!("{}/{}", o.metadata.namespace.as_deref().unwrap_or_default(), o.metadata.name.as_deref().unwrap_or_default());
+        let value = |o: DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null);
+        match event {
+            watcher::Event::Init => {
+                self.relisting = Some(BTreeMap::new());
+                false
+            }
+            watcher::Event::InitApply(o) => {
+                let key = key_of(&o);
+                self.relisting.get_or_insert_with(BTreeMap::new).insert(key, value(o));
+                false
+            }
+            watcher::Event::InitDone => {
+                let listed = self.relisting.take().unwrap_or_default();
+                // The first list is a change even when it holds nothing.
+                let changed = listed != self.objects || !self.listed;
+                self.objects = listed;
+                self.listed = true;
+                changed
+            }
+            watcher::Event::Apply(o) => {
+                let key = key_of(&o);
+                let o = value(o);
+                self.objects.insert(key, o.clone()) != Some(o)
+            }
+            watcher::Event::Delete(o) => self.objects.remove(&key_of(&o)).is_some(),
+        }
+    }
+
+    /// The objects.
+    pub fn values(&self) -> Vec<Value> {
+        self.objects.values().cloned().collect()
+    }
+}
+
+/// Watches one resource of the control plane (list, then watch from its
+/// resourceVersion; a relist after 410 Gone; reconnects with backoff, all
+/// kube's watcher) and sends its events, until the receiver is gone.
+fn spawn_watch(api: Api<DynamicObject>, what: &'static str, updates: tokio::sync::mpsc::Sender<Update>, wrap: impl Fn(watcher::Event<DynamicObject>) -> Update + 'static) -> tokio::task::JoinHandle<()> {
+    tokio::task::spawn_local(async move {
+        let mut events = std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(event) => {
+                    if updates.send(wrap(event)).await.is_err() {
+                        return;
+                    }
+                }
+                Err(e) => warn!(resource = what, error = %e, "Watch of the Karmada control plane failed; retrying."),
+            }
+        }
+    })
+}
+
 /// Keeps the members and the selection equal to the control plane's, until
-/// dropped. `configured`: the names of the members of the config file (a
-/// Cluster of the same name is refused with an error).
+/// dropped: `Cluster` and `ResourceRegistry` objects are watched, and the
+/// Secrets of the namespaces the Clusters' `secretRef` and
+/// `impersonatorSecretRef` name; each change is applied as it arrives.
+/// `configured`: the names of the members of the config file (a Cluster
+/// of the same name is refused with an error).
 pub async fn run(config: KarmadaConfig, configured: BTreeSet<String>, supervisor: Addr<Supervisor>, resolver: Addr<Resolver>, fleet: std::sync::Arc<kubefold_actors::fleet::Fleet>) {
     let client = match client(&config).await {
         Ok(c) => c,
@@ -178,53 +269,118 @@ pub async fn run(config: KarmadaConfig, configured: BTreeSet<String>, supervisor
             return;
         }
     };
+    let resource = |group: &str, kind: &str, plural: &str| ApiResource { group: group.into(), version: "v1alpha1".into(), api_version: format!("{group}/v1alpha1"), kind: kind.into(), plural: plural.into() };
+    let (updates, mut received) = tokio::sync::mpsc::channel::<Update>(256);
+    let _clusters_watch = Aborted(spawn_watch(Api::all_with(client.clone(), &resource("cluster.karmada.io", "Cluster", "clusters")), "clusters", updates.clone(), Update::Clusters));
+    let _registries_watch = Aborted(spawn_watch(
+        Api::all_with(client.clone(), &resource("search.karmada.io", "ResourceRegistry", "resourceregistries")),
+        "resourceregistries",
+        updates.clone(),
+        Update::Registries,
+    ));
+    let mut secret_watches: BTreeMap<String, Aborted> = BTreeMap::new();
+    let (mut clusters, mut registries) = (Reflected::default(), Reflected::default());
+    let mut secrets: BTreeMap<String, Reflected> = BTreeMap::new();
     let mut members: BTreeMap<String, ClusterSpec> = BTreeMap::new();
     let mut selection: Option<ResourceSelection> = None;
-    loop {
-        match read(&client).await {
-            Ok((clusters, secrets, registries)) => {
-                let mut wanted = BTreeMap::new();
-                for cluster in &clusters {
-                    match member_of(cluster, &secrets) {
-                        Ok(m) if configured.contains(&m.name) => {
-                            error!(cluster = %m.name, "A Karmada Cluster has the name of a configured cluster; it is not added.")
-                        }
-                        Ok(m) => {
-                            wanted.insert(m.name.clone(), m);
-                        }
-                        Err(e) => warn!(error = %e, "Karmada Cluster skipped."),
-                    }
-                }
-                let mut changed = false;
-                for (name, _) in members.iter().filter(|(n, _)| !wanted.contains_key(*n)) {
-                    info!(cluster = %name, "Karmada Cluster removed; dropping the member.");
-                    let _ = supervisor.send(DropCluster(name.clone())).await;
-                    changed = true;
-                }
-                for (name, member) in &wanted {
-                    if members.get(name) != Some(member) {
-                        info!(cluster = %name, "Karmada Cluster added or changed; connecting.");
-                        let _ = supervisor.send(AddCluster(member.clone())).await;
-                        changed = true;
-                    }
-                }
-                members = wanted;
-                if changed {
-                    resolver.do_send(SetMembers(fleet.member_names()));
-                }
-                match selection_of(&registries, &clusters) {
-                    Ok(Some(s)) if selection.as_ref() != Some(&s) => {
-                        info!(rules = s.rules.len(), "Resource selection from Karmada's ResourceRegistries.");
-                        let _ = supervisor.send(SetSelection(s.clone())).await;
-                        selection = Some(s);
-                    }
-                    Ok(_) => {}
-                    Err(e) => warn!(error = %e, "ResourceRegistries not applied."),
-                }
-            }
-            Err(e) => warn!(error = format!("{e:#}"), "Cannot read the Karmada control plane."),
+    while let Some(update) = received.recv().await {
+        let mut changed = apply(update, &mut clusters, &mut registries, &mut secrets);
+        // What else has arrived is applied with it.
+        while let Ok(update) = received.try_recv() {
+            changed |= apply(update, &mut clusters, &mut registries, &mut secrets);
         }
-        tokio::time::sleep(RESYNC).await;
+        if !changed {
+            continue;
+        }
+        let clusters = clusters.values();
+        // The Secrets of the namespaces the Clusters name are watched.
+        let namespaces: BTreeSet<String> = clusters
+            .iter()
+            .flat_map(|c| [&c["spec"]["secretRef"]["namespace"], &c["spec"]["impersonatorSecretRef"]["namespace"]])
+            .filter_map(|ns| ns.as_str().map(str::to_string))
+            .collect();
+        secret_watches.retain(|ns, _| namespaces.contains(ns));
+        secrets.retain(|ns, _| namespaces.contains(ns));
+        for namespace in &namespaces {
+            if !secret_watches.contains_key(namespace) {
+                let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&()));
+                let ns = namespace.clone();
+                secret_watches.insert(namespace.clone(), Aborted(spawn_watch(api, "secrets", updates.clone(), move |e| Update::Secrets(ns.clone(), e))));
+            }
+        }
+        let secret_data: BTreeMap<String, BTreeMap<String, String>> = secrets
+            .values()
+            .flat_map(|r| r.objects.iter())
+            .map(|(key, secret)| {
+                let data = secret["data"].as_object().map(|d| d.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect()).unwrap_or_default();
+                (key.clone(), data)
+            })
+            .collect();
+        let mut wanted = BTreeMap::new();
+        for cluster in &clusters {
+            match member_of(cluster, &secret_data) {
+                Ok(m) if configured.contains(&m.name) => {
+                    error!(cluster = %m.name, "A Karmada Cluster has the name of a configured cluster; it is not added.")
+                }
+                Ok(m) => {
+                    wanted.insert(m.name.clone(), m);
+                }
+                // A Secret not seen yet (its namespace's watch is starting)
+                // is not an error.
+                Err(e) if namespaces.iter().any(|ns| !secrets.get(ns).is_some_and(|r| r.listed)) => debug!(error = %e, "Karmada Cluster waits for its Secret."),
+                Err(e) => warn!(error = %e, "Karmada Cluster skipped."),
+            }
+        }
+        let mut members_changed = false;
+        for (name, _) in members.iter().filter(|(n, _)| !wanted.contains_key(*n)) {
+            info!(cluster = %name, "Karmada Cluster removed; dropping the member.");
+            let _ = supervisor.send(DropCluster(name.clone())).await;
+            members_changed = true;
+        }
+        for (name, member) in &wanted {
+            if members.get(name) != Some(member) {
+                info!(cluster = %name, "Karmada Cluster added or changed; connecting.");
+                let _ = supervisor.send(AddCluster(member.clone())).await;
+                members_changed = true;
+            }
+        }
+        members = wanted;
+        // Each member's sync mode and Ready condition, shown in its status.
+        let views = clusters
+            .iter()
+            .filter_map(|c| Some((c["metadata"]["name"].as_str().filter(|n| members.contains_key(*n))?.to_string(), KarmadaCluster::of(c))))
+            .collect();
+        fleet.karmada().replace(views);
+        if members_changed {
+            resolver.do_send(SetMembers(fleet.member_names()));
+        }
+        match selection_of(&registries.values(), &clusters) {
+            Ok(Some(s)) if selection.as_ref() != Some(&s) => {
+                info!(rules = s.rules.len(), "Resource selection from Karmada's ResourceRegistries.");
+                let _ = supervisor.send(SetSelection(s.clone())).await;
+                selection = Some(s);
+            }
+            Ok(_) => {}
+            Err(e) => warn!(error = %e, "ResourceRegistries not applied."),
+        }
+    }
+}
+
+/// Applies one watch event to the objects seen; whether they changed.
+fn apply(update: Update, clusters: &mut Reflected, registries: &mut Reflected, secrets: &mut BTreeMap<String, Reflected>) -> bool {
+    match update {
+        Update::Clusters(event) => clusters.apply(event),
+        Update::Registries(event) => registries.apply(event),
+        Update::Secrets(namespace, event) => secrets.entry(namespace).or_default().apply(event),
+    }
+}
+
+/// A spawned watch, stopped when dropped.
+struct Aborted(tokio::task::JoinHandle<()>);
+
+impl Drop for Aborted {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -233,29 +389,6 @@ async fn client(config: &KarmadaConfig) -> anyhow::Result<kube::Client> {
     let options = kube::config::KubeConfigOptions { context: config.context.clone(), ..Default::default() };
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options).await.context("invalid kubeconfig")?;
     Ok(kube::Client::try_from(config)?)
-}
-
-type ControlPlane = (Vec<Value>, BTreeMap<String, BTreeMap<String, String>>, Vec<Value>);
-
-async fn read(client: &kube::Client) -> anyhow::Result<ControlPlane> {
-    let list = |group: &str, kind: &str, plural: &str| {
-        let resource = ApiResource { group: group.into(), version: "v1alpha1".into(), api_version: format!("{group}/v1alpha1"), kind: kind.into(), plural: plural.into() };
-        Api::<DynamicObject>::all_with(client.clone(), &resource)
-    };
-    let as_values = |items: Vec<DynamicObject>| items.into_iter().filter_map(|o| serde_json::to_value(o).ok()).collect::<Vec<_>>();
-    let clusters = as_values(list("cluster.karmada.io", "Cluster", "clusters").list(&ListParams::default()).await.context("list clusters")?.items);
-    let mut secrets = BTreeMap::new();
-    for cluster in &clusters {
-        let Some(r) = cluster["spec"]["secretRef"].as_object() else { continue };
-        let (Some(ns), Some(name)) = (r.get("namespace").and_then(Value::as_str), r.get("name").and_then(Value::as_str)) else { continue };
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&()));
-        if let Some(secret) = api.get_opt(name).await.context("get secret")? {
-            let data = secret.data["data"].as_object().map(|d| d.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect()).unwrap_or_default();
-            secrets.insert(format!("{ns}/{name}"), data);
-        }
-    }
-    let registries = as_values(list("search.karmada.io", "ResourceRegistry", "resourceregistries").list(&ListParams::default()).await.context("list resourceregistries")?.items);
-    Ok((clusters, secrets, registries))
 }
 
 #[cfg(test)]
@@ -289,6 +422,50 @@ mod tests {
         assert_eq!(server.server.as_deref(), Some("https://m1:6443"));
         assert_eq!(server.certificate_authority_data.as_deref(), Some("UEVN"));
         assert_eq!(server.proxy_url.as_deref(), Some("http://proxy:3128"));
+    }
+
+    #[test]
+    fn the_impersonator_secret_makes_the_member_impersonate() {
+        let mut secrets = secrets();
+        let impersonator = BTreeMap::from([("token".to_string(), "aW1wZXJzb25hdG9yCg==".to_string())]);
+        secrets.insert("karmada-cluster/m1-impersonator".to_string(), impersonator);
+        let mut cluster = json!({"metadata": {"name": "m1"}, "spec": {"syncMode": "Push", "apiEndpoint": "https://m1", "secretRef": {"namespace": "karmada-cluster", "name": "m1"}}});
+        let member = member_of(&cluster, &secrets).unwrap();
+        assert!(!member.impersonates(), "no impersonator Secret: kubefold's own identity");
+        cluster["spec"]["impersonatorSecretRef"] = json!({"namespace": "karmada-cluster", "name": "m1-impersonator"});
+        let member = member_of(&cluster, &secrets).unwrap();
+        assert_eq!(member.impersonator_token.as_deref(), Some("impersonator"));
+        assert!(member.impersonates());
+        assert!(!format!("{member:?}").contains("impersonator\""), "the token never shows");
+        cluster["spec"]["impersonatorSecretRef"]["name"] = json!("gone");
+        assert!(member_of(&cluster, &secrets).unwrap_err().contains("impersonator Secret karmada-cluster/gone"));
+    }
+
+    #[test]
+    fn a_relist_is_swapped_in_whole_and_only_changes_count() {
+        let object = |name: &str, rv: &str| {
+            serde_json::from_value::<DynamicObject>(json!({"apiVersion": "cluster.karmada.io/v1alpha1", "kind": "Cluster", "metadata": {"name": name, "resourceVersion": rv}})).unwrap()
+        };
+        let mut reflected = Reflected::default();
+        assert!(!reflected.apply(watcher::Event::Init));
+        assert!(!reflected.apply(watcher::Event::InitApply(object("m1", "1"))));
+        assert!(reflected.values().is_empty(), "nothing shown before the list completes");
+        assert!(reflected.apply(watcher::Event::InitDone));
+        assert_eq!(reflected.values().len(), 1);
+        assert!(reflected.apply(watcher::Event::Apply(object("m2", "2"))));
+        assert!(!reflected.apply(watcher::Event::Apply(object("m2", "2"))), "the same object again is no change");
+        assert!(reflected.apply(watcher::Event::Delete(object("m1", "1"))));
+        // A relist after 410 Gone: m2 gone, m3 new, shown at once at its end.
+        reflected.apply(watcher::Event::Init);
+        reflected.apply(watcher::Event::InitApply(object("m3", "5")));
+        assert_eq!(reflected.values()[0]["metadata"]["name"], "m2");
+        assert!(reflected.apply(watcher::Event::InitDone));
+        let names: Vec<Value> = reflected.values().iter().map(|o| o["metadata"]["name"].clone()).collect();
+        assert_eq!(names, [json!("m3")]);
+        // An empty first list is a change (the Secrets of a namespace are known).
+        let mut empty = Reflected::default();
+        empty.apply(watcher::Event::Init);
+        assert!(empty.apply(watcher::Event::InitDone));
     }
 
     #[test]

@@ -171,6 +171,39 @@ struct ServeArgs {
     /// CA of client certificates (mTLS: CN is the user, O the groups); needs TLS.
     #[arg(long)]
     client_ca_file: Option<PathBuf>,
+    /// Kubeconfig of the API server that reviews bearer tokens kubefold does
+    /// not know (TokenReview), as an aggregated API server authenticates.
+    #[arg(long)]
+    authentication_kubeconfig: Option<PathBuf>,
+    /// How long a token review's answer is reused (e.g. `10s`, `2m`).
+    #[arg(long, value_parser = parse_seconds)]
+    authentication_token_webhook_cache_ttl: Option<u64>,
+    /// Kubeconfig of the API server that decides (SubjectAccessReview) what
+    /// kubefold's own rules do not allow, as for an aggregated API server.
+    #[arg(long)]
+    authorization_kubeconfig: Option<PathBuf>,
+    /// How long an allowed access review is reused (e.g. `10s`).
+    #[arg(long, value_parser = parse_seconds)]
+    authorization_webhook_cache_authorized_ttl: Option<u64>,
+    /// How long a refused access review is reused (e.g. `10s`).
+    #[arg(long, value_parser = parse_seconds)]
+    authorization_webhook_cache_unauthorized_ttl: Option<u64>,
+    /// CA of front proxies' client certificates: their requests name the
+    /// user in headers (X-Remote-User, X-Remote-Group, X-Remote-Extra-*); needs TLS.
+    #[arg(long)]
+    requestheader_client_ca_file: Option<PathBuf>,
+    /// CNs of front proxies' certificates (comma-separated; default: any the CA signs).
+    #[arg(long, value_delimiter = ',')]
+    requestheader_allowed_names: Option<Vec<String>>,
+    /// Headers naming the user (comma-separated; default X-Remote-User).
+    #[arg(long, value_delimiter = ',')]
+    requestheader_username_headers: Option<Vec<String>>,
+    /// Headers naming the groups (comma-separated; default X-Remote-Group).
+    #[arg(long, value_delimiter = ',')]
+    requestheader_group_headers: Option<Vec<String>>,
+    /// Prefixes of the headers of extra attributes (comma-separated; default X-Remote-Extra-).
+    #[arg(long, value_delimiter = ',')]
+    requestheader_extra_headers_prefix: Option<Vec<String>>,
     /// Serving certificate (PEM); with --tls-private-key-file.
     #[arg(long, requires = "tls_private_key_file")]
     tls_cert_file: Option<PathBuf>,
@@ -303,6 +336,42 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<Config> {
     if let Some(tokens) = args.token_auth_file {
         config.auth.token_auth_file = Some(tokens);
     }
+    if let Some(kubeconfig) = args.authentication_kubeconfig {
+        config.auth.authentication_kubeconfig = Some(kubeconfig);
+    }
+    if let Some(ttl) = args.authentication_token_webhook_cache_ttl {
+        config.auth.authentication_cache_ttl_seconds = ttl;
+    }
+    if let Some(ca) = args.requestheader_client_ca_file {
+        config.auth.requestheader_client_ca_file = Some(ca);
+    }
+    if let Some(names) = args.requestheader_allowed_names {
+        config.auth.requestheader_allowed_names = names;
+    }
+    if let Some(headers) = args.requestheader_username_headers {
+        config.auth.requestheader_username_headers = headers;
+    }
+    if let Some(headers) = args.requestheader_group_headers {
+        config.auth.requestheader_group_headers = headers;
+    }
+    if let Some(prefixes) = args.requestheader_extra_headers_prefix {
+        config.auth.requestheader_extra_headers_prefix = prefixes;
+    }
+    // The listener accepts the front proxies' certificates too.
+    if let Some(tls) = config.tls.as_mut() {
+        if tls.requestheader_client_ca_file.is_none() {
+            tls.requestheader_client_ca_file = config.auth.requestheader_client_ca_file.clone();
+        }
+    }
+    if let Some(kubeconfig) = args.authorization_kubeconfig {
+        config.auth.authorization_kubeconfig = Some(kubeconfig);
+    }
+    if let Some(ttl) = args.authorization_webhook_cache_authorized_ttl {
+        config.auth.authorization_authorized_ttl_seconds = ttl;
+    }
+    if let Some(ttl) = args.authorization_webhook_cache_unauthorized_ttl {
+        config.auth.authorization_unauthorized_ttl_seconds = ttl;
+    }
     config.allow_plain_http |= args.allow_plain_http;
     if let Some(anonymous) = args.anonymous_auth {
         config.auth.anonymous = Some(anonymous);
@@ -382,5 +451,20 @@ fn run() -> anyhow::Result<()> {
             private_files();
             offline::restore(&input, &data_dir)
         }
+    }
+}
+
+/// Seconds of a duration flag: `10s`, `2m`, `1h`, or a number of seconds.
+fn parse_seconds(text: &str) -> Result<u64, String> {
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let n: u64 = number.parse().map_err(|_| format!("{text:?} is not a duration (10s, 2m, 1h)"))?;
+    match unit {
+        "s" => Ok(n),
+        "m" => Ok(n * 60),
+        "h" => Ok(n * 3600),
+        _ => Err(format!("{text:?} is not a duration (10s, 2m, 1h)")),
     }
 }

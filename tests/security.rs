@@ -148,3 +148,71 @@ fn tokens_certificates_and_secrets_over_tls() {
         assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
     }
 }
+
+#[test]
+fn a_front_proxy_names_the_user_in_headers_and_only_a_front_proxy_may() {
+    let users = Pki::new();
+    let proxies = Pki::new();
+    let (cert, key) = users.issue(&["127.0.0.1", "localhost"], "kubefold", None);
+    let cert_file = users.file("tls.crt", &cert);
+    let key_file = users.file("tls.key", &key);
+    let client_ca = users.file("ca.crt", &users.ca.pem());
+    let proxy_ca = proxies.file("front-proxy-ca.crt", &proxies.ca.pem());
+    let members = demo_members(1, 0.0);
+    let (_tmp, dir) = data_dir();
+    let kf = Kubefold::serve(
+        &dir,
+        &cluster_flags(&members),
+        &[
+            "--tls-cert-file", cert_file.to_str().unwrap(),
+            "--tls-private-key-file", key_file.to_str().unwrap(),
+            "--client-ca-file", client_ca.to_str().unwrap(),
+            "--requestheader-client-ca-file", proxy_ca.to_str().unwrap(),
+            "--requestheader-allowed-names", "front-proxy-client",
+            "--requestheader-username-headers", "X-Remote-User",
+            "--requestheader-group-headers", "X-Remote-Group",
+            "--requestheader-extra-headers-prefix", "X-Remote-Extra-",
+        ],
+    );
+    let send = |c: &reqwest::blocking::Client, method: &str, path: &str, headers: &[(&str, &str)]| {
+        let mut r = c.request(method.parse().unwrap(), format!("{}{path}", kf.url));
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        if method == "POST" {
+            r = r.json(&json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}));
+        }
+        let resp = r.send().unwrap();
+        (resp.status().as_u16(), resp.json::<Value>().unwrap_or(Value::Null))
+    };
+    let anon = client(&users, None);
+    common::wait_for(std::time::Duration::from_secs(60), "ready", || send(&anon, "GET", "/readyz", &[]).0 == 200);
+    let whoami = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
+    let erin = [("X-Remote-User", "erin"), ("X-Remote-Group", "kubefold:viewers"), ("X-Remote-Group", "team-e"), ("X-Remote-Extra-Scopes", "view")];
+
+    // The front proxy's requests are the user its headers name.
+    let proxy = client(&users, Some(proxies.issue(&[], "front-proxy-client", None)));
+    let (code, body) = send(&proxy, "POST", whoami, &erin);
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(body["status"]["userInfo"]["username"], "erin");
+    assert_eq!(body["status"]["userInfo"]["groups"], json!(["kubefold:viewers", "team-e", "system:authenticated"]));
+    assert_eq!(send(&proxy, "GET", "/api/v1/pods", &erin).0, 200);
+    let (code, body) = send(&proxy, "DELETE", "/api/v1/namespaces/default/pods/web-0_member1", &erin);
+    assert_eq!(code, 403, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("User \"erin\" cannot delete"), "{body}");
+    // Without a user header the proxy's certificate authenticates nobody.
+    assert_eq!(send(&proxy, "GET", "/api/v1/pods", &[]).0, 401);
+
+    // A certificate of the proxies' CA with another CN: 401.
+    let intruder = client(&users, Some(proxies.issue(&[], "intruder", None)));
+    let (code, body) = send(&intruder, "GET", "/api/v1/pods", &erin);
+    assert_eq!((code, body["reason"].as_str()), (401, Some("Unauthorized")));
+    // The headers from anyone else are ignored: a user's certificate is its CN,
+    // no certificate is no one.
+    let carol = client(&users, Some(users.issue(&[], "carol", Some("kubefold:admins"))));
+    let (code, body) = send(&carol, "POST", whoami, &[("X-Remote-User", "mallory"), ("X-Remote-Group", "system:masters")]);
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(body["status"]["userInfo"]["username"], "carol");
+    assert_eq!(send(&anon, "GET", "/api/v1/pods", &erin).0, 401);
+    kf.stop();
+}

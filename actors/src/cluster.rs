@@ -29,6 +29,16 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// The impersonator token file could not be read.
+    #[error("cluster {cluster}: impersonator token file {path}: {reason}")]
+    ImpersonatorTokenUnreadable {
+        /// The cluster.
+        cluster: String,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// kube could not build a client.
     #[error("cluster {cluster}: cannot build client: {source}")]
     ClientFailed {
@@ -81,6 +91,25 @@ pub struct ClusterSpec {
     /// of resource selection rules (e.g. `env: prod`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// Bearer token of an identity allowed to impersonate users on the
+    /// member (Karmada's `impersonatorSecretRef`): forwarded edits and
+    /// streams of an authenticated caller go to the member with this token
+    /// and `Impersonate-User`, `-Group`, `-Uid`, `-Extra-*` of the caller,
+    /// so that the member's RBAC decides and its audit log names the
+    /// caller. Never logged; redacted by the admin API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub impersonator_token: Option<String>,
+    /// File holding that token (read again at each use, so a rotated
+    /// token takes effect). Exclusive with `impersonatorToken`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub impersonator_token_file: Option<PathBuf>,
+    /// Whether forwarded edits and streams act as the caller (through
+    /// impersonation) rather than as kubefold. Default: when an
+    /// impersonator token is set. `true` without one impersonates with the
+    /// member's own credentials, which must then hold the `impersonate`
+    /// right; `false` keeps kubefold's own identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub impersonate: Option<bool>,
 }
 
 /// What the admin API shows in place of a credential.
@@ -149,6 +178,9 @@ impl std::fmt::Debug for ClusterSpec {
             .field("ca_file", &self.ca_file)
             .field("insecure_skip_tls_verify", &self.insecure_skip_tls_verify)
             .field("labels", &self.labels)
+            .field("impersonator_token", &Redacted(&self.impersonator_token))
+            .field("impersonator_token_file", &self.impersonator_token_file)
+            .field("impersonate", &self.impersonate)
             .finish()
     }
 }
@@ -156,7 +188,13 @@ impl std::fmt::Debug for ClusterSpec {
 thread_local! {
     /// [`ClusterSpec::shared_client`]'s clients of this thread, by member.
     static SHARED_CLIENTS: std::cell::RefCell<std::collections::HashMap<String, (ClusterSpec, kube::Client)>> = Default::default();
+    /// [`ClusterSpec::shared_impersonating_client`]'s clients of this
+    /// thread, by member, with the settings and token they were built with.
+    static IMPERSONATING_CLIENTS: std::cell::RefCell<std::collections::HashMap<String, ImpersonatingClient>> = Default::default();
 }
+
+/// A member's settings, its impersonator token then, and the client built from them.
+type ImpersonatingClient = ((ClusterSpec, Option<String>), kube::Client);
 
 impl ClusterSpec {
     /// A member reached at `url` without credentials.
@@ -171,6 +209,9 @@ impl ClusterSpec {
             ca_file: None,
             insecure_skip_tls_verify: false,
             labels: BTreeMap::new(),
+            impersonator_token: None,
+            impersonator_token_file: None,
+            impersonate: None,
         }
     }
 
@@ -178,7 +219,7 @@ impl ClusterSpec {
     /// `kubeconfigData`) replaced by [`REDACTED`].
     pub fn redacted(&self) -> ClusterSpec {
         let mut spec = self.clone();
-        for secret in [&mut spec.token, &mut spec.kubeconfig_data] {
+        for secret in [&mut spec.token, &mut spec.kubeconfig_data, &mut spec.impersonator_token] {
             if secret.is_some() {
                 *secret = Some(REDACTED.to_string());
             }
@@ -193,6 +234,7 @@ impl ClusterSpec {
         let pairs = [
             ("token", &mut self.token, stored.and_then(|s| s.token.clone())),
             ("kubeconfigData", &mut self.kubeconfig_data, stored.and_then(|s| s.kubeconfig_data.clone())),
+            ("impersonatorToken", &mut self.impersonator_token, stored.and_then(|s| s.impersonator_token.clone())),
         ];
         for (field, secret, kept) in pairs {
             if secret.as_deref() == Some(REDACTED) {
@@ -205,21 +247,67 @@ impl ClusterSpec {
         Ok(())
     }
 
-    /// The spec without its credentials (`token`, `kubeconfigData`): what
-    /// a backup holds unless credentials are asked for.
+    /// The spec without its credentials (`token`, `kubeconfigData`,
+    /// `impersonatorToken`): what a backup holds unless credentials are
+    /// asked for.
     pub fn without_credentials(&self) -> ClusterSpec {
-        ClusterSpec { token: None, kubeconfig_data: None, ..self.clone() }
+        ClusterSpec { token: None, kubeconfig_data: None, impersonator_token: None, ..self.clone() }
     }
 
     /// Checks that exactly one way to reach the member is set (`url`,
-    /// `kubeconfig`, `kubeconfigData`).
+    /// `kubeconfig`, `kubeconfigData`), and at most one impersonator token.
     pub fn check_target(&self) -> std::result::Result<(), String> {
         let set = [self.url.is_some(), self.kubeconfig.is_some(), self.kubeconfig_data.is_some()].iter().filter(|s| **s).count();
-        if set == 1 {
-            Ok(())
-        } else {
-            Err(format!("cluster {:?}: set exactly one of url, kubeconfig and kubeconfigData", self.name))
+        if set != 1 {
+            return Err(format!("cluster {:?}: set exactly one of url, kubeconfig and kubeconfigData", self.name));
         }
+        if self.impersonator_token.is_some() && self.impersonator_token_file.is_some() {
+            return Err(format!("cluster {:?}: set at most one of impersonatorToken and impersonatorTokenFile", self.name));
+        }
+        Ok(())
+    }
+
+    /// Whether forwarded edits and streams of an authenticated caller act
+    /// as that caller ([`ClusterSpec::impersonate`]).
+    pub fn impersonates(&self) -> bool {
+        self.impersonate.unwrap_or(self.impersonator_token.is_some() || self.impersonator_token_file.is_some())
+    }
+
+    /// The impersonator token: `impersonatorToken`, or the contents of
+    /// `impersonatorTokenFile` (trimmed); `None` without either.
+    pub fn impersonator_token(&self) -> Result<Option<String>> {
+        if let Some(token) = &self.impersonator_token {
+            return Ok(Some(token.clone()));
+        }
+        let Some(path) = &self.impersonator_token_file else { return Ok(None) };
+        let text = std::fs::read_to_string(path).map_err(|e| Error::ImpersonatorTokenUnreadable { cluster: self.name.clone(), path: path.clone(), reason: e.to_string() })?;
+        Ok(Some(text.trim().to_string()))
+    }
+
+    /// The kube client settings of requests that impersonate a caller: the
+    /// member's ([`ClusterSpec::config`]) with the impersonator token as
+    /// the only credential, or the member's own credentials without one.
+    pub async fn impersonating_config(&self) -> Result<kube::Config> {
+        let mut config = self.config().await?;
+        if let Some(token) = self.impersonator_token()? {
+            config.auth_info = kube::config::AuthInfo { token: Some(secrecy::SecretString::from(token)), ..Default::default() };
+        }
+        Ok(config)
+    }
+
+    /// The client of [`ClusterSpec::impersonating_config`] for this
+    /// thread, shared as [`ClusterSpec::shared_client`] is and built again
+    /// when the settings or the impersonator token change.
+    pub async fn shared_impersonating_client(&self) -> Result<kube::Client> {
+        let token = self.impersonator_token()?;
+        let key = (self.clone(), token);
+        if let Some(client) = IMPERSONATING_CLIENTS.with(|c| c.borrow().get(&self.name).filter(|(k, _)| *k == key).map(|(_, client)| client.clone())) {
+            return Ok(client);
+        }
+        let config = self.impersonating_config().await?;
+        let client = kube::Client::try_from(config).map_err(|source| Error::ClientFailed { cluster: self.name.clone(), source })?;
+        IMPERSONATING_CLIENTS.with(|c| c.borrow_mut().insert(self.name.clone(), (key, client.clone())));
+        Ok(client)
     }
 
     /// Parses the `--cluster NAME=URL` / `--cluster NAME=PATH[#CONTEXT]` flag.
@@ -377,6 +465,50 @@ mod tests {
         });
         assert_eq!(other.join().unwrap(), 1);
         assert_eq!(built(), 3);
+    }
+
+    #[test]
+    fn a_member_impersonates_callers_when_it_has_an_impersonator_token_unless_told_otherwise() {
+        let mut s = ClusterSpec::from_url("m1", "https://x");
+        assert!(!s.impersonates());
+        s.impersonator_token = Some("imp-s3cr3t".into());
+        assert!(s.impersonates());
+        assert!(!format!("{s:?}").contains("imp-s3cr3t"));
+        assert!(!serde_json::to_string(&s.redacted()).unwrap().contains("imp-s3cr3t"));
+        assert_eq!(s.without_credentials().impersonator_token, None);
+        let mut sent_back = s.redacted();
+        sent_back.restore_redacted(Some(&s)).unwrap();
+        assert_eq!(sent_back.impersonator_token.as_deref(), Some("imp-s3cr3t"));
+        s.impersonate = Some(false);
+        assert!(!s.impersonates(), "switched off per cluster");
+        let own = ClusterSpec { impersonate: Some(true), ..ClusterSpec::from_url("m2", "https://y") };
+        assert!(own.impersonates(), "with the member's own credentials");
+        let both = ClusterSpec { impersonator_token_file: Some("/t".into()), ..s.clone() };
+        assert!(both.check_target().unwrap_err().contains("impersonatorTokenFile"));
+        let parsed: ClusterSpec = serde_json::from_str(r#"{"name": "m3", "url": "https://z", "impersonatorTokenFile": "/run/imp", "impersonate": true}"#).unwrap();
+        assert_eq!(parsed.impersonator_token_file.as_deref(), Some(std::path::Path::new("/run/imp")));
+        assert_eq!(parsed.impersonate, Some(true));
+    }
+
+    #[tokio::test]
+    async fn the_impersonator_token_replaces_the_members_credentials() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, "from-file\n").unwrap();
+        let mut s = ClusterSpec::from_url("m1", "http://127.0.0.1:1");
+        s.token = Some("kubefold".into());
+        s.impersonator_token_file = Some(file.clone());
+        let config = s.impersonating_config().await.unwrap();
+        use secrecy::ExposeSecret;
+        assert_eq!(config.auth_info.token.as_ref().map(|t| t.expose_secret().to_string()).as_deref(), Some("from-file"));
+        std::fs::write(&file, "rotated").unwrap();
+        assert_eq!(s.impersonator_token().unwrap().as_deref(), Some("rotated"), "read again at each use");
+        std::fs::remove_file(&file).unwrap();
+        assert!(matches!(s.impersonator_token(), Err(Error::ImpersonatorTokenUnreadable { .. })));
+        // Without an impersonator token, the member's own credentials.
+        let own = ClusterSpec { impersonator_token_file: None, impersonate: Some(true), ..s };
+        let config = own.impersonating_config().await.unwrap();
+        assert_eq!(config.auth_info.token.as_ref().map(|t| t.expose_secret().to_string()).as_deref(), Some("kubefold"));
     }
 
     #[test]

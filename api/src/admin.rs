@@ -112,8 +112,24 @@ fn cluster_status(state: &ApiState, cluster: &str) -> Value {
             "lagSeconds": w.lag().as_secs_f64(),
         }));
     }
-    let phase = if synced { "Synced" } else if stale { "Stale" } else { "Connecting" };
-    json!({
+    let karmada = state.fleet.karmada().get(cluster);
+    let mut reason: Option<String> = None;
+    let phase = match &karmada {
+        // Karmada's Pull-mode members are often out of the control plane's
+        // reach: one kubefold cannot reach says so.
+        Some(k) if k.is_pull() && !synced && last_error.is_some() => {
+            reason = last_error.clone();
+            "Unreachable"
+        }
+        Some(k) if k.not_ready() => {
+            reason = k.ready.as_ref().map(|r| if r.message.is_empty() { r.reason.clone() } else { format!("{}: {}", r.reason, r.message) });
+            "NotReady"
+        }
+        _ if synced => "Synced",
+        _ if stale => "Stale",
+        _ => "Connecting",
+    };
+    let mut status = json!({
         "phase": phase,
         "synced": synced,
         "stale": stale,
@@ -123,7 +139,14 @@ fn cluster_status(state: &ApiState, cluster: &str) -> Value {
         "events": events,
         "lagSeconds": lag.as_secs_f64(),
         "resources": resources,
-    })
+    });
+    if let Some(reason) = reason {
+        status["reason"] = json!(reason);
+    }
+    if let Some(karmada) = karmada {
+        status["karmada"] = json!(karmada);
+    }
+    status
 }
 
 fn cluster_json(state: &ApiState, spec: &ClusterSpec, source: &str) -> Value {
@@ -237,6 +260,18 @@ fn parse_spec(state: &ApiState, body: &[u8]) -> Result<ClusterSpec, Status> {
     spec.check_target().map_err(|e| Status::new(422, "Invalid", e))?;
     if let Some(path) = &spec.kubeconfig {
         check_kubeconfig_path(&spec.name, path, &state.config.kubeconfig_dirs)?;
+    }
+    if let Some(path) = &spec.impersonator_token_file {
+        // A file whose contents go to a member as a credential: the same
+        // directories as kubeconfigs.
+        check_kubeconfig_path(&spec.name, path, &state.config.kubeconfig_dirs).map_err(|_| {
+            Status::new(
+                422,
+                "Invalid",
+                format!("cluster {:?}: impersonatorTokenFile {} is not in a directory of admin.kubeconfigDirs; give impersonatorToken instead", spec.name, path.display()),
+            )
+            .with_details("admin.kubefold.io", "clusters", &spec.name)
+        })?;
     }
     Ok(spec)
 }

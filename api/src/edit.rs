@@ -4,6 +4,8 @@
 //! removed, the global resourceVersion turned into the member's), the
 //! member's answer is passed back, and a successful edit waits until kubefold
 //! has ingested it (read-your-writes) so that the next read shows it.
+//! On a member that impersonates, each forwarded request acts as the
+//! authenticated caller ([`members::client_as`]).
 
 use std::sync::Arc;
 
@@ -258,7 +260,7 @@ pub async fn update(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &s
     let path = member_path(scope, &key, sub, req.query_string());
     let bytes = serde_json::to_vec(&object).map_err(|e| Status::internal(e.to_string()))?;
     acted_on(req, &key.cluster);
-    let response = members::send(&state.fleet, &key.cluster, Method::PUT, &path, Some(respond::JSON), bytes).await?;
+    let response = members::send_as(&state.fleet, &key.cluster, members::caller(req).as_ref(), Method::PUT, &path, Some(respond::JSON), bytes).await?;
     if !response.is_success() {
         return Ok(passthrough(&response));
     }
@@ -338,7 +340,7 @@ pub async fn patch(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &st
     }
     let path = member_path(scope, &key, sub, req.query_string());
     acted_on(req, &key.cluster);
-    let response = members::send(&state.fleet, &key.cluster, Method::PATCH, &path, Some(&ct), forwarded).await?;
+    let response = members::send_as(&state.fleet, &key.cluster, members::caller(req).as_ref(), Method::PATCH, &path, Some(&ct), forwarded).await?;
     if !response.is_success() {
         return Ok(passthrough(&response));
     }
@@ -352,7 +354,7 @@ async fn forward_scale(state: &ApiState, req: &HttpRequest, scope: &Scope, key: 
     let ct = content_type(req).map(str::to_string);
     let path = member_path(scope, key, Some("scale"), req.query_string());
     acted_on(req, &key.cluster);
-    let response = members::send(&state.fleet, &key.cluster, method.clone(), &path, ct.as_deref(), body).await?;
+    let response = members::send_as(&state.fleet, &key.cluster, members::caller(req).as_ref(), method.clone(), &path, ct.as_deref(), body).await?;
     if !response.is_success() {
         return Ok(passthrough(&response));
     }
@@ -397,7 +399,7 @@ pub async fn delete(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &s
     let path = member_path(scope, &key, None, req.query_string());
     let ct = (!forwarded.is_empty()).then_some(respond::JSON);
     acted_on(req, &key.cluster);
-    let response = members::send(&state.fleet, &key.cluster, Method::DELETE, &path, ct, forwarded).await?;
+    let response = members::send_as(&state.fleet, &key.cluster, members::caller(req).as_ref(), Method::DELETE, &path, ct, forwarded).await?;
     if !response.is_success() {
         return Ok(passthrough(&response));
     }
@@ -454,7 +456,7 @@ pub async fn create(state: &ApiState, req: &HttpRequest, scope: &Scope, body: &B
     }
     let bytes = serde_json::to_vec(&object).map_err(|e| Status::internal(e.to_string()))?;
     acted_on(req, &cluster);
-    let response = members::send(&state.fleet, &cluster, Method::POST, &path, Some(respond::JSON), bytes).await?;
+    let response = members::send_as(&state.fleet, &cluster, members::caller(req).as_ref(), Method::POST, &path, Some(respond::JSON), bytes).await?;
     if !response.is_success() {
         return Ok(passthrough(&response));
     }
@@ -494,7 +496,7 @@ pub async fn create_subresource(state: &ApiState, req: &HttpRequest, scope: &Sco
     }
     let path = member_path(scope, &key, Some(sub), req.query_string());
     let bytes = serde_json::to_vec(&object).map_err(|e| Status::internal(e.to_string()))?;
-    let response = members::send(&state.fleet, &key.cluster, Method::POST, &path, Some(respond::JSON), bytes).await?;
+    let response = members::send_as(&state.fleet, &key.cluster, members::caller(req).as_ref(), Method::POST, &path, Some(respond::JSON), bytes).await?;
     Ok(passthrough(&response))
 }
 
@@ -532,7 +534,7 @@ pub async fn delete_collection(state: &ApiState, req: &HttpRequest, scope: &Scop
     let mut items = Vec::new();
     for cluster in targets {
         acted_on(req, &cluster);
-        let response = members::send(&state.fleet, &cluster, Method::DELETE, &path, options_type, options.clone()).await?;
+        let response = members::send_as(&state.fleet, &cluster, members::caller(req).as_ref(), Method::DELETE, &path, options_type, options.clone()).await?;
         if !response.is_success() {
             return Ok(passthrough(&response));
         }
@@ -558,9 +560,9 @@ pub async fn delete_collection(state: &ApiState, req: &HttpRequest, scope: &Scop
 pub async fn log(state: &ApiState, req: &HttpRequest, scope: &Scope, name: &str) -> Result<HttpResponse, Status> {
     let snapshot = state.fleet.snapshot();
     let (key, _) = resolve_name(&snapshot, scope, name)?;
-    let client = members::client(&state.fleet, &key.cluster).await?;
+    let (client, headers) = members::client_as(&state.fleet, &key.cluster, members::caller(req).as_ref()).await?;
     let path = member_path(scope, &key, Some("log"), req.query_string());
-    let response = members::send_raw(&client, &key.cluster, Method::GET, &path, None, Vec::new()).await?;
+    let response = members::send_raw(&client, &key.cluster, &headers, Method::GET, &path, None, Vec::new()).await?;
     let (parts, body) = response.into_parts();
     if !parts.status.is_success() {
         let bytes = body.collect_bytes().await.map_err(|e| members::unreachable(&key.cluster, &e.to_string()))?;

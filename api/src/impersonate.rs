@@ -123,6 +123,62 @@ impl Impersonation {
     }
 }
 
+/// Who forwarded requests act as on a member that impersonates
+/// ([`kubefold_actors::cluster::ClusterSpec::impersonates`]): the
+/// request's user (the impersonated one under `kubectl --as`) and extra
+/// attributes. In the request extensions of every admitted request when
+/// authentication is on; without it (authentication off) members see
+/// kubefold's own identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The user, with its UID and groups.
+    pub user: User,
+    /// Extra attributes, key and values.
+    pub extra: Vec<(String, Vec<String>)>,
+}
+
+impl Caller {
+    /// The `Impersonate-*` headers naming this caller, as Karmada's cluster
+    /// proxy sends them: the user, the UID when there is one, each group but
+    /// `system:authenticated` and `system:unauthenticated` (which the member
+    /// adds itself), each extra value under its percent-encoded key.
+    pub fn headers(&self) -> Result<Vec<(http::HeaderName, http::HeaderValue)>, Status> {
+        let value = |text: &str| {
+            http::HeaderValue::from_str(text).map_err(|_| Status::bad_request(format!("{text:?} cannot be sent to a member in an impersonation header")))
+        };
+        let mut headers = vec![(http::HeaderName::from_static(USER_HEADER), value(&self.user.name)?)];
+        if !self.user.uid.is_empty() {
+            headers.push((http::HeaderName::from_static(UID_HEADER), value(&self.user.uid)?));
+        }
+        for group in self.user.groups.iter().filter(|g| *g != AUTHENTICATED_GROUP && *g != UNAUTHENTICATED_GROUP) {
+            headers.push((http::HeaderName::from_static(GROUP_HEADER), value(group)?));
+        }
+        for (key, values) in &self.extra {
+            let name = http::HeaderName::from_bytes(format!("{EXTRA_HEADER_PREFIX}{}", percent_encode(key)).as_bytes())
+                .map_err(|_| Status::bad_request(format!("the extra attribute {key:?} cannot be sent to a member")))?;
+            for v in values {
+                headers.push((name.clone(), value(v)?));
+            }
+        }
+        Ok(headers)
+    }
+}
+
+/// Percent-encodes what a header name cannot hold (everything but
+/// letters, digits and `-_.~`), as kube-apiserver's clients escape
+/// `Impersonate-Extra-` keys.
+fn percent_encode(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    for byte in key.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-_.~".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02x}"));
+        }
+    }
+    out
+}
+
 /// Percent-decodes a header name's key (`Impersonate-Extra-` keys may
 /// escape characters that header names cannot hold).
 fn percent_decode(text: &str) -> Option<String> {
@@ -189,6 +245,33 @@ mod tests {
         }
         let anonymous = Impersonation::from_headers(&headers(&[("Impersonate-User", ANONYMOUS_USER)])).unwrap().unwrap();
         assert_eq!(anonymous.user().groups, [UNAUTHENTICATED_GROUP]);
+    }
+
+    #[test]
+    fn a_caller_is_named_to_members_in_impersonation_headers() {
+        let caller = Caller {
+            user: User { name: "alice".into(), uid: "1001".into(), groups: vec!["team-a".into(), AUTHENTICATED_GROUP.into()] },
+            extra: vec![("example.com/team".into(), vec!["a".into(), "b".into()])],
+        };
+        let sent: Vec<(String, String)> = caller.headers().unwrap().iter().map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_string())).collect();
+        let expected = [
+            ("impersonate-user", "alice"),
+            ("impersonate-uid", "1001"),
+            ("impersonate-group", "team-a"),
+            ("impersonate-extra-example.com%2fteam", "a"),
+            ("impersonate-extra-example.com%2fteam", "b"),
+        ];
+        assert_eq!(sent, expected.map(|(k, v)| (k.to_string(), v.to_string())));
+        // What a member reads back is the caller.
+        let mut map = HeaderMap::new();
+        for (k, v) in caller.headers().unwrap() {
+            map.append(HeaderName::from_bytes(k.as_str().as_bytes()).unwrap(), HeaderValue::from_bytes(v.as_bytes()).unwrap());
+        }
+        let read = Impersonation::from_headers(&map).unwrap().unwrap();
+        assert_eq!(read.user(), caller.user);
+        assert_eq!(read.extra, caller.extra);
+        let bad = Caller { user: User { name: "line\nbreak".into(), uid: String::new(), groups: Vec::new() }, extra: Vec::new() };
+        assert_eq!(bad.headers().unwrap_err().code, 400);
     }
 
     #[test]

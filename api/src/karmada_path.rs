@@ -7,7 +7,9 @@
 //! a request's path to the plain one (`.../proxy/api/v1/pods` becomes
 //! `/api/v1/pods`), so request parsing ([`crate::request`]),
 //! authentication, authorization, routing and metrics all see the path
-//! kube-apiserver would.
+//! kube-apiserver would. The group's own discovery documents ([`group`],
+//! [`resource_list`]) let kube-apiserver's aggregator serve kubefold as the
+//! APIService `v1alpha1.search.karmada.io`.
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -17,6 +19,34 @@ use actix_web::middleware::Next;
 /// The prefix of Karmada's global proxy (karmada-search's `proxying`
 /// subresource of the `karmada` proxy).
 pub const KARMADA_PROXY_PREFIX: &str = "/apis/search.karmada.io/v1alpha1/proxying/karmada/proxy";
+
+/// The API group of Karmada's proxy.
+pub const GROUP: &str = "search.karmada.io";
+/// Its version.
+pub const VERSION: &str = "v1alpha1";
+
+/// `/apis/search.karmada.io`, when no member's type has that group: the
+/// group of the proxy, so that kube-apiserver's aggregator can serve
+/// kubefold as the APIService `v1alpha1.search.karmada.io`.
+pub fn group(group: &str) -> Option<serde_json::Value> {
+    let version = serde_json::json!({"groupVersion": format!("{GROUP}/{VERSION}"), "version": VERSION});
+    (group == GROUP).then(|| serde_json::json!({"kind": "APIGroup", "apiVersion": "v1", "name": GROUP, "versions": [version], "preferredVersion": version}))
+}
+
+/// `/apis/search.karmada.io/v1alpha1`, when no member's type has that
+/// group: the `proxying` resource and its `proxy` subresource, as
+/// karmada-search lists them.
+pub fn resource_list(group: &str, version: &str) -> Option<serde_json::Value> {
+    (group == GROUP && version == VERSION).then(|| {
+        serde_json::json!({
+            "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{GROUP}/{VERSION}"),
+            "resources": [
+                {"name": "proxying", "singularName": "proxying", "namespaced": false, "kind": "Proxying", "verbs": []},
+                {"name": "proxying/proxy", "singularName": "", "namespaced": false, "kind": "Proxying", "verbs": ["create", "delete", "get", "patch", "update"]},
+            ],
+        })
+    })
+}
 
 /// The plain path of a path under [`KARMADA_PROXY_PREFIX`]: the rest after
 /// it (`/` for the prefix itself); `None` for any other path.
@@ -69,6 +99,9 @@ mod tests {
         assert_eq!(plain_path("/apis/search.karmada.io/v1alpha1/proxying/karmada/proxyx/api"), None);
         assert_eq!(plain_path("/api/v1/pods"), None);
         assert_eq!(plain_path("/apis/search.karmada.io/v1alpha1"), None);
+        assert_eq!(group(GROUP).unwrap()["preferredVersion"]["groupVersion"], "search.karmada.io/v1alpha1");
+        assert_eq!(resource_list(GROUP, VERSION).unwrap()["resources"][1]["name"], "proxying/proxy");
+        assert!(group("apps").is_none() && resource_list(GROUP, "v1").is_none());
     }
 
     #[actix_web::test]

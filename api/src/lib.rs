@@ -346,8 +346,12 @@ async fn route(req: &HttpRequest, state: &Arc<ApiState>, info: &RequestInfo, bod
         ApiPath::OpenApiV3 { group, version } => {
             state.openapi.v3(catalog, &group, &version).map(|d| respond::json(&d)).ok_or_else(Status::path_not_found)
         }
-        ApiPath::Group { group, .. } => discovery::group(catalog, &group).map(|d| respond::json(&d)).ok_or_else(Status::path_not_found),
+        ApiPath::Group { group, .. } => discovery::group(catalog, &group)
+            .or_else(|| karmada_path::group(&group))
+            .map(|d| respond::json(&d))
+            .ok_or_else(Status::path_not_found),
         ApiPath::GroupVersion { group, version, .. } => discovery::resource_list(catalog, &group, &version)
+            .or_else(|| karmada_path::resource_list(&group, &version))
             .map(|d| respond::json(&d))
             .ok_or_else(Status::path_not_found),
         ApiPath::Resource(path) if reviews::is_review(&path) => reviews::serve(req, state, &path, body),

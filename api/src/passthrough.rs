@@ -11,7 +11,9 @@
 //! caller may do it); the caller's own credentials and impersonation
 //! headers are never forwarded: the request reaches the member with the
 //! member's credentials and only the headers that describe its body and
-//! the answer wanted. The request body is read whole (at most
+//! the answer wanted, or, on a member that impersonates, with its
+//! impersonator credentials and the `Impersonate-*` headers kubefold sets
+//! for the authenticated caller ([`members::client_as`]). The request body is read whole (at most
 //! [`crate::MAX_BODY_BYTES`], about what kube-apiserver takes); the answer
 //! is streamed back as it comes (a watch, a log), with its status and the
 //! headers that describe it.
@@ -95,7 +97,11 @@ async fn send(req: &HttpRequest, state: &ApiState, cluster: &str, body: &Bytes) 
     }
     let method = http::Method::from_bytes(req.method().as_str().as_bytes())
         .map_err(|_| Status::method_not_allowed(format!("{} is not supported", req.method())))?;
+    let (client, headers) = members::client_as(&state.fleet, cluster, members::caller(req).as_ref()).await?;
     let mut request = http::Request::builder().method(method).uri(&target);
+    for (name, value) in headers {
+        request = request.header(name, value);
+    }
     let accept = req.headers().get(ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
     request = request.header("Accept", accept);
     if let Some(content_type) = req.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()) {
@@ -104,7 +110,6 @@ async fn send(req: &HttpRequest, state: &ApiState, cluster: &str, body: &Bytes) 
     let request = request
         .body(kube::client::Body::from(body.clone()))
         .map_err(|e| Status::bad_request(format!("cannot forward the request to cluster \"{cluster}\": {e}")))?;
-    let client = members::client(&state.fleet, cluster).await?;
     tracing::debug!(cluster, method = %req.method(), path = %target, "Passing the request through to the member.");
     client.send(request).await.map_err(|e| members::unreachable(cluster, &e.to_string()))
 }

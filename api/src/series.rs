@@ -64,6 +64,8 @@ pub const RECORDED: &[Family] = &[
     family("kubefold_requests_total", Kind::Counter, &["verb", "resource", "code"], "API requests answered, by verb, resource type and HTTP code."),
     family("kubefold_request_duration_seconds", Kind::Histogram, &["verb", "resource"], "Time to answer an API request (watches excluded)."),
     family("kubefold_auth_rejected_total", Kind::Counter, &["reason"], "Requests refused by authentication, authorization or limits."),
+    family("kubefold_token_reviews_total", Kind::Counter, &["result"], "Bearer tokens reviewed by the control plane (--authentication-kubeconfig), by result: authenticated, refused, cached, error."),
+    family("kubefold_access_reviews_total", Kind::Counter, &["result"], "Requests asked of the control plane (--authorization-kubeconfig), by result: allowed, denied, cached, error."),
     family("kubefold_audit_events_total", Kind::Counter, &["stage"], "Audit events written, by stage."),
     family("kubefold_audit_event_errors_total", Kind::Counter, &[], "Audit events that could not be written to the audit log."),
     family("kubefold_member_errors_total", Kind::Counter, &["cluster"], "Failed requests to a member cluster."),

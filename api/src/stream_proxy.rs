@@ -8,7 +8,9 @@
 //! request goes to the member with the member's credentials (its token,
 //! CA, client certificate, as every member request) and with the headers of
 //! the upgrade (`Connection`, `Upgrade`, `Sec-WebSocket-*`,
-//! `X-Stream-Protocol-Version`). When the member switches protocols, its
+//! `X-Stream-Protocol-Version`); on a member that impersonates, with its
+//! impersonator credentials and the authenticated caller's
+//! `Impersonate-*` headers instead ([`crate::members::client_as`]). When the member switches protocols, its
 //! 101 answer is passed back and the bytes are copied both ways until
 //! either side closes, or until nothing has passed either way for
 //! [`crate::ApiConfig::stream_idle_timeout`]. The stream protocols
@@ -182,12 +184,22 @@ pub async fn forward(req: &HttpRequest, payload: web::Payload, state: &ApiState,
             request = request.header(name, value.as_bytes());
         }
     }
+    let caller = members::caller(req).filter(|_| spec.impersonates());
+    if let Some(caller) = &caller {
+        for (name, value) in caller.headers()? {
+            request = request.header(name, value);
+        }
+    }
     let request = request
         .body(kube::client::Body::from(body.to_vec()))
         .map_err(|e| Status::bad_request(format!("cannot forward the request to cluster \"{cluster}\": {e}")))?;
     // A client of its own: the members' shared clients bound reads with a
     // timeout meant for watches, which would cut an idle stream.
-    let mut config = spec.config().await.map_err(|e| members::unreachable(cluster, &e.to_string()))?;
+    let config = match caller {
+        Some(_) => spec.impersonating_config().await,
+        None => spec.config().await,
+    };
+    let mut config = config.map_err(|e| members::unreachable(cluster, &e.to_string()))?;
     config.read_timeout = None;
     let client = kube::Client::try_from(config).map_err(|e| members::unreachable(cluster, &e.to_string()))?;
     tracing::debug!(cluster, path = %target.path, subresource = %target.subresource, "Forwarding a stream to the member.");

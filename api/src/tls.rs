@@ -34,6 +34,12 @@ pub struct TlsConfig {
     /// without one are still served (and authenticate with a token).
     #[serde(default)]
     pub client_ca_file: Option<PathBuf>,
+    /// PEM bundle of the CAs that sign front proxies' client certificates
+    /// (`--requestheader-client-ca-file`): also accepted in the handshake;
+    /// authentication then decides what such a certificate may do
+    /// ([`crate::auth::AuthConfig::requestheader_client_ca_file`]).
+    #[serde(default)]
+    pub requestheader_client_ca_file: Option<PathBuf>,
     /// Seconds between checks of the certificate and key files' modification
     /// times (checked on a handshake); 0 checks on every handshake.
     #[serde(default = "default_reload_check_seconds")]
@@ -73,6 +79,7 @@ impl TlsConfig {
             cert_file: cert_file.into(),
             key_file: key_file.into(),
             client_ca_file: None,
+            requestheader_client_ca_file: None,
             reload_check_seconds: default_reload_check_seconds(),
             handshake_timeout_seconds: default_handshake_timeout_seconds(),
             max_pending_handshakes: default_max_pending_handshakes(),
@@ -164,13 +171,17 @@ pub fn server_config(cfg: &TlsConfig) -> Result<ServerConfig> {
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(Error::ProtocolVersionsFailed)?;
-    let builder = match &cfg.client_ca_file {
-        Some(path) => {
-            let roots = read_client_cas(path)?;
+    let ca_files: Vec<&PathBuf> = cfg.client_ca_file.iter().chain(cfg.requestheader_client_ca_file.iter()).collect();
+    let builder = match ca_files.first() {
+        Some(first) => {
+            let mut roots = RootCertStore::empty();
+            for path in &ca_files {
+                roots.roots.extend(read_client_cas(path)?.roots);
+            }
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .allow_unauthenticated()
                 .build()
-                .map_err(|source| Error::VerifierFailed { path: path.clone(), source })?;
+                .map_err(|source| Error::VerifierFailed { path: (*first).clone(), source })?;
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),
@@ -181,6 +192,13 @@ pub fn server_config(cfg: &TlsConfig) -> Result<ServerConfig> {
         "TLS configured."
     );
     Ok(builder.with_cert_resolver(Arc::new(resolver)))
+}
+
+/// A verifier of client certificates signed by the CAs of `path` alone:
+/// which of several trusted CAs signed a connection's certificate.
+pub fn client_verifier(path: &Path) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>> {
+    let roots = read_client_cas(path)?;
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider()).build().map_err(|source| Error::VerifierFailed { path: path.to_path_buf(), source })
 }
 
 fn read(what: &'static str, path: &Path) -> Result<Vec<u8>> {

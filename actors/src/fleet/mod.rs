@@ -12,6 +12,8 @@
 //!   resource selection and the catalog served from them. The selection is
 //!   the supervisor's; discovered types come from watchers.
 //! - [`supervision`]: the write handles of the members' status and of the catalog.
+//! - [`karmada`]: what a Karmada control plane says of its members (sync
+//!   mode, Ready condition); written by the Karmada reflector.
 //!
 //! A [`Fleet`] holds them with the store (object bodies, event log) and how
 //! names are served. Everyone reads it at once, and HTTP workers never wait
@@ -19,6 +21,7 @@
 //! each (`take_*`), by the one writer they are for.
 
 pub mod catalog;
+pub mod karmada;
 pub mod members;
 pub mod published;
 pub mod supervision;
@@ -57,6 +60,7 @@ pub struct Fleet {
     members: Members,
     catalog: Catalog,
     handles: Mutex<Handles>,
+    karmada: karmada::KarmadaClusters,
 }
 
 impl Fleet {
@@ -71,6 +75,7 @@ impl Fleet {
             members: Members::default(),
             catalog: Catalog::new(known),
             handles: Mutex::new(Handles { publisher: true, supervision: true, control_plane: true }),
+            karmada: karmada::KarmadaClusters::default(),
         })
     }
 
@@ -91,6 +96,11 @@ impl Fleet {
     pub fn take_control_plane_reporting(self: &Arc<Self>) -> Option<Reporting> {
         let mut handles = self.handles.lock().unwrap_or_else(|e| e.into_inner());
         std::mem::take(&mut handles.control_plane).then(|| Reporting::new(self.clone()))
+    }
+
+    /// What Karmada says of the members it registers.
+    pub fn karmada(&self) -> &karmada::KarmadaClusters {
+        &self.karmada
     }
 
     /// The published snapshot and events.

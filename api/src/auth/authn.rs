@@ -197,7 +197,7 @@ fn split_csv_line(line: &str) -> Result<Vec<String>, &'static str> {
 
 /// The bearer token of an `Authorization: Bearer <token>` header
 /// (kube-apiserver's rules: scheme case-insensitive, empty token ignored).
-fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+pub(crate) fn bearer_token(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(AUTHORIZATION)?.to_str().ok()?.trim();
     let mut parts = value.splitn(3, ' ');
     let scheme = parts.next()?;

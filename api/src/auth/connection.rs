@@ -15,6 +15,8 @@ use tracing::warn;
 pub struct PeerCertificate {
     /// The leaf certificate, DER.
     pub der: CertificateDer<'static>,
+    /// The intermediates the client sent after it.
+    pub intermediates: Vec<CertificateDer<'static>>,
     /// The subject's first CommonName, if any and if valid text.
     pub common_name: Option<String>,
     /// The subject's Organization values.
@@ -28,7 +30,7 @@ impl PeerCertificate {
         let subject = cert.subject();
         let common_name = subject.iter_common_name().find_map(|a| a.as_str().ok()).map(str::to_string);
         let organizations = subject.iter_organization().filter_map(|a| a.as_str().ok()).map(str::to_string).collect();
-        Some(PeerCertificate { der: der.clone(), common_name, organizations })
+        Some(PeerCertificate { der: der.clone(), intermediates: Vec::new(), common_name, organizations })
     }
 }
 
@@ -41,11 +43,15 @@ pub fn on_connect(connection: &dyn Any, data: &mut Extensions) {
         return;
     };
     let (_, session) = tls.get_ref();
-    let Some(leaf) = session.peer_certificates().and_then(|chain| chain.first()) else {
+    let Some(chain) = session.peer_certificates() else {
+        return;
+    };
+    let Some(leaf) = chain.first() else {
         return;
     };
     match PeerCertificate::from_der(leaf.clone().into_owned()) {
-        Some(cert) => {
+        Some(mut cert) => {
+            cert.intermediates = chain[1..].iter().map(|c| c.clone().into_owned()).collect();
             data.insert(cert);
         }
         None => warn!("Client certificate passed verification but its subject cannot be read; ignoring it."),

@@ -29,6 +29,16 @@ const OPEN_PATHS: [&str; 3] = ["/livez", "/readyz", "/healthz"];
 struct Inner {
     /// Who requests are.
     authenticator: Authenticator,
+    /// Bearer tokens the authenticator does not know, reviewed by a
+    /// control plane.
+    token_reviewer: Option<super::delegated::TokenReviewer>,
+    /// What the rules do not allow, asked of a control plane.
+    access_reviewer: Option<super::delegated::AccessReviewer>,
+    /// Users named by a front proxy.
+    front_proxy: Option<super::requestheader::FrontProxy>,
+    /// With a front proxy: the verifier of users' client certificates
+    /// (the listener accepts both CAs').
+    client_verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
     /// No authenticator: everyone may do everything.
     open: bool,
     rules: Vec<Rule>,
@@ -56,6 +66,8 @@ struct Admitted {
     client: Client,
     /// The authenticated caller, when it impersonates `user`.
     impersonator: Option<User>,
+    /// The extra attributes of `user`.
+    extra: Vec<(String, Vec<String>)>,
 }
 
 /// The client a request is counted against in the per-client limits: the
@@ -81,7 +93,27 @@ impl Auth {
             None => None,
         };
         let client_certificates = config.client_ca_file.is_some();
-        let any_authenticator = tokens.is_some() || client_certificates;
+        let token_reviewer = match &config.authentication_kubeconfig {
+            Some(path) => {
+                let ttl = std::time::Duration::from_secs(config.authentication_cache_ttl_seconds);
+                Some(super::delegated::TokenReviewer::new(path, ttl, ttl)?)
+            }
+            None => None,
+        };
+        let front_proxy = super::requestheader::FrontProxy::from_config(config)?;
+        let client_verifier = match (&front_proxy, &config.client_ca_file) {
+            (Some(_), Some(path)) => Some(crate::tls::client_verifier(path).map_err(|e| Error::RequestHeaderCa { path: path.clone(), reason: e.to_string() })?),
+            _ => None,
+        };
+        let any_authenticator = tokens.is_some() || client_certificates || token_reviewer.is_some() || front_proxy.is_some();
+        let access_reviewer = match &config.authorization_kubeconfig {
+            Some(path) => Some(super::delegated::AccessReviewer::new(
+                path,
+                std::time::Duration::from_secs(config.authorization_authorized_ttl_seconds),
+                std::time::Duration::from_secs(config.authorization_unauthorized_ttl_seconds),
+            )?),
+            None => None,
+        };
         let anonymous = config.anonymous.unwrap_or(!any_authenticator);
         if !anonymous && !any_authenticator {
             return Err(Error::NoAuthenticator);
@@ -91,11 +123,14 @@ impl Auth {
         }
         let open = !any_authenticator;
         if open {
-            warn!("No authenticator is configured (tokenAuthFile, clientCaFile): every request is served as system:anonymous with full access.");
+            warn!("No authenticator is configured (tokenAuthFile, clientCaFile, authenticationKubeconfig, requestheaderClientCaFile): every request is served as system:anonymous with full access.");
         } else {
             info!(
                 tokens = tokens.as_ref().map_or(0, HashMap::len),
                 client_certificates,
+                delegated_authentication = token_reviewer.is_some(),
+                delegated_authorization = access_reviewer.is_some(),
+                front_proxy = front_proxy.is_some(),
                 anonymous,
                 rules = config.rules.len(),
                 "Authentication enabled."
@@ -104,6 +139,10 @@ impl Auth {
         Ok(Auth {
             inner: Arc::new(Inner {
                 authenticator: Authenticator { tokens, client_certificates, anonymous },
+                token_reviewer,
+                access_reviewer,
+                front_proxy,
+                client_verifier,
                 open,
                 rules: config.rules.clone(),
                 in_flight: Arc::new(InFlight {
@@ -139,14 +178,64 @@ impl Auth {
 
     /// Authenticates from the connection's client certificate or the bearer token.
     fn authenticate(&self, req: &ServiceRequest) -> Result<User, Rejection> {
-        let certificate = req.conn_data::<PeerCertificate>();
+        // With a front proxy's CA trusted too, a user's certificate must
+        // chain to the client CA.
+        let certificate = req.conn_data::<PeerCertificate>().filter(|c| match &self.inner.client_verifier {
+            Some(verifier) => verifier.verify_client_cert(&c.der, &c.intermediates, rustls::pki_types::UnixTime::now()).is_ok(),
+            None => self.inner.front_proxy.as_ref().is_none_or(|proxy| !proxy.signed(c)),
+        });
         self.inner.authenticator.authenticate(certificate, req.headers()).ok_or(Rejection::Unauthorized)
     }
 
-    /// Authenticates, counts and authorizes `req` (as the user it
+    /// The user a front proxy names ([`super::requestheader`]), if any.
+    fn front_proxied(&self, req: &ServiceRequest) -> Option<Result<(User, super::requestheader::Extra), Rejection>> {
+        let proxy = self.inner.front_proxy.as_ref()?;
+        match proxy.authenticate(req.conn_data::<PeerCertificate>(), req.headers()) {
+            super::requestheader::FrontProxied::No => None,
+            super::requestheader::FrontProxied::User(user, extra) => Some(Ok((user, extra))),
+            super::requestheader::FrontProxied::NameNotAllowed => {
+                warn!(peer = ?req.peer_addr(), "A front proxy's certificate has a CN not in requestheaderAllowedNames; the request is unauthenticated.");
+                Some(Err(Rejection::Unauthorized))
+            }
+        }
+    }
+
+    /// [`Auth::authenticate`], then, for a bearer token it does not know,
+    /// the control plane's review ([`super::delegated`]).
+    async fn authenticate_delegated(&self, req: &ServiceRequest) -> Result<User, Rejection> {
+        let local = self.authenticate(req);
+        let Some(reviewer) = &self.inner.token_reviewer else { return local };
+        if local.as_ref().is_ok_and(|u| !u.is_anonymous()) {
+            return local;
+        }
+        let Some(token) = super::authn::bearer_token(req.headers()) else { return local };
+        match reviewer.review(token).await {
+            Ok(Some(user)) => Ok(user),
+            Ok(None) => Err(Rejection::Unauthorized),
+            Err(error) => {
+                warn!(error = %error, "Token review failed; the request is unauthenticated.");
+                Err(Rejection::Unauthorized)
+            }
+        }
+    }
+
+    /// [`Auth::allows`], then, for what it refuses, the control plane's
+    /// access review ([`super::delegated`]); a review that fails refuses.
+    async fn allowed(&self, user: &User, attributes: &RequestAttributes) -> bool {
+        if self.allows(user, attributes) {
+            return true;
+        }
+        let Some(reviewer) = &self.inner.access_reviewer else { return false };
+        reviewer.allows(user, attributes).await.unwrap_or_else(|error| {
+            warn!(error = %error, "Access review failed; the request is refused.");
+            false
+        })
+    }
+
+    /// Counts and authorizes `req` of `user` (as the user it
     /// impersonates, if it may: [`crate::impersonate`]).
-    fn admit(&self, req: &ServiceRequest) -> Result<Admitted, Rejection> {
-        let user = self.authenticate(req)?;
+    async fn admit(&self, req: &ServiceRequest, user: Result<(User, super::requestheader::Extra), Rejection>) -> Result<Admitted, Rejection> {
+        let (user, authenticated_extra) = user?;
         let client = if user.is_anonymous() {
             format!("ip:{}", req.peer_addr().map_or_else(|| "unknown".to_string(), |a| IpAddr::to_string(&a.ip())))
         } else {
@@ -155,26 +244,28 @@ impl Auth {
         let slot = self.inner.in_flight.acquire(client.clone()).ok_or(Rejection::TooManyRequests)?;
         // The per-client limits count the real caller; authorization sees
         // the user it impersonates.
-        let (user, impersonator) = match crate::impersonate::Impersonation::from_headers(req.headers()).map_err(Rejection::Invalid)? {
-            None => (user, None),
+        let (user, impersonator, extra) = match crate::impersonate::Impersonation::from_headers(req.headers()).map_err(Rejection::Invalid)? {
+            None => (user, None, authenticated_extra),
             Some(asked) => {
-                if let Some(denied) = asked.checks().into_iter().find(|check| !self.allows(&user, check)) {
-                    return Err(Rejection::Forbidden(Box::new((user, denied))));
+                for check in asked.checks() {
+                    if !self.allowed(&user, &check).await {
+                        return Err(Rejection::Forbidden(Box::new((user, check))));
+                    }
                 }
                 debug!(user = %user.name, as_user = %asked.user, as_groups = ?asked.groups, "Request impersonates a user.");
-                (asked.user(), Some(user))
+                (asked.user(), Some(user), asked.extra)
             }
         };
         let info = RequestInfo::of(&req.extensions(), req.method(), req.path(), req.query_string());
         let attributes = RequestAttributes::of(&info);
-        if !self.allows(&user, &attributes) {
+        if !self.allowed(&user, &attributes).await {
             return Err(Rejection::Forbidden(Box::new((user, attributes))));
         }
         let long_running = match is_long_running(&info) {
             true => Some(self.inner.long_running.acquire(client.clone()).ok_or(Rejection::TooManyLongRunning)?),
             false => None,
         };
-        Ok(Admitted { user, attributes, slot, long_running, client: Client(client), impersonator })
+        Ok(Admitted { user, attributes, slot, long_running, client: Client(client), impersonator, extra })
     }
 }
 
@@ -198,14 +289,14 @@ where
     type Future = Ready<Result<Self::Transform, Self::InitError>>;
 
     fn new_transform(&self, service: S) -> Self::Future {
-        ready(Ok(AuthMiddleware { service, auth: self.clone() }))
+        ready(Ok(AuthMiddleware { service: std::rc::Rc::new(service), auth: self.clone() }))
     }
 }
 
 /// The per-worker service of [`Auth`].
 #[derive(Debug)]
 pub struct AuthMiddleware<S> {
-    service: S,
+    service: std::rc::Rc<S>,
     auth: Auth,
 }
 
@@ -233,53 +324,62 @@ where
             let response = self.service.call(req);
             return Box::pin(async move { Ok(response.await?.map_body(|_, body| Counted { body, _slot: None, _long_running: None }).map_into_left_body()) });
         }
-        match self.auth.admit(&req) {
-            Ok(Admitted { user, attributes, slot, long_running, client, impersonator }) => {
-                req.extensions_mut().insert(user);
-                if let Some(impersonator) = impersonator {
-                    req.extensions_mut().insert(crate::audit::Impersonator(impersonator));
-                }
-                req.extensions_mut().insert(attributes);
-                req.extensions_mut().insert(client);
-                let response = self.service.call(req);
-                Box::pin(async move {
-                    let response = response.await;
+        let auth = self.auth.clone();
+        let service = self.service.clone();
+        Box::pin(async move {
+            let user = match auth.front_proxied(&req) {
+                Some(proxied) => proxied,
+                None => auth.authenticate_delegated(&req).await.map(|user| (user, Vec::new())),
+            };
+            match auth.admit(&req, user).await {
+                Ok(Admitted { user, attributes, slot, long_running, client, impersonator, extra }) => {
+                    if !auth.inner.open {
+                        // Who forwarded edits act as on members that impersonate.
+                        req.extensions_mut().insert(crate::impersonate::Caller { user: user.clone(), extra });
+                    }
+                    req.extensions_mut().insert(user);
+                    if let Some(impersonator) = impersonator {
+                        req.extensions_mut().insert(crate::audit::Impersonator(impersonator));
+                    }
+                    req.extensions_mut().insert(attributes);
+                    req.extensions_mut().insert(client);
+                    let response = service.call(req).await;
                     // A long-running request's in-flight slot is released
                     // when its response starts, any other's with its body;
                     // its long-running slot with its body.
                     let slot = long_running.is_none().then_some(slot);
                     Ok(response?.map_body(|_, body| Counted { body, _slot: slot, _long_running: long_running }).map_into_left_body())
-                })
+                }
+                Err(rejection) => {
+                    let status = match rejection {
+                        Rejection::Invalid(status) => status,
+                        Rejection::Unauthorized => {
+                            debug!(path = req.path(), peer = ?req.peer_addr(), "Request unauthenticated.");
+                            unauthorized()
+                        }
+                        Rejection::TooManyRequests => {
+                            debug!(path = req.path(), peer = ?req.peer_addr(), "Too many requests in flight from one client.");
+                            too_many_requests()
+                        }
+                        Rejection::TooManyLongRunning => {
+                            debug!(path = req.path(), peer = ?req.peer_addr(), "Too many long-running requests open from one client.");
+                            too_many_long_running()
+                        }
+                        Rejection::Forbidden(denied) => {
+                            let (user, attributes) = *denied;
+                            info!(user = %user.name, groups = ?user.groups, verb = %attributes.verb, path = req.path(), "Request forbidden.");
+                            let status = forbidden(&user, &attributes);
+                            // Who was refused, for the audit log.
+                            req.extensions_mut().insert(user);
+                            status
+                        }
+                    };
+                    metrics::counter!("kubefold_auth_rejected_total", "reason" => status.reason.clone()).increment(1);
+                    let response = crate::respond::status(&status);
+                    Ok(req.into_response(response).map_into_right_body())
+                }
             }
-            Err(rejection) => {
-                let status = match rejection {
-                    Rejection::Invalid(status) => status,
-                    Rejection::Unauthorized => {
-                        debug!(path = req.path(), peer = ?req.peer_addr(), "Request unauthenticated.");
-                        unauthorized()
-                    }
-                    Rejection::TooManyRequests => {
-                        debug!(path = req.path(), peer = ?req.peer_addr(), "Too many requests in flight from one client.");
-                        too_many_requests()
-                    }
-                    Rejection::TooManyLongRunning => {
-                        debug!(path = req.path(), peer = ?req.peer_addr(), "Too many long-running requests open from one client.");
-                        too_many_long_running()
-                    }
-                    Rejection::Forbidden(denied) => {
-                        let (user, attributes) = *denied;
-                        info!(user = %user.name, groups = ?user.groups, verb = %attributes.verb, path = req.path(), "Request forbidden.");
-                        let status = forbidden(&user, &attributes);
-                        // Who was refused, for the audit log.
-                        req.extensions_mut().insert(user);
-                        status
-                    }
-                };
-                metrics::counter!("kubefold_auth_rejected_total", "reason" => status.reason.clone()).increment(1);
-                let response = crate::respond::status(&status);
-                Box::pin(ready(Ok(req.into_response(response).map_into_right_body())))
-            }
-        }
+        })
     }
 }
 

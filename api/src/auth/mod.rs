@@ -10,6 +10,11 @@
 //! - [`limits`]: requests and long-running requests per client.
 //! - [`connection`]: the listener's connection hook keeping the verified
 //!   client certificate.
+//! - [`delegated`]: bearer tokens reviewed by a control plane
+//!   (`--authentication-kubeconfig`, TokenReview) and requests its rules
+//!   decide (`--authorization-kubeconfig`, SubjectAccessReview), cached.
+//! - [`requestheader`]: users named by a front proxy's headers
+//!   (`--requestheader-*`).
 //! - [`middleware`]: the middleware itself ([`Auth`]).
 //!
 //! With no authenticator configured, authentication is off: every request is
@@ -19,6 +24,8 @@
 pub mod authn;
 pub mod authz;
 pub mod connection;
+pub mod delegated;
+pub mod requestheader;
 pub mod limits;
 pub mod middleware;
 
@@ -60,6 +67,55 @@ pub struct AuthConfig {
     /// its O values as the groups. Requires TLS.
     #[serde(default)]
     pub client_ca_file: Option<PathBuf>,
+    /// Kubeconfig of an API server (kube-apiserver, karmada-apiserver) that
+    /// reviews bearer tokens no other authenticator knows
+    /// (`--authentication-kubeconfig`): a `TokenReview` says who the token
+    /// is, as for an aggregated API server. Its identity needs `create` on
+    /// `tokenreviews`.
+    #[serde(default)]
+    pub authentication_kubeconfig: Option<PathBuf>,
+    /// Seconds a token review's answer is reused, authenticated or refused
+    /// (`--authentication-token-webhook-cache-ttl`). Default 10.
+    #[serde(default = "default_authentication_cache_ttl_seconds")]
+    pub authentication_cache_ttl_seconds: u64,
+    /// CA bundle of front proxies' client certificates
+    /// (`--requestheader-client-ca-file`): on a connection with a client
+    /// certificate it signs (and a CN of `requestheaderAllowedNames`), the
+    /// user is taken from the request headers ([`requestheader`]). Requires
+    /// TLS, which must be configured with the same file.
+    #[serde(default)]
+    pub requestheader_client_ca_file: Option<PathBuf>,
+    /// CNs of front proxies' certificates (`--requestheader-allowed-names`);
+    /// empty: any certificate the CA signs.
+    #[serde(default)]
+    pub requestheader_allowed_names: Vec<String>,
+    /// Headers naming the user, first non-empty wins
+    /// (`--requestheader-username-headers`). Default `X-Remote-User`.
+    #[serde(default = "default_requestheader_username_headers")]
+    pub requestheader_username_headers: Vec<String>,
+    /// Headers naming the groups (`--requestheader-group-headers`).
+    /// Default `X-Remote-Group`.
+    #[serde(default = "default_requestheader_group_headers")]
+    pub requestheader_group_headers: Vec<String>,
+    /// Prefixes of the headers of extra attributes
+    /// (`--requestheader-extra-headers-prefix`). Default `X-Remote-Extra-`.
+    #[serde(default = "default_requestheader_extra_headers_prefix")]
+    pub requestheader_extra_headers_prefix: Vec<String>,
+    /// Kubeconfig of an API server that decides what kubefold's own rules
+    /// do not allow (`--authorization-kubeconfig`): a
+    /// `SubjectAccessReview` per request, with the member cluster as the
+    /// extra attribute `kubefold.io/cluster`, as for an aggregated API
+    /// server. Its identity needs `create` on `subjectaccessreviews`.
+    #[serde(default)]
+    pub authorization_kubeconfig: Option<PathBuf>,
+    /// Seconds an allowed access review is reused
+    /// (`--authorization-webhook-cache-authorized-ttl`). Default 10.
+    #[serde(default = "default_authentication_cache_ttl_seconds")]
+    pub authorization_authorized_ttl_seconds: u64,
+    /// Seconds a refused access review is reused
+    /// (`--authorization-webhook-cache-unauthorized-ttl`). Default 10.
+    #[serde(default = "default_authentication_cache_ttl_seconds")]
+    pub authorization_unauthorized_ttl_seconds: u64,
     /// Serve requests without credentials as `system:anonymous` (group
     /// `system:unauthenticated`; `--anonymous-auth`). Default: false when an
     /// authenticator is configured, true otherwise (and then with full access:
@@ -110,6 +166,16 @@ impl Default for AuthConfig {
         AuthConfig {
             token_auth_file: None,
             client_ca_file: None,
+            authentication_kubeconfig: None,
+            authentication_cache_ttl_seconds: default_authentication_cache_ttl_seconds(),
+            requestheader_client_ca_file: None,
+            requestheader_allowed_names: Vec::new(),
+            requestheader_username_headers: default_requestheader_username_headers(),
+            requestheader_group_headers: default_requestheader_group_headers(),
+            requestheader_extra_headers_prefix: default_requestheader_extra_headers_prefix(),
+            authorization_kubeconfig: None,
+            authorization_authorized_ttl_seconds: default_authentication_cache_ttl_seconds(),
+            authorization_unauthorized_ttl_seconds: default_authentication_cache_ttl_seconds(),
             anonymous: default_anonymous(),
             rules: Vec::new(),
             max_requests_in_flight_per_client: default_max_requests_in_flight_per_client(),
@@ -117,6 +183,26 @@ impl Default for AuthConfig {
             watch_buffer_bytes_per_client: default_watch_buffer_bytes_per_client(),
         }
     }
+}
+
+/// 10 seconds ([`delegated::DEFAULT_CACHE_TTL`]).
+pub fn default_authentication_cache_ttl_seconds() -> u64 {
+    delegated::DEFAULT_CACHE_TTL.as_secs()
+}
+
+/// `X-Remote-User`.
+pub fn default_requestheader_username_headers() -> Vec<String> {
+    vec!["X-Remote-User".into()]
+}
+
+/// `X-Remote-Group`.
+pub fn default_requestheader_group_headers() -> Vec<String> {
+    vec!["X-Remote-Group".into()]
+}
+
+/// `X-Remote-Extra-`.
+pub fn default_requestheader_extra_headers_prefix() -> Vec<String> {
+    vec!["X-Remote-Extra-".into()]
 }
 
 /// Unset: decided by whether an authenticator is configured.
@@ -170,8 +256,24 @@ pub enum Error {
         reason: String,
     },
     /// Anonymous access is off and nothing can authenticate a request.
-    #[error("anonymous access is disabled but no authenticator (tokenAuthFile, clientCaFile) is configured: every request would be refused")]
+    #[error("anonymous access is disabled but no authenticator (tokenAuthFile, clientCaFile, authenticationKubeconfig, requestheaderClientCaFile) is configured: every request would be refused")]
     NoAuthenticator,
+    /// The request-header CA bundle cannot be used.
+    #[error("requestheader client CA file {path}: {reason}")]
+    RequestHeaderCa {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The kubeconfig of delegated authentication cannot be read.
+    #[error("authentication kubeconfig {path}: {reason}")]
+    DelegationKubeconfig {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// Result of this module.

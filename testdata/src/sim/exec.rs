@@ -88,7 +88,7 @@ async fn start(req: HttpRequest, payload: web::Payload, shared: Arc<Shared>, tar
         .map(|q| q.into_inner())
         .map_err(|e| ApiError::BadRequest(format!("invalid query: {e}")))?;
     let index = shared
-        .catalog
+        .catalog()
         .iter()
         .position(|r| r.group.is_empty() && r.plural == "pods")
         .ok_or(ApiError::PathNotFound)?;

@@ -25,6 +25,9 @@
 //!   storms, corrupt events, clock skew), switchable at runtime.
 //! - [`protobuf`]: protobuf bodies of built-in types (reads and writes).
 //! - [`openapi`]: the OpenAPI v2 and v3 documents of the served types.
+//! - [`crds`]: CustomResourceDefinitions created at runtime become served types.
+//! - [`access`]: authentication, impersonation and authorization from an
+//!   `--authz-file`; [`audit`]: the `--audit-log-path` audit log.
 //! - [`server`]: the HTTP layer and the request log.
 //!
 //! With [`SimConfig::crds`] (`kubefold sim --crds`; the demo's members) it
@@ -47,9 +50,12 @@
 //! | `POST /sim/restore` | `{"resourceVersion": N}` (optional): a restore of etcd from a backup |
 //! | `POST /sim/burst` | `{"pods": N, "configMaps": M}`: N pods and M small ConfigMaps created at once |
 
+pub mod access;
 pub mod apply;
+pub mod audit;
 pub mod churn;
 pub mod controllers;
+pub mod crds;
 pub mod discovery;
 pub mod exec;
 pub mod faults;
@@ -151,6 +157,17 @@ pub struct SimArgs {
     /// with their types, and the namespaces `karmada-system` and `karmada-cluster`.
     #[arg(long)]
     pub karmada: bool,
+    /// Authenticate and authorize every request as kube-apiserver would
+    /// with this policy (users and their tokens, rules of users, groups,
+    /// verbs, resources, namespaces, who may impersonate; YAML, see
+    /// [`access`]), and answer TokenReview and SubjectAccessReview from it.
+    /// Without it every request is allowed.
+    #[arg(long)]
+    pub authz_file: Option<std::path::PathBuf>,
+    /// Write an `audit.k8s.io/v1` Event per request to this file (JSON
+    /// lines: user, impersonatedUser, verb, objectRef, responseStatus).
+    #[arg(long)]
+    pub audit_log_path: Option<std::path::PathBuf>,
 }
 
 fn parse_faults(text: &str) -> Result<Faults, String> {
@@ -187,6 +204,11 @@ pub struct SimConfig {
     pub crds: bool,
     /// Serve as a Karmada control plane ([`workload::karmada`]).
     pub karmada: bool,
+    /// The access policy file ([`access::Policy`]); `None`: every request
+    /// is allowed.
+    pub authz_file: Option<std::path::PathBuf>,
+    /// The audit log file ([`audit`]); `None`: no audit log.
+    pub audit_log_path: Option<std::path::PathBuf>,
 }
 
 impl Default for SimConfig {
@@ -204,6 +226,8 @@ impl Default for SimConfig {
             faults: Faults::default(),
             crds: false,
             karmada: false,
+            authz_file: None,
+            audit_log_path: None,
         }
     }
 }
@@ -223,6 +247,8 @@ impl From<SimArgs> for SimConfig {
             faults: args.faults.unwrap_or_default(),
             crds: args.crds,
             karmada: args.karmada,
+            authz_file: args.authz_file,
+            audit_log_path: args.audit_log_path,
         }
     }
 }
@@ -252,8 +278,6 @@ pub struct Shared {
     pub store: RwLock<Store>,
     /// The request log.
     pub requests: Arc<Mutex<Vec<RequestRecord>>>,
-    /// The served resource types.
-    pub catalog: Arc<[ResourceType]>,
     /// The configuration.
     pub config: SimConfig,
     /// Cancelled when the simulator stops: ends watches and log streams.
@@ -264,6 +288,10 @@ pub struct Shared {
     pub churn_rate: tokio::sync::watch::Sender<f64>,
     /// When the simulator started.
     pub started: std::time::Instant,
+    /// The access policy, when one is configured.
+    pub policy: Option<access::Policy>,
+    /// The audit log, when one is configured.
+    pub audit: Option<audit::AuditLog>,
 }
 
 impl Shared {
@@ -273,6 +301,11 @@ impl Shared {
             0 => Utc::now(),
             skew => Utc::now() + chrono::Duration::seconds(skew),
         }
+    }
+
+    /// The served resource types (custom resources are added while it runs).
+    pub fn catalog(&self) -> Arc<[ResourceType]> {
+        self.store.read().map(|s| s.catalog().clone()).unwrap_or_else(|e| e.into_inner().catalog().clone())
     }
 
     /// The store for reading.
@@ -581,12 +614,25 @@ async fn serve(
     mut stop: tokio::sync::oneshot::Receiver<()>,
 ) {
     let started = std::time::Instant::now();
+    let policy = match config.authz_file.as_deref().map(access::Policy::read).transpose() {
+        Ok(policy) => policy,
+        Err(error) => {
+            let _ = ready.send(Err(error));
+            return;
+        }
+    };
+    let audit = match config.audit_log_path.as_deref().map(audit::AuditLog::open).transpose() {
+        Ok(audit) => audit,
+        Err(error) => {
+            let _ = ready.send(Err(error));
+            return;
+        }
+    };
     let mut store = build_store(&config);
     let (tasks_tx, tasks_rx) = tokio::sync::mpsc::unbounded_channel();
     store.tasks = Some(tasks_tx);
     let objects: usize = (0..store.catalog().len()).map(|i| store.count(i)).sum();
     let shared = Arc::new(Shared {
-        catalog: store.catalog().clone(),
         store: RwLock::new(store),
         requests: Arc::new(Mutex::new(Vec::new())),
         config: config.clone(),
@@ -594,6 +640,8 @@ async fn serve(
         faults: FaultState::new(config.faults.clone()),
         churn_rate: tokio::sync::watch::channel(config.churn_per_sec.max(0.0)).0,
         started,
+        policy,
+        audit,
     });
     let (addr, running) = match run_server(&shared, config.listen) {
         Ok(bound) => bound,

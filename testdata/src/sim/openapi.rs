@@ -239,7 +239,7 @@ type Cache = Mutex<HashMap<(String, Vec<String>), Arc<Value>>>;
 /// when nothing is served there.
 pub fn v3(shared: &Shared, group: &str, version: &str) -> Result<Option<Arc<Value>>, ApiError> {
     static CACHE: OnceLock<Cache> = OnceLock::new();
-    let catalog = &shared.catalog;
+    let catalog = &shared.catalog();
     let paths = engine_openapi::paths(catalog, group, version);
     if paths.is_empty() {
         return Ok(None);
@@ -267,7 +267,7 @@ pub fn v3(shared: &Shared, group: &str, version: &str) -> Result<Option<Arc<Valu
 /// `/openapi/v3`: each group-version document with the hash of its content.
 pub fn v3_index(shared: &Shared) -> Result<Value, ApiError> {
     let mut entries = Vec::new();
-    for (group, version) in kubefold_engine::resources::served_group_versions(&shared.catalog) {
+    for (group, version) in kubefold_engine::resources::served_group_versions(&shared.catalog()) {
         if let Some(doc) = v3(shared, &group, &version)? {
             entries.push((schemas::group_version_key(&group, &version), schemas::hash(&doc)));
         }
@@ -279,7 +279,7 @@ pub fn v3_index(shared: &Shared) -> Result<Value, ApiError> {
 /// Swagger 2.0 `definitions`.
 pub fn v2(shared: &Shared) -> Result<Value, ApiError> {
     let mut definitions = Map::new();
-    for (group, version) in kubefold_engine::resources::served_group_versions(&shared.catalog) {
+    for (group, version) in kubefold_engine::resources::served_group_versions(&shared.catalog()) {
         if let Some(doc) = v3(shared, &group, &version)? {
             if let Some(found) = doc["components"]["schemas"].as_object() {
                 for (name, schema) in found {
@@ -289,7 +289,7 @@ pub fn v2(shared: &Shared) -> Result<Value, ApiError> {
         }
     }
     definitions.sort_keys();
-    Ok(engine_openapi::swagger(info(shared), engine_openapi::all_paths(&shared.catalog), definitions))
+    Ok(engine_openapi::swagger(info(shared), engine_openapi::all_paths(&shared.catalog()), definitions))
 }
 
 /// Strict field validation: with `fieldValidation=Strict`, refuses `object`

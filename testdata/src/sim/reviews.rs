@@ -6,6 +6,7 @@
 //!   `SubjectAccessReview` (authorization.k8s.io/v1; `kubectl auth can-i`,
 //!   `--list`): everything is allowed
 //!   (<https://kubernetes.io/docs/reference/access-authn-authz/authorization/#checking-api-access>);
+//! - `TokenReview` (authentication.k8s.io/v1): no token is known;
 //! - `SelfSubjectReview` (authentication.k8s.io/v1, and v1beta1 where kubectl
 //!   1.27 asks; `kubectl auth whoami`): the caller is `system:anonymous`
 //!   (<https://kubernetes.io/docs/reference/access-authn-authz/authentication/#self-subject-review>);
@@ -17,12 +18,16 @@
 //!   DELETE with the eviction's options deletes it. PodDisruptionBudgets are
 //!   not consulted (the simulator runs no disruption controller)
 //!   (<https://kubernetes.io/docs/concepts/scheduling-eviction/api-eviction/>).
+//!
+//! With an access policy (`--authz-file`) the reviews are answered from it
+//! instead ([`decide`]).
 
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
 use kubefold_engine::resources::ResourceType;
 use serde_json::{json, Value};
 
+use super::access::{Identity, Policy, UserInfo};
 use super::ops::{self, DeleteOptions, WriteOptions};
 use super::status::{ApiError, Result};
 use super::store::Store;
@@ -52,6 +57,7 @@ pub fn types() -> Vec<ResourceType> {
         review(AUTHORIZATION, "v1", "localsubjectaccessreviews", "LocalSubjectAccessReview", true),
         review(AUTHENTICATION, "v1", "selfsubjectreviews", "SelfSubjectReview", false),
         review(AUTHENTICATION, "v1beta1", "selfsubjectreviews", "SelfSubjectReview", false),
+        review(AUTHENTICATION, "v1", "tokenreviews", "TokenReview", false),
     ]
 }
 
@@ -80,6 +86,8 @@ pub fn answer(resource: &ResourceType, mut review: Value) -> Result<Value> {
         "SelfSubjectReview" => json!({
             "userInfo": {"username": "system:anonymous", "groups": ["system:unauthenticated"]},
         }),
+        // Without a policy no token is known.
+        "TokenReview" => json!({"authenticated": false, "error": "the simulator authenticates no tokens without --authz-file"}),
         _ => {
             if review["spec"]["resourceAttributes"].is_null() && review["spec"]["nonResourceAttributes"].is_null() {
                 return Err(ApiError::BadRequest(format!(
@@ -91,6 +99,43 @@ pub fn answer(resource: &ResourceType, mut review: Value) -> Result<Value> {
         }
     };
     Ok(review)
+}
+
+/// With an access policy (`--authz-file`), the review's `status` as the
+/// policy decides it: who a token is (`TokenReview`), whether a user may
+/// do something (`SubjectAccessReview`, `LocalSubjectAccessReview`; the
+/// caller for `SelfSubjectAccessReview`), who the caller is
+/// (`SelfSubjectReview`) and what the caller may do in a namespace
+/// (`SelfSubjectRulesReview`).
+pub fn decide(policy: &Policy, caller: Option<&Identity>, resource: &ResourceType, review: &mut Value) {
+    let caller = caller.map(Identity::effective).cloned().unwrap_or_else(UserInfo::anonymous);
+    review["status"] = match resource.kind.as_str() {
+        "TokenReview" => policy.token_review(review),
+        "SubjectAccessReview" | "LocalSubjectAccessReview" => policy.access_review(review, None),
+        "SelfSubjectAccessReview" => policy.access_review(review, Some(&caller)),
+        "SelfSubjectReview" => json!({"userInfo": caller.to_json()}),
+        "SelfSubjectRulesReview" => {
+            let namespace = review["spec"]["namespace"].as_str().unwrap_or_default();
+            let rules: Vec<Value> = policy
+                .rules
+                .iter()
+                .filter(|r| r.applies_to(&caller) && r.namespaces.as_ref().is_none_or(|n| n.iter().any(|n| n == "*" || n == namespace)))
+                .map(|r| {
+                    let mut rule = json!({"verbs": r.verbs, "apiGroups": r.api_groups.clone().unwrap_or_else(|| vec!["*".into()]), "resources": r.resources});
+                    if !r.resource_names.is_empty() {
+                        rule["resourceNames"] = json!(r.resource_names);
+                    }
+                    rule
+                })
+                .collect();
+            json!({
+                "resourceRules": rules,
+                "nonResourceRules": [{"verbs": ["get"], "nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/version", "/openapi", "/openapi/*", "/healthz", "/livez", "/readyz"]}],
+                "incomplete": false,
+            })
+        }
+        _ => return,
+    };
 }
 
 /// `POST .../serviceaccounts/{name}/token`: a `TokenRequest` with its token.

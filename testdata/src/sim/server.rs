@@ -8,13 +8,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::http::Method;
-use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
+use actix_web::{web, HttpMessage, HttpRequest, HttpResponse, ResponseError};
 use bytes::{Bytes, BytesMut};
 use chrono::Utc;
 use futures::StreamExt;
 use kubefold_engine::resources::ResourceType;
 use serde_json::Value;
 
+use super::access;
+use super::audit;
 use super::discovery;
 use super::faults::{self, Faults};
 use super::list::{self, parse_bool, parse_rv, query_value, ListOptions, RvMatch};
@@ -40,9 +42,59 @@ pub const REQUEST_LOG_LIMIT: usize = 100_000;
 /// How long a read waits for a resource version the simulator has not reached.
 const RV_WAIT: Duration = Duration::from_secs(3);
 
-/// The one handler of the simulator's HTTP server.
+/// The one handler of the simulator's HTTP server: with an access policy
+/// or an audit log, each request is admitted ([`access`]) and recorded
+/// ([`audit`]) around [`serve`].
 pub async fn dispatch(req: HttpRequest, payload: web::Payload, shared: web::Data<Arc<Shared>>) -> HttpResponse {
     let shared = shared.get_ref().clone();
+    if req.path().starts_with("/sim/") || (shared.policy.is_none() && shared.audit.is_none()) {
+        return serve(req, payload, shared).await;
+    }
+    let received = Utc::now();
+    let admitted = match &shared.policy {
+        Some(policy) => policy.admit(req.headers(), req.method(), req.path(), req.query_string()),
+        // Every request is allowed; the audit log still names the user
+        // a request impersonates.
+        None => Ok(access::Identity { user: access::UserInfo::anonymous(), impersonated: access::impersonation(req.headers()).ok().flatten() }),
+    };
+    let (identity, response) = match admitted {
+        Ok(identity) => {
+            req.extensions_mut().insert(identity.clone());
+            (Some(identity), serve(req.clone(), payload, shared.clone()).await)
+        }
+        Err(access::Refusal::Unauthorized) => {
+            let status = serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": "Unauthorized", "reason": "Unauthorized", "code": 401});
+            (None, json(401, status.to_string()))
+        }
+        Err(access::Refusal::BadRequest(message)) => (None, ApiError::BadRequest(message).error_response()),
+        Err(access::Refusal::Forbidden(identity, error)) => {
+            tracing::debug!(user = %identity.effective().username, path = %req.path(), %error, "Request forbidden.");
+            (Some(identity), error.error_response())
+        }
+    };
+    if let Some(log) = &shared.audit {
+        let query = req.query_string();
+        let attributes = access::Attributes::of(req.method(), req.path(), query);
+        let long_running = attributes.as_ref().is_some_and(|a| a.verb == "watch" || matches!(a.subresource.as_deref(), Some("exec" | "attach" | "portforward")))
+            || (req.path().ends_with("/log") && query.contains("follow=true"));
+        let agent = req.headers().get("user-agent").and_then(|v| v.to_str().ok()).unwrap_or_default();
+        log.record(&audit::Entry {
+            identity: identity.as_ref(),
+            method: req.method(),
+            path: req.path(),
+            query,
+            source_ip: req.peer_addr().map(|a| a.ip().to_string()),
+            user_agent: agent,
+            code: response.status().as_u16(),
+            long_running,
+            received,
+        });
+    }
+    response
+}
+
+/// Serves an admitted request.
+async fn serve(req: HttpRequest, payload: web::Payload, shared: Arc<Shared>) -> HttpResponse {
     let query_string = req.query_string().to_string();
     let pairs: Vec<(String, String)> = web::Query::<Vec<(String, String)>>::from_query(&query_string)
         .map(|q| q.into_inner())
@@ -219,7 +271,7 @@ async fn handle(req: &HttpRequest, payload: RequestBody, shared: Arc<Shared>) ->
         .map(|q| q.into_inner())
         .map_err(|e| ApiError::BadRequest(format!("invalid query: {e}")))?;
     let method = req.method().clone();
-    let catalog = shared.catalog.clone();
+    let catalog = shared.catalog();
     if !req.path().starts_with("/sim/") {
         protobuf::refuse_cbor(req)?;
     }
@@ -369,6 +421,8 @@ async fn burst_endpoint(method: &Method, payload: RequestBody, shared: Arc<Share
     Ok(json_value(&serde_json::json!({"resourceVersion": rv.to_string()})))
 }
 
+/// A resource request; a write of a CustomResourceDefinition then serves
+/// the types it defines ([`super::crds`]).
 async fn resource(
     req: &HttpRequest,
     payload: RequestBody,
@@ -376,11 +430,26 @@ async fn resource(
     path: ResourcePath,
     query: Vec<(String, String)>,
 ) -> Result<HttpResponse> {
-    let Some(index) = shared.catalog.iter().position(|r| r.group == path.group && r.version == path.version && r.plural == path.plural)
+    let definition = path.group == super::crds::GROUP && path.plural == "customresourcedefinitions" && !matches!(*req.method(), Method::GET | Method::HEAD);
+    let response = resource_request(req, payload, shared.clone(), path, query).await?;
+    if definition && response.status().is_success() {
+        super::crds::sync(&mut *shared.write()?);
+    }
+    Ok(response)
+}
+
+async fn resource_request(
+    req: &HttpRequest,
+    payload: RequestBody,
+    shared: Arc<Shared>,
+    path: ResourcePath,
+    query: Vec<(String, String)>,
+) -> Result<HttpResponse> {
+    let Some(index) = shared.catalog().iter().position(|r| r.group == path.group && r.version == path.version && r.plural == path.plural)
     else {
         return Err(ApiError::PathNotFound);
     };
-    let rt = shared.catalog[index].clone();
+    let rt = shared.catalog()[index].clone();
     if path.namespace.is_some() && !rt.namespaced {
         return Err(ApiError::PathNotFound);
     }
@@ -391,7 +460,10 @@ async fn resource(
         return match (&method, &path.name, &path.subresource) {
             (&Method::POST, None, None) if !path.watch_prefix => {
                 let body = read_body(payload).await?;
-                let review = reviews::answer(&rt, decode_object(req, &rt, None, &body)?)?;
+                let mut review = reviews::answer(&rt, decode_object(req, &rt, None, &body)?)?;
+                if let Some(policy) = &shared.policy {
+                    reviews::decide(policy, req.extensions().get::<access::Identity>(), &rt, &mut review);
+                }
                 Ok(protobuf::object_response(req, 201, review.to_string().into()))
             }
             _ => Err(ApiError::MethodNotAllowed),
@@ -532,7 +604,7 @@ async fn list_objects(
     query: &[(String, String)],
     watch_prefix: bool,
 ) -> Result<HttpResponse> {
-    let rt = shared.catalog[index].clone();
+    let rt = shared.catalog()[index].clone();
     let options = ListOptions::parse(query, watch_prefix, &rt)?;
     if let Some(rv) = options.minimum_rv()? {
         wait_for_rv(&shared, rv).await?;
@@ -568,7 +640,7 @@ async fn start_watch(
     name: Option<&str>,
     query: &[(String, String)],
 ) -> Result<HttpResponse> {
-    let rt = shared.catalog[index].clone();
+    let rt = shared.catalog()[index].clone();
     let mut options = ListOptions::parse(query, true, &rt)?;
     if let Some(name) = name {
         let selector = format!("metadata.name={name}");

@@ -267,6 +267,21 @@ impl Store {
         &self.catalog
     }
 
+    /// Serves one more type (a custom resource); its index. Indices of the
+    /// types served before do not change.
+    pub fn add_type(&mut self, resource_type: ResourceType) -> usize {
+        let mut catalog = self.catalog.to_vec();
+        catalog.push(resource_type);
+        self.catalog = catalog.into();
+        self.tables.push(BTreeMap::new());
+        self.catalog.len() - 1
+    }
+
+    /// The objects of a type, in key order.
+    pub fn objects(&self, resource: usize) -> impl Iterator<Item = &Arc<Object>> {
+        self.tables[resource].values()
+    }
+
     /// The type at `index`.
     pub fn resource(&self, index: usize) -> &ResourceType {
         &self.catalog[index]
