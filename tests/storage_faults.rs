@@ -278,7 +278,10 @@ fn a_damaged_record_log_is_quarantined_and_rebuilt_from_the_members() {
         kf.wait_ready();
         let quarantine: Vec<PathBuf> = std::fs::read_dir(&data).unwrap().map(|e| e.unwrap().path()).filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("quarantine-")).collect();
         assert_eq!(quarantine.len(), 1, "{what}");
-        assert!(quarantine[0].join("db").exists(), "{what}: the damaged files are kept");
+        assert!(std::fs::read_to_string(quarantine[0].join("damage.txt")).unwrap().contains("corrupt"), "{what}: the quarantine says what was damaged");
+        if what != "missing" {
+            assert!(quarantine[0].join(segments(&data)[0].file_name().unwrap()).exists(), "{what}: the damaged segment is kept");
+        }
         assert!(kf.logs().contains(&*quarantine[0].to_string_lossy()), "{what}: the log names the quarantine directory");
         let rv = list_rv(&kf);
         assert!(rv > served, "{what}: listed at {rv}, served {served} before");

@@ -490,7 +490,8 @@ fn event_records_go_to_the_record_log_and_damage_there_is_reported() {
     let files = segment_files(dir.path());
     assert_eq!(files.len(), 1, "{files:?}");
     let logged: u64 = pointers.iter().map(|(_, p)| u64::from(p.len)).sum();
-    assert_eq!(*files.values().next().unwrap(), logged);
+    // The records, then the commit's mark.
+    assert_eq!(*files.values().next().unwrap(), logged + log::MARK_LEN as u64);
     assert!(store.size_on_disk().unwrap() >= logged);
     assert_eq!(store.usage().unwrap().events.value_bytes, logged);
     for (event, (rv, pointer)) in events.iter().zip(&pointers) {
