@@ -1,6 +1,6 @@
 //! Damage: a record log cut to its intact prefix, a record found damaged
-//! while reading, sled's files lost, and sled opened again after a write
-//! it keeps failing.
+//! while reading, sled's files lost, a backup's minimum resourceVersion,
+//! and sled opened again after a write it keeps failing.
 
 use kubefold_engine::event::Change;
 use kubefold_engine::index::{plan_change, Index};
@@ -203,6 +203,43 @@ fn a_sled_tree_behind_the_record_log_is_damage() {
     store.compact(235, &index).unwrap();
     assert_eq!(store.log.last_mark(), Some(log::Mark { first_rv: 240, head_rv: 239 }));
     assert_eq!(store.recover().unwrap().index.head_rv(), 239);
+}
+
+/// A backup records the highest resourceVersion the store may have served
+/// (its ceiling); a restore continues above it, or above a higher minimum
+/// given (a newer backup's): the backup's history still reads, the
+/// resourceVersions between its head and that minimum are lost history,
+/// and the members are listed again.
+#[test]
+fn a_restore_continues_above_the_backups_minimum_resource_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, states) = filled(&dir.path().join("a"));
+    let bound = store.served_rv_bound().unwrap();
+    assert_eq!(bound, read_ceiling(&dir.path().join("a")));
+    let mut file = Vec::new();
+    store.backup(&mut file).unwrap();
+    let header = format!("kubefold-backup/4\nchecksum sha256\nmin-resource-version {bound}\n");
+    assert!(file.starts_with(header.as_bytes()));
+    assert_eq!(Store::backup_min_rv(&mut &file[..]).unwrap(), bound);
+
+    for (target, min_rv, above) in [("b", 0, bound), ("c", bound + 5_000, bound + 5_000), ("d", 7, bound)] {
+        let path = dir.path().join(target);
+        let (restored, head, continued) = Store::restore_above(&path, &mut &file[..], &Options::default(), min_rv).unwrap();
+        assert_eq!((head, continued), (200, above));
+        assert_eq!(restored.head_rv().unwrap(), above);
+        assert_eq!(read_ceiling(&path), above, "a later repair continues above it too");
+        assert_eq!(restored.lost_history().unwrap(), Some((201, above)));
+        let recovered = restored.recover().unwrap();
+        assert_eq!(contents(&recovered.index), contents(states.last().unwrap()));
+        assert!(recovered.checkpoints.is_empty());
+        assert_eq!(restored.events_after(190).count(), 10, "the backup's history reads");
+        assert!(!restored.in_lost_history(200) && restored.in_lost_history(201) && !restored.in_lost_history(above));
+    }
+    // The header is covered by the checksum.
+    let mut changed = file.clone();
+    let at = header.len() - 2;
+    changed[at] = if changed[at] == b'1' { b'2' } else { b'1' };
+    assert!(Store::restore(&dir.path().join("e"), &mut &changed[..], &Options::default()).is_err());
 }
 
 /// A failed write that sled keeps failing (as sled 0.34 does after a
