@@ -170,10 +170,8 @@ impl Store {
             return Ok(());
         }
         let (rvs, records): (Vec<u64>, Vec<Vec<u8>>) = records.into_iter().unzip();
-        // The head before the copies: a commit of nothing after it.
-        let head = self.head_rv()?;
-        let mark = log::Mark { first_rv: head + 1, head_rv: head };
-        let pointers = self.log.append_marked(&records, false, Some(mark)).map_err(io_error)?;
+        // Followed by the newest commit's mark again.
+        let pointers = self.log.append(&records, false).map_err(io_error)?;
         let moved: BTreeMap<u64, log::Pointer> = rvs.into_iter().zip(pointers).collect();
         // Each value holding a moved event, written again with the new
         // pointers (commits only add values after these; compaction, which

@@ -58,9 +58,9 @@ const GROUP_ENTRY_LEN: usize = 4 + POINTER_LEN - 1;
 pub const GROUP_EVENTS: usize = 256;
 
 /// What an append leaves after its records (a commit mark): the first and
-/// the last resourceVersion of the commit whose records it ends (for an
-/// append that is no commit, a compaction's, the head then, as a commit of
-/// nothing after it). No pointer names it (readers never meet it); a start
+/// the last resourceVersion of the commit whose records it ends (an append
+/// that is no commit, a compaction's, repeats the newest commit's mark).
+/// No pointer names it (readers never meet it); a start
 /// compares the newest one with sled's head: sled's tree behind the log by
 /// more than the last commit (which sled may lose to a crash before its
 /// flush, never served) lost commits it had made durable, and is damaged.
@@ -210,6 +210,8 @@ struct Active {
 struct Writer {
     active: Option<Active>,
     next_id: u32,
+    /// The newest commit's mark, repeated after appends of no commit.
+    mark: Option<Mark>,
     /// The write buffer, kept between appends (up to [`KEPT_BUFFER`]): a
     /// new one of a megabyte per commit cost page faults, a tenth of a
     /// sync's CPU time with its other fresh memory.
@@ -256,7 +258,8 @@ impl RecordLog {
             segments.insert(id, Arc::new(File::open(entry.path())?));
         }
         let next_id = segments.keys().next_back().map_or(1, |id| id + 1);
-        Ok(RecordLog { dir, segment_bytes: segment_bytes.max(1), segments: RwLock::new(segments), writer: Mutex::new(Writer { active: None, next_id, buf: Vec::new() }) })
+        let mark = newest_mark(&segments);
+        Ok(RecordLog { dir, segment_bytes: segment_bytes.max(1), segments: RwLock::new(segments), writer: Mutex::new(Writer { active: None, next_id, mark, buf: Vec::new() }) })
     }
 
     /// Appends `records` in order; their pointers in the same order. With
@@ -265,7 +268,9 @@ impl RecordLog {
         self.append_marked(records, sync, None)
     }
 
-    /// [`RecordLog::append`], the records followed by `mark` (see [`Mark`]).
+    /// [`RecordLog::append`], the records followed by `mark`, the mark of
+    /// the commit they are (see [`Mark`]); without one, by the newest
+    /// commit's mark.
     pub fn append_marked(&self, records: &[Vec<u8>], sync: bool, mark: Option<Mark>) -> std::io::Result<Vec<Pointer>> {
         let mut writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         let mut pointers = Vec::with_capacity(records.len());
@@ -301,7 +306,10 @@ impl RecordLog {
             });
             buf.extend_from_slice(record);
         }
-        if let (Some(mark), Some(_)) = (mark, writer.active.as_ref()) {
+        if mark.is_some() {
+            writer.mark = mark;
+        }
+        if let (Some(mark), Some(_)) = (writer.mark, writer.active.as_ref()) {
             buf.extend_from_slice(&mark.encode());
         }
         if let Some(active) = writer.active.as_mut() {
@@ -363,13 +371,7 @@ impl RecordLog {
     /// The mark the newest segment with bytes ends with, if it ends with
     /// one (an append cut short, or one without a mark, leaves none).
     pub fn last_mark(&self) -> Option<Mark> {
-        let segments = self.segments.read().unwrap_or_else(|e| e.into_inner()).clone();
-        let (_, file) = segments.iter().rev().find(|(_, file)| file.metadata().is_ok_and(|m| m.len() > 0))?;
-        let len = file.metadata().ok()?.len();
-        let at = len.checked_sub(MARK_LEN as u64)?;
-        let mut bytes = [0u8; MARK_LEN];
-        file.read_exact_at(&mut bytes, at).ok()?;
-        Mark::decode(&bytes)
+        newest_mark(&self.segments.read().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// The segment being appended to, if any.
@@ -409,6 +411,16 @@ impl RecordLog {
         drop(segments);
         sync_dir(&self.dir)
     }
+}
+
+/// The mark the newest of `segments` with bytes ends with, if any.
+fn newest_mark(segments: &BTreeMap<u32, Arc<File>>) -> Option<Mark> {
+    let (_, file) = segments.iter().rev().find(|(_, file)| file.metadata().is_ok_and(|m| m.len() > 0))?;
+    let len = file.metadata().ok()?.len();
+    let at = len.checked_sub(MARK_LEN as u64)?;
+    let mut bytes = [0u8; MARK_LEN];
+    file.read_exact_at(&mut bytes, at).ok()?;
+    Mark::decode(&bytes)
 }
 
 /// Writes `buf` at the end of the active segment and empties it.
