@@ -121,7 +121,8 @@ impl Store {
     /// backup rewrites may change it a little): for a backup's progress.
     /// Reads the pointers, not the records.
     pub fn backup_bytes(&self) -> Result<u64> {
-        let mut bytes = (BACKUP_MAGIC.len() + CHECKSUM_LINE.len() + MIN_RV_LINE.len() + 21 + 4 + 32) as u64;
+        let min_rv_line = format!("{MIN_RV_LINE}{}\n", self.served_rv_bound()?);
+        let mut bytes = (BACKUP_MAGIC.len() + CHECKSUM_LINE.len() + min_rv_line.len() + 4 + 32) as u64;
         for item in self.tree()?.iter() {
             let (k, v) = item?;
             let logged = match k.first() {

@@ -240,6 +240,17 @@ fn a_restore_continues_above_the_backups_minimum_resource_version() {
         assert_eq!(restored.events_after(190).count(), 10, "the backup's history reads");
         assert!(!restored.in_lost_history(200) && restored.in_lost_history(201) && !restored.in_lost_history(above));
     }
+    // A backup of the build before (`kubefold-backup/3`, no minimum): its
+    // own head is all a restore knows.
+    let body = &file[header.len()..file.len() - 32];
+    let mut old = b"kubefold-backup/3\nchecksum sha256\n".to_vec();
+    old.extend_from_slice(body);
+    old.extend_from_slice(ring::digest::digest(&ring::digest::SHA256, &body[..body.len() - 4]).as_ref());
+    assert_eq!(Store::backup_min_rv(&mut &old[..]).unwrap(), 0);
+    let (restored, head, continued) = Store::restore_above(&dir.path().join("old"), &mut &old[..], &Options::default(), 0).unwrap();
+    assert_eq!((head, continued, restored.lost_history().unwrap()), (200, 200, None));
+    let (_, _, continued) = Store::restore_above(&dir.path().join("old-min"), &mut &old[..], &Options::default(), bound).unwrap();
+    assert_eq!(continued, bound);
     // The header is covered by the checksum.
     let mut changed = file.clone();
     let at = header.len() - 2;
