@@ -156,7 +156,7 @@ pub(crate) fn backup(data_dir: &Path, out: &Path, include_credentials: bool) -> 
         out.display(),
         human_bytes(bytes),
         store.head_rv()?,
-        store.served_rv_bound()?
+        store.backup_min_rv_now()?
     );
     Ok(())
 }

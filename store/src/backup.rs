@@ -5,9 +5,10 @@
 //!
 //! - `kubefold-backup/4\n`, `checksum sha256\n`, then
 //!   `min-resource-version N\n` (this build): the checksum is SHA-256, 32
-//!   bytes, and covers the third line; N is at least every resourceVersion
-//!   the store served when the backup was written (its head, and its
-//!   resourceVersion ceiling), which a restore continues above;
+//!   bytes, and covers the third line; N is above every resourceVersion
+//!   the store served when the backup was written (its resourceVersion
+//!   ceiling) and at least [`CEILING_STEP`] above its head; a restore
+//!   continues above it;
 //! - `kubefold-backup/3\n` then `checksum sha256\n`: the same without the
 //!   third line;
 //! - `kubefold-backup/2\n` (older builds, still restored): the checksum is
@@ -75,7 +76,7 @@ impl Store {
         let io = |e: std::io::Error| Error::Io(sled::Error::Io(e));
         out.write_all(BACKUP_MAGIC).map_err(io)?;
         out.write_all(CHECKSUM_LINE).map_err(io)?;
-        let min_rv = self.served_rv_bound()?;
+        let min_rv = self.backup_min_rv_now()?;
         let line = format!("{MIN_RV_LINE}{min_rv}\n");
         out.write_all(line.as_bytes()).map_err(io)?;
         checksum.update(line.as_bytes());
@@ -121,7 +122,7 @@ impl Store {
     /// backup rewrites may change it a little): for a backup's progress.
     /// Reads the pointers, not the records.
     pub fn backup_bytes(&self) -> Result<u64> {
-        let min_rv_line = format!("{MIN_RV_LINE}{}\n", self.served_rv_bound()?);
+        let min_rv_line = format!("{MIN_RV_LINE}{}\n", self.backup_min_rv_now()?);
         let mut bytes = (BACKUP_MAGIC.len() + CHECKSUM_LINE.len() + min_rv_line.len() + 4 + 32) as u64;
         for item in self.tree()?.iter() {
             let (k, v) = item?;
@@ -137,8 +138,17 @@ impl Store {
         Ok(bytes)
     }
 
+    /// The minimum resourceVersion a backup of the store written now
+    /// records: above every resourceVersion it served
+    /// ([`Store::served_rv_bound`]), and at least [`CEILING_STEP`] above its
+    /// head, so that a restore of the newest backup stays above what was
+    /// served in that many events after it.
+    pub fn backup_min_rv_now(&self) -> Result<u64> {
+        Ok(self.served_rv_bound()?.max(self.head_rv()?.saturating_add(CEILING_STEP)))
+    }
+
     /// The minimum resourceVersion a backup file's header records (see
-    /// [`Store::served_rv_bound`]); 0 for a backup of an older build that
+    /// [`Store::backup_min_rv_now`]); 0 for a backup of an older build that
     /// has none. Reads the header only.
     pub fn backup_min_rv(input: &mut impl std::io::Read) -> Result<u64> {
         Ok(read_backup_header(input)?.1)

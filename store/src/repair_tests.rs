@@ -210,8 +210,8 @@ fn a_sled_tree_behind_the_record_log_is_damage() {
     assert_eq!(store.recover().unwrap().index.head_rv(), 239);
 }
 
-/// A backup records the highest resourceVersion the store may have served
-/// (its ceiling); a restore continues above it, or above a higher minimum
+/// A backup records a resourceVersion above every one the store served
+/// (its ceiling) and a step above its head; a restore continues above it, or above a higher minimum
 /// given (a newer backup's): the backup's history still reads, the
 /// resourceVersions between its head and that minimum are lost history,
 /// and the members are listed again.
@@ -219,8 +219,9 @@ fn a_sled_tree_behind_the_record_log_is_damage() {
 fn a_restore_continues_above_the_backups_minimum_resource_version() {
     let dir = tempfile::tempdir().unwrap();
     let (store, states) = filled(&dir.path().join("a"));
-    let bound = store.served_rv_bound().unwrap();
-    assert_eq!(bound, read_ceiling(&dir.path().join("a")));
+    let bound = store.backup_min_rv_now().unwrap();
+    assert_eq!(read_ceiling(&dir.path().join("a")), 100_001, "raised at the first commit");
+    assert_eq!(bound, 200 + CEILING_STEP, "a step above the head, above the ceiling");
     let mut file = Vec::new();
     store.backup(&mut file).unwrap();
     let header = format!("kubefold-backup/4\nchecksum sha256\nmin-resource-version {bound}\n");
