@@ -120,6 +120,13 @@ enum Command {
         /// The new (empty) data dir.
         #[arg(long)]
         data_dir: PathBuf,
+        /// Continue above N at least (the restored kubefold never serves a
+        /// resourceVersion at or below it): for a restore of an older
+        /// backup, the `min-resource-version` of a newer backup's header or
+        /// the `rv-ceiling` file of the lost data dir. The backup's own
+        /// header is always used.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        min_resource_version: u64,
     },
 }
 
@@ -447,9 +454,9 @@ fn run() -> anyhow::Result<()> {
             private_files();
             offline::backup(&data_dir, &out, include_credentials)
         }
-        Command::Restore { input, data_dir } => {
+        Command::Restore { input, data_dir, min_resource_version } => {
             private_files();
-            offline::restore(&input, &data_dir)
+            offline::restore(&input, &data_dir, min_resource_version)
         }
     }
 }

@@ -151,26 +151,33 @@ pub(crate) fn backup(data_dir: &Path, out: &Path, include_credentials: bool) -> 
     let records = records?;
     let credentials = if include_credentials { "with" } else { "without" };
     println!(
-        "backup of {} written to {}: {records} records ({}), head resourceVersion {}, {credentials} member credentials",
+        "backup of {} written to {}: {records} records ({}), head resourceVersion {}, min-resource-version {}, {credentials} member credentials",
         data_dir.display(),
         out.display(),
         human_bytes(bytes),
-        store.head_rv()?
+        store.head_rv()?,
+        store.backup_min_rv_now()?
     );
     Ok(())
 }
 
-/// `kubefold restore`: a new data dir from the backup `input`.
-pub(crate) fn restore(input: &Path, data_dir: &Path) -> anyhow::Result<()> {
+/// `kubefold restore`: a new data dir from the backup `input`, which
+/// continues above the minimum resourceVersion of the backup's header and
+/// `min_rv`.
+pub(crate) fn restore(input: &Path, data_dir: &Path, min_rv: u64) -> anyhow::Result<()> {
     let file = std::fs::File::open(input).map_err(|e| anyhow::anyhow!("cannot open {}: {e}", input.display()))?;
     let total = file.metadata().map(|m| m.len()).unwrap_or(0);
     let mut progress = Progress::new("restoring", total);
     let mut reader = std::io::BufReader::new(CountedRead { inner: file, bytes: 0, progress: &mut progress });
-    let store = kubefold_store::Store::restore(data_dir, &mut reader, &kubefold_store::Options::default());
+    let restored = kubefold_store::Store::restore_above(data_dir, &mut reader, &kubefold_store::Options::default(), min_rv);
     drop(reader);
-    progress.finish(store.is_err());
-    let store = store?;
-    println!("restored {} into {}: head resourceVersion {}", input.display(), data_dir.display(), store.head_rv()?);
+    progress.finish(restored.is_err());
+    let (_store, head, above) = restored?;
+    println!(
+        "restored {} into {}: head resourceVersion {head}, continuing above resourceVersion {above} (watches from between them answer 410; the members are listed again)",
+        input.display(),
+        data_dir.display()
+    );
     Ok(())
 }
 

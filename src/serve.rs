@@ -126,33 +126,56 @@ fn is_damage(e: &anyhow::Error) -> bool {
     e.downcast_ref::<kubefold_store::Error>().is_some_and(|e| e.cause() == kubefold_store::Cause::Corrupt)
 }
 
+/// The file in a quarantine directory that says what was found damaged.
+const DAMAGE_NOTE: &str = "damage.txt";
+
 /// [`recover`]; with `store.onCorruption: repair`, a damaged data dir is
-/// moved aside into `quarantine-<unix time>/` inside it and an empty store
+/// repaired into a new `quarantine-<unix time>/` directory inside it:
+/// when only the record log is damaged ([`repair_record_log`]) the intact
+/// prefix of the history is kept and the rest given up; otherwise the data
+/// dir's files are moved into the quarantine directory and an empty store
 /// started above the highest resourceVersion ever served (the
 /// `rv-ceiling` file), with the settings of the damaged one when its sled
-/// tree still opens; the members are then listed again.
+/// tree still opens. Either way the members are then listed again.
 fn recover_or_repair(
     data_dir: &Path,
     options: &Options,
     progress: &kubefold_api::starting::StartProgress,
     on_corruption: crate::config::OnCorruption,
 ) -> anyhow::Result<(Store, kubefold_store::Recovered)> {
-    let damage = match recover(data_dir, options, progress) {
+    let damage = match recover_caught(data_dir, options, progress) {
         Err(e) if is_damage(&e) && on_corruption == crate::config::OnCorruption::Repair => e,
         other => return other,
     };
     let ceiling = kubefold_store::read_ceiling(data_dir);
     let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let quarantine = data_dir.join(format!("quarantine-{secs}"));
+    let mut quarantine = data_dir.join(format!("quarantine-{secs}"));
+    for n in 1.. {
+        if !quarantine.exists() {
+            break;
+        }
+        quarantine = data_dir.join(format!("quarantine-{secs}-{n}"));
+    }
     std::fs::create_dir(&quarantine).with_context(|| format!("cannot create {}", quarantine.display()))?;
+    match repair_record_log(data_dir, options, &quarantine, ceiling, &damage) {
+        Ok(true) => return recover_caught(data_dir, options, progress),
+        Ok(false) => {}
+        Err(e) => warn!(error = %format!("{e:#}"), "The record log could not be cut to its intact part; the whole data dir is set aside."),
+    }
     for entry in std::fs::read_dir(data_dir)? {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().into_owned();
         if name == kubefold_store::CEILING_FILE || name.starts_with("quarantine-") {
             continue;
         }
-        std::fs::rename(entry.path(), quarantine.join(&name)).with_context(|| format!("cannot move {} into {}", entry.path().display(), quarantine.display()))?;
+        let to = quarantine.join(&name);
+        if to.exists() {
+            // A segment copied there first: the data dir's own is kept whole.
+            std::fs::rename(&to, quarantine.join(format!("{name}.damaged")))?;
+        }
+        std::fs::rename(entry.path(), &to).with_context(|| format!("cannot move {} into {}", entry.path().display(), quarantine.display()))?;
     }
+    std::fs::write(quarantine.join(DAMAGE_NOTE), format!("{damage:#}\nthe data dir's files were moved here\n"))?;
     error!(
         data_dir = %data_dir.display(),
         quarantine = %quarantine.display(),
@@ -177,7 +200,80 @@ fn recover_or_repair(
     // store's head, when readable, covers a data dir from before the ceiling.
     store.raise_head(ceiling.max(old_head))?;
     drop(store);
-    recover(data_dir, options, progress)
+    recover_caught(data_dir, options, progress)
+}
+
+/// Repairs a data dir whose sled tree reads but whose record log is
+/// damaged: the segment holding the first damaged record is copied into
+/// `quarantine` (it may still hold intact records, so it stays), the index
+/// snapshot moved there, and the history cut before that record
+/// ([`Store::drop_history_from`]): events before it keep answering
+/// watches and lists, the lost ones answer 410, and the store continues
+/// above `ceiling`. False when the damage is not in the record log.
+fn repair_record_log(data_dir: &Path, options: &Options, quarantine: &Path, ceiling: u64, damage: &anyhow::Error) -> anyhow::Result<bool> {
+    let Ok(store) = Store::open(data_dir, options) else { return Ok(false) };
+    let found = match catch_damage(|| store.find_damage()) {
+        Ok(Some(found)) => found,
+        Ok(None) if store.damage_mark().ok().flatten().is_some() => {
+            // Found damaged while running, reads now: a read error of the
+            // disk that passed. Nothing is given up.
+            store.clear_damage_mark()?;
+            std::fs::remove_dir(quarantine)?;
+            warn!("A record found damaged while kubefold ran reads again now: the record log is intact, nothing was given up.");
+            return Ok(true);
+        }
+        _ => return Ok(false),
+    };
+    if let Some(segment) = &found.segment {
+        let name = segment.file_name().context("a segment's file name")?;
+        std::fs::copy(segment, quarantine.join(name)).with_context(|| format!("cannot copy {} into {}", segment.display(), quarantine.display()))?;
+    }
+    let snapshot = data_dir.join(kubefold_store::SNAPSHOT_FILE);
+    if snapshot.exists() {
+        std::fs::rename(&snapshot, quarantine.join(kubefold_store::SNAPSHOT_FILE))?;
+    }
+    std::fs::write(
+        quarantine.join(DAMAGE_NOTE),
+        format!("{damage:#}\nfirst damaged record: {}\nhistory given up from resourceVersion {}\n", found.what, found.rv),
+    )?;
+    let truncated = store.drop_history_from(found.rv, ceiling)?;
+    store.flush()?;
+    error!(
+        data_dir = %data_dir.display(),
+        quarantine = %quarantine.display(),
+        damage = %format!("{damage:#}"),
+        first_damaged = %found.what,
+        kept_events = truncated.kept,
+        dropped_events = truncated.dropped,
+        lost_from = truncated.lost.0,
+        continue_above = truncated.lost.1,
+        "The record log is damaged: the events before the first damaged record are kept, the ones from it on given up \
+         (the damaged segment and the index snapshot were copied into the quarantine directory: keep it for analysis, delete it when done); \
+         kubefold continues above the highest resourceVersion it served and lists the members again. \
+         Clients holding a resourceVersion from the lost history get 410 and list again. (store.onCorruption: refuse keeps the damaged data dir and does not start.)"
+    );
+    Ok(true)
+}
+
+/// Runs `f`, a panic in it (sled meeting damage it does not expect) made a
+/// damage error.
+fn catch_damage<T>(f: impl FnOnce() -> kubefold_store::Result<T>) -> kubefold_store::Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let what = panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
+        Err(kubefold_store::Error::Corrupt { what: format!("sled failed reading the data dir: {what}") })
+    })
+}
+
+/// [`recover`], a panic in it (sled meeting damage) made a damage error.
+fn recover_caught(
+    data_dir: &Path,
+    options: &Options,
+    progress: &kubefold_api::starting::StartProgress,
+) -> anyhow::Result<(Store, kubefold_store::Recovered)> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| recover(data_dir, options, progress))).unwrap_or_else(|panic| {
+        let what = panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
+        Err(kubefold_store::Error::Corrupt { what: format!("sled failed reading {}: {what}", data_dir.display()) }.into())
+    })
 }
 
 /// Opens the store in `data_dir` and recovers its index, saying how far it

@@ -78,6 +78,7 @@ pub async fn metrics(state: web::Data<ApiState>) -> HttpResponse {
     let fleet = &state.fleet;
     metrics::gauge!("kubefold_compacted_resource_version").set(fleet.compacted_rv() as f64);
     metrics::gauge!("kubefold_store_pinned_reads").set(fleet.store().pinned_reads() as f64);
+    metrics::counter!("kubefold_store_damaged_records_total").absolute(fleet.store().damaged_records());
     if let Ok(size) = fleet.store().size_on_disk() {
         metrics::gauge!("kubefold_store_bytes").set(size as f64);
     }

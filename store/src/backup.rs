@@ -3,8 +3,14 @@
 //! length (u32, big-endian) and bytes, then `u32::MAX` and the checksum of
 //! those lengths and bytes:
 //!
-//! - `kubefold-backup/3\n` then `checksum sha256\n` (this build): the
-//!   checksum is SHA-256, 32 bytes;
+//! - `kubefold-backup/4\n`, `checksum sha256\n`, then
+//!   `min-resource-version N\n` (this build): the checksum is SHA-256, 32
+//!   bytes, and covers the third line; N is above every resourceVersion
+//!   the store served when the backup was written (its resourceVersion
+//!   ceiling) and at least [`CEILING_STEP`] above its head; a restore
+//!   continues above it;
+//! - `kubefold-backup/3\n` then `checksum sha256\n`: the same without the
+//!   third line;
 //! - `kubefold-backup/2\n` (older builds, still restored): the checksum is
 //!   SipHash-1-3 with zero keys (what std's `DefaultHasher` computed then;
 //!   std may change that algorithm, so it is computed here), 8 bytes,
@@ -13,7 +19,14 @@
 use super::*;
 
 /// First bytes of a backup file.
-pub(crate) const BACKUP_MAGIC: &[u8; 18] = b"kubefold-backup/3\n";
+pub(crate) const BACKUP_MAGIC: &[u8; 18] = b"kubefold-backup/4\n";
+
+/// First bytes of a backup file of the build before (no minimum
+/// resourceVersion line).
+const BACKUP_MAGIC_3: &[u8; 18] = b"kubefold-backup/3\n";
+
+/// The start of a backup's third line, `min-resource-version N\n`.
+const MIN_RV_LINE: &str = "min-resource-version ";
 
 /// The line after [`BACKUP_MAGIC`]: which checksum the file ends with.
 const CHECKSUM_LINE: &[u8; 16] = b"checksum sha256\n";
@@ -63,6 +76,10 @@ impl Store {
         let io = |e: std::io::Error| Error::Io(sled::Error::Io(e));
         out.write_all(BACKUP_MAGIC).map_err(io)?;
         out.write_all(CHECKSUM_LINE).map_err(io)?;
+        let min_rv = self.backup_min_rv_now()?;
+        let line = format!("{MIN_RV_LINE}{min_rv}\n");
+        out.write_all(line.as_bytes()).map_err(io)?;
+        checksum.update(line.as_bytes());
         let mut count = 0u64;
         for item in self.tree()?.iter() {
             let (k, v) = item?;
@@ -105,7 +122,8 @@ impl Store {
     /// backup rewrites may change it a little): for a backup's progress.
     /// Reads the pointers, not the records.
     pub fn backup_bytes(&self) -> Result<u64> {
-        let mut bytes = (BACKUP_MAGIC.len() + CHECKSUM_LINE.len() + 4 + 32) as u64;
+        let min_rv_line = format!("{MIN_RV_LINE}{}\n", self.backup_min_rv_now()?);
+        let mut bytes = (BACKUP_MAGIC.len() + CHECKSUM_LINE.len() + min_rv_line.len() + 4 + 32) as u64;
         for item in self.tree()?.iter() {
             let (k, v) = item?;
             let logged = match k.first() {
@@ -120,28 +138,57 @@ impl Store {
         Ok(bytes)
     }
 
+    /// The minimum resourceVersion a backup of the store written now
+    /// records: above every resourceVersion it served
+    /// ([`Store::served_rv_bound`]), and at least [`CEILING_STEP`] above its
+    /// head, so that a restore of the newest backup stays above what was
+    /// served in that many events after it.
+    pub fn backup_min_rv_now(&self) -> Result<u64> {
+        Ok(self.served_rv_bound()?.max(self.head_rv()?.saturating_add(CEILING_STEP)))
+    }
+
+    /// The minimum resourceVersion a backup file's header records (see
+    /// [`Store::backup_min_rv_now`]); 0 for a backup of an older build that
+    /// has none. Reads the header only.
+    pub fn backup_min_rv(input: &mut impl std::io::Read) -> Result<u64> {
+        Ok(read_backup_header(input)?.1)
+    }
+
     /// Creates a store in the empty directory `path` from a backup (of
-    /// this build or an older one).
+    /// this build or an older one). The store continues above the
+    /// minimum resourceVersion of the backup's header and `min_rv`,
+    /// whichever is higher (the newest backup's or the newest ceiling
+    /// known, for a restore of an older backup): the resourceVersions
+    /// between the backup's head and that are lost history (410, see
+    /// [`Store::lost_history`]), the members are listed again (their
+    /// checkpoints are dropped), and events up to the backup's head keep
+    /// answering watches and lists. Returns the store, the backup's head
+    /// and the resourceVersion the store continues above.
+    pub fn restore_above(path: &Path, input: &mut impl std::io::Read, options: &Options, min_rv: u64) -> Result<(Store, u64, u64)> {
+        let (store, header_rv) = Store::restore_inner(path, input, options)?;
+        let head = store.head_rv()?;
+        let above = header_rv.max(min_rv);
+        if above > head {
+            ceiling::write_ceiling(path, above).map_err(io_error)?;
+            *store.ceiling.lock().unwrap_or_else(|e| e.into_inner()) = above;
+            store.drop_history_from(head + 1, above)?;
+        }
+        Ok((store, head, above.max(head)))
+    }
+
+    /// Creates a store in the empty directory `path` from a backup (of
+    /// this build or an older one), continuing above the minimum
+    /// resourceVersion of its header ([`Store::restore_above`]).
     pub fn restore(path: &Path, input: &mut impl std::io::Read, options: &Options) -> Result<Store> {
+        Ok(Store::restore_above(path, input, options, 0)?.0)
+    }
+
+    fn restore_inner(path: &Path, input: &mut impl std::io::Read, options: &Options) -> Result<(Store, u64)> {
         if path.exists() && std::fs::read_dir(path).map(|mut d| d.next().is_some()).unwrap_or(false) {
             return Err(Error::Corrupt { what: format!("restore target {} is not empty; restore into a new --data-dir", path.display()) });
         }
         let bad = |what: &str| Error::Corrupt { what: format!("backup file: {what}") };
-        let mut magic = [0u8; BACKUP_MAGIC.len()];
-        input.read_exact(&mut magic).map_err(|_| bad("too short"))?;
-        let mut checksum = if magic == *BACKUP_MAGIC {
-            let mut line = [0u8; CHECKSUM_LINE.len()];
-            input.read_exact(&mut line).map_err(|_| bad("too short"))?;
-            if line != *CHECKSUM_LINE {
-                let line = String::from_utf8_lossy(&line);
-                return Err(bad(&format!("unknown checksum {:?}", line.trim_end())));
-            }
-            Checksum::Sha256(ring::digest::Context::new(&ring::digest::SHA256))
-        } else if magic == *BACKUP_MAGIC_2 {
-            Checksum::SipHash13(SipHasher13::default())
-        } else {
-            return Err(bad("not a kubefold backup of a format this build reads"));
-        };
+        let (mut checksum, min_rv) = read_backup_header(input)?;
         let db = open_sled(path, options, SEGMENT_SIZE)?;
         let tree = db.open_tree("kubefold")?;
         let log = log::RecordLog::open(path, options.log_segment_bytes).map_err(io_error)?;
@@ -198,8 +245,50 @@ impl Store {
         drop(log);
         db.flush()?;
         // Keep the open database: dropping and reopening races sled's file lock.
-        Store::from_db(db, path, options)
+        Ok((Store::from_db(db, path, options)?, min_rv))
     }
+}
+
+/// Reads a backup file's header: the checksum to compute over the rest
+/// (the minimum resourceVersion line already in it) and that minimum (0
+/// when the format has none).
+fn read_backup_header(input: &mut impl std::io::Read) -> Result<(Checksum, u64)> {
+    let bad = |what: &str| Error::Corrupt { what: format!("backup file: {what}") };
+    let mut magic = [0u8; BACKUP_MAGIC.len()];
+    input.read_exact(&mut magic).map_err(|_| bad("too short"))?;
+    if magic == *BACKUP_MAGIC_2 {
+        return Ok((Checksum::SipHash13(SipHasher13::default()), 0));
+    }
+    if magic != *BACKUP_MAGIC && magic != *BACKUP_MAGIC_3 {
+        return Err(bad("not a kubefold backup of a format this build reads"));
+    }
+    let mut line = [0u8; CHECKSUM_LINE.len()];
+    input.read_exact(&mut line).map_err(|_| bad("too short"))?;
+    if line != *CHECKSUM_LINE {
+        let line = String::from_utf8_lossy(&line);
+        return Err(bad(&format!("unknown checksum {:?}", line.trim_end())));
+    }
+    let mut checksum = Checksum::Sha256(ring::digest::Context::new(&ring::digest::SHA256));
+    if magic == *BACKUP_MAGIC_3 {
+        return Ok((checksum, 0));
+    }
+    // `min-resource-version N\n`, read a byte at a time (the input is
+    // read on from its end).
+    let mut text = Vec::new();
+    let mut byte = [0u8; 1];
+    while byte[0] != b'\n' {
+        if text.len() > MIN_RV_LINE.len() + 21 {
+            return Err(bad("damaged header"));
+        }
+        input.read_exact(&mut byte).map_err(|_| bad("too short"))?;
+        text.push(byte[0]);
+    }
+    checksum.update(&text);
+    let min_rv = std::str::from_utf8(&text)
+        .ok()
+        .and_then(|t| t.strip_prefix(MIN_RV_LINE)?.trim_end().parse().ok())
+        .ok_or_else(|| bad("damaged header"))?;
+    Ok((checksum, min_rv))
 }
 
 /// SipHash-1-3 with zero keys over the bytes written, as std's

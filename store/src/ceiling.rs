@@ -31,6 +31,12 @@ pub(crate) fn write_ceiling(dir: &Path, rv: u64) -> std::io::Result<()> {
 }
 
 impl Store {
+    /// At least every resourceVersion this store served: its head and its
+    /// ceiling (a backup records it; a repair continues above it).
+    pub fn served_rv_bound(&self) -> Result<u64> {
+        Ok(self.head_rv()?.max(*self.ceiling.lock().unwrap_or_else(|e| e.into_inner())))
+    }
+
     /// Raises the ceiling before a commit whose head is `head`, if it would pass it.
     pub(crate) fn keep_below_ceiling(&self, head: u64) -> Result<()> {
         let mut ceiling = self.ceiling.lock().unwrap_or_else(|e| e.into_inner());

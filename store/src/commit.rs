@@ -33,7 +33,11 @@ impl Store {
             self.keep_below_ceiling(last.rv)?;
         }
         // Records first, then the pointers to them.
-        let pointers = self.log.append(&records, self.durability == Durability::Sync).map_err(io_error)?;
+        let mark = match (commit.events.first(), commit.events.last()) {
+            (Some(first), Some(last)) => Some(log::Mark { first_rv: first.rv, head_rv: last.rv }),
+            _ => None,
+        };
+        let pointers = self.log.append_marked(&records, self.durability == Durability::Sync, mark).map_err(io_error)?;
         let located: Vec<(u64, log::Pointer)> = commit.events.iter().map(|event| event.rv).zip(pointers).collect();
         for group in located.chunks(log::GROUP_EVENTS) {
             batch.insert(&event_key(group[0].0)[..], log::encode_group(group[0].0, group));

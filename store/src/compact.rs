@@ -170,6 +170,7 @@ impl Store {
             return Ok(());
         }
         let (rvs, records): (Vec<u64>, Vec<Vec<u8>>) = records.into_iter().unzip();
+        // Followed by the newest commit's mark again.
         let pointers = self.log.append(&records, false).map_err(io_error)?;
         let moved: BTreeMap<u64, log::Pointer> = rvs.into_iter().zip(pointers).collect();
         // Each value holding a moved event, written again with the new

@@ -133,6 +133,11 @@ pub enum Fault {
     /// 5: I/O error) before it writes anything; sled is treated as failed
     /// (it is reopened before the next commit), as after a real failure.
     Fail(i32),
+    /// Each commit fails with this OS error, and sled's `Db` is left failing
+    /// every later write, as sled 0.34 does after a failed write of its log
+    /// buffers: the next commit once the fault is lifted must drop it and
+    /// open the data dir again ([`Store::reopens`] counts it).
+    Wedge(i32),
     /// Each commit waits this long first (a disk whose syncs stall).
     Stall(std::time::Duration),
 }
@@ -147,6 +152,15 @@ pub(crate) struct Health {
     pub(crate) reopen: std::sync::atomic::AtomicBool,
     /// Injected into commits.
     pub(crate) injected: std::sync::Mutex<Option<Fault>>,
+    /// One above the highest resourceVersion whose record was found
+    /// damaged while reading (0: none): requests from below it answer 410.
+    pub(crate) damaged_below: std::sync::atomic::AtomicU64,
+    /// Damaged records found while reading.
+    pub(crate) damaged_records: std::sync::atomic::AtomicU64,
+    /// sled's `Db` fails every write (an injected [`Fault::Wedge`]) until reopened.
+    pub(crate) wedged: std::sync::atomic::AtomicBool,
+    /// Times sled was opened again after a failed write.
+    pub(crate) reopens: std::sync::atomic::AtomicU64,
 }
 
 impl Store {
@@ -186,6 +200,10 @@ impl Store {
         match injected {
             Some(Fault::Stall(delay)) => std::thread::sleep(delay),
             Some(Fault::Fail(code)) => return Err(Error::Io(sled::Error::Io(std::io::Error::from_raw_os_error(code)))),
+            Some(Fault::Wedge(code)) => {
+                self.health.wedged.store(true, std::sync::atomic::Ordering::Release);
+                return Err(Error::Io(sled::Error::Io(std::io::Error::from_raw_os_error(code))));
+            }
             None => {}
         }
         let lost = self.handle.read().unwrap_or_else(|e| e.into_inner()).is_none();
@@ -206,6 +224,9 @@ impl Store {
 
     /// Whether the open `Db` takes a write and a flush.
     fn sled_writes(&self) -> bool {
+        if self.health.wedged.load(std::sync::atomic::Ordering::Acquire) {
+            return false;
+        }
         let (Ok(db), Ok(tree)) = (self.db(), self.tree()) else { return false };
         let key = meta_key(PROBE_FILE);
         tree.insert(&key, &b"1"[..]).is_ok() && tree.remove(&key).is_ok() && db.flush().is_ok()
@@ -264,6 +285,13 @@ impl Store {
         tracing::info!(dir = %self.dir.display(), "Store reopened after a failed write.");
         *handle = Some((db, tree));
         self.health.reopen.store(false, std::sync::atomic::Ordering::Release);
+        self.health.wedged.store(false, std::sync::atomic::Ordering::Release);
+        self.health.reopens.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         Ok(())
+    }
+
+    /// Times sled was opened again after a failed write since the store opened.
+    pub fn reopens(&self) -> u64 {
+        self.health.reopens.load(std::sync::atomic::Ordering::Acquire)
     }
 }

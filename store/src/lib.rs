@@ -46,6 +46,8 @@
 //!   [`ReadAhead`]);
 //! - `pin`: the records reads in progress keep from compaction;
 //! - `recover`: rebuilding the index at start;
+//! - `repair`: a damaged record log cut to its intact prefix, the lost
+//!   history that answers 410;
 //! - `snapshot`: the index snapshot file;
 //! - `ceiling`: the resourceVersion ceiling kept beside sled;
 //! - `compact`: retention and compaction;
@@ -70,6 +72,7 @@ mod pin;
 mod read;
 mod record;
 mod recover;
+mod repair;
 mod serve;
 mod snapshot;
 mod usage;
@@ -94,6 +97,7 @@ pub use ceiling::{read_ceiling, CEILING_FILE, CEILING_STEP};
 pub use fault::{Cause, Fault};
 pub use pin::ReadPin;
 pub use record::{decode_event, encode_event};
+pub use repair::{Damage, Truncated};
 pub use serve::{write_served_event, ChunkBuf, ReadAhead};
 pub use usage::{RecordBytes, Usage};
 
@@ -425,3 +429,5 @@ impl Store {
 mod tests;
 #[cfg(test)]
 mod fault_tests;
+#[cfg(test)]
+mod repair_tests;

@@ -57,6 +57,47 @@ const GROUP_ENTRY_LEN: usize = 4 + POINTER_LEN - 1;
 /// apart from its pages).
 pub const GROUP_EVENTS: usize = 256;
 
+/// What an append leaves after its records (a commit mark): the first and
+/// the last resourceVersion of the commit whose records it ends (an append
+/// that is no commit, a compaction's, repeats the newest commit's mark).
+/// No pointer names it (readers never meet it); a start
+/// compares the newest one with sled's head: sled's tree behind the log by
+/// more than the last commit (which sled may lose to a crash before its
+/// flush, never served) lost commits it had made durable, and is damaged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mark {
+    /// The commit's first resourceVersion.
+    pub first_rv: u64,
+    /// Its last one (the head after it).
+    pub head_rv: u64,
+}
+
+/// First bytes of a [`Mark`] in a segment.
+const MARK_MAGIC: &[u8; 4] = b"kfM1";
+
+/// A [`Mark`]'s length: magic, two RVs, a CRC-32 of those.
+pub(crate) const MARK_LEN: usize = 4 + 8 + 8 + 4;
+
+impl Mark {
+    fn encode(&self) -> [u8; MARK_LEN] {
+        let mut out = [0u8; MARK_LEN];
+        out[..4].copy_from_slice(MARK_MAGIC);
+        out[4..12].copy_from_slice(&self.first_rv.to_le_bytes());
+        out[12..20].copy_from_slice(&self.head_rv.to_le_bytes());
+        let crc = crc32fast::hash(&out[..20]);
+        out[20..].copy_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Mark> {
+        if bytes.len() != MARK_LEN || &bytes[..4] != MARK_MAGIC || crc32fast::hash(&bytes[..20]).to_le_bytes() != bytes[20..] {
+            return None;
+        }
+        let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("eight bytes"));
+        Some(Mark { first_rv: word(4), head_rv: word(12) })
+    }
+}
+
 /// Where a record is: segment, offset, length and its CRC-32.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pointer {
@@ -169,6 +210,8 @@ struct Active {
 struct Writer {
     active: Option<Active>,
     next_id: u32,
+    /// The newest commit's mark, repeated after appends of no commit.
+    mark: Option<Mark>,
     /// The write buffer, kept between appends (up to [`KEPT_BUFFER`]): a
     /// new one of a megabyte per commit cost page faults, a tenth of a
     /// sync's CPU time with its other fresh memory.
@@ -186,7 +229,7 @@ pub struct RecordLog {
     writer: Mutex<Writer>,
 }
 
-fn segment_name(id: u32) -> String {
+pub(crate) fn segment_name(id: u32) -> String {
     format!("{id:010}.seg")
 }
 
@@ -215,12 +258,20 @@ impl RecordLog {
             segments.insert(id, Arc::new(File::open(entry.path())?));
         }
         let next_id = segments.keys().next_back().map_or(1, |id| id + 1);
-        Ok(RecordLog { dir, segment_bytes: segment_bytes.max(1), segments: RwLock::new(segments), writer: Mutex::new(Writer { active: None, next_id, buf: Vec::new() }) })
+        let mark = newest_mark(&segments);
+        Ok(RecordLog { dir, segment_bytes: segment_bytes.max(1), segments: RwLock::new(segments), writer: Mutex::new(Writer { active: None, next_id, mark, buf: Vec::new() }) })
     }
 
     /// Appends `records` in order; their pointers in the same order. With
     /// `sync`, every segment written is on disk on return.
     pub fn append(&self, records: &[Vec<u8>], sync: bool) -> std::io::Result<Vec<Pointer>> {
+        self.append_marked(records, sync, None)
+    }
+
+    /// [`RecordLog::append`], the records followed by `mark`, the mark of
+    /// the commit they are (see [`Mark`]); without one, by the newest
+    /// commit's mark.
+    pub fn append_marked(&self, records: &[Vec<u8>], sync: bool, mark: Option<Mark>) -> std::io::Result<Vec<Pointer>> {
         let mut writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         let mut pointers = Vec::with_capacity(records.len());
         let mut buf = std::mem::take(&mut writer.buf);
@@ -254,6 +305,12 @@ impl RecordLog {
                 crc: crc32fast::hash(record),
             });
             buf.extend_from_slice(record);
+        }
+        if mark.is_some() {
+            writer.mark = mark;
+        }
+        if let (Some(mark), Some(_)) = (writer.mark, writer.active.as_ref()) {
+            buf.extend_from_slice(&mark.encode());
         }
         if let Some(active) = writer.active.as_mut() {
             write_out(active, &mut buf)?;
@@ -311,6 +368,12 @@ impl RecordLog {
         Ok(Some(out))
     }
 
+    /// The mark the newest segment with bytes ends with, if it ends with
+    /// one (an append cut short, or one without a mark, leaves none).
+    pub fn last_mark(&self) -> Option<Mark> {
+        newest_mark(&self.segments.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
     /// The segment being appended to, if any.
     pub fn active_id(&self) -> Option<u32> {
         self.writer.lock().unwrap_or_else(|e| e.into_inner()).active.as_ref().map(|a| a.id)
@@ -348,6 +411,16 @@ impl RecordLog {
         drop(segments);
         sync_dir(&self.dir)
     }
+}
+
+/// The mark the newest of `segments` with bytes ends with, if any.
+fn newest_mark(segments: &BTreeMap<u32, Arc<File>>) -> Option<Mark> {
+    let (_, file) = segments.iter().rev().find(|(_, file)| file.metadata().is_ok_and(|m| m.len() > 0))?;
+    let len = file.metadata().ok()?.len();
+    let at = len.checked_sub(MARK_LEN as u64)?;
+    let mut bytes = [0u8; MARK_LEN];
+    file.read_exact_at(&mut bytes, at).ok()?;
+    Mark::decode(&bytes)
 }
 
 /// Writes `buf` at the end of the active segment and empties it.

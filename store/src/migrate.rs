@@ -51,6 +51,12 @@ pub(crate) fn upgrade(db: &sled::Db, tree: &sled::Tree, path: &Path) -> Result<(
             })
         }
         None if tree.is_empty() => {
+            if let Some(left) = history_left(path) {
+                // sled's files were lost or damaged (sled starts an empty
+                // tree when its `db` file is gone): starting from 0 would
+                // serve resourceVersions clients already hold.
+                return Err(Error::Corrupt { what: format!("sled's tree in {} is empty but the data dir holds {left}: sled's files are missing or damaged", path.display()) });
+            }
             tree.insert(meta_key("format"), FORMAT.as_bytes())?;
             db.flush()?;
         }
@@ -59,6 +65,20 @@ pub(crate) fn upgrade(db: &sled::Db, tree: &sled::Tree, path: &Path) -> Result<(
         }
     }
     Ok(())
+}
+
+/// What a data dir holds beside sled's tree from an earlier life (a
+/// record log segment with records, an index snapshot), if anything.
+pub(crate) fn history_left(path: &Path) -> Option<String> {
+    if path.join(SNAPSHOT_FILE).exists() {
+        return Some(format!("an index snapshot ({SNAPSHOT_FILE})"));
+    }
+    let segments = std::fs::read_dir(path.join(log::LOG_DIR)).ok()?;
+    segments.flatten().find_map(|entry| {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let len = entry.metadata().map_or(0, |m| m.len());
+        (name.ends_with(".seg") && len > 0).then(|| format!("record log segment {name} of {len} bytes"))
+    })
 }
 
 /// Takes a data dir of [`FORMAT_2`] to [`FORMAT`]: removes its index

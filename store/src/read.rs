@@ -74,6 +74,14 @@ impl Store {
 
     /// The record of the event at `rv`, if the log holds it.
     pub(crate) fn record(&self, rv: u64) -> Result<Option<Record>> {
+        let read = self.read_record(rv);
+        if let Err(Error::Corrupt { what }) = &read {
+            self.note_damage(rv, what);
+        }
+        read
+    }
+
+    fn read_record(&self, rv: u64) -> Result<Option<Record>> {
         if let Some(pointer) = self.locations.get(rv) {
             let mut out = Vec::new();
             match self.log.read_into(pointer, &mut out) {
@@ -98,9 +106,15 @@ impl Store {
     /// The record of the event at `rv` met in a scan with its entry;
     /// `None` when the event was removed since.
     pub(crate) fn scanned(&self, rv: u64, located: Located) -> Result<Option<Record>> {
-        match self.resolve(located)? {
-            Some(record) => Ok(Some(record)),
-            None => self.record(rv),
+        match self.resolve(located) {
+            Ok(Some(record)) => Ok(Some(record)),
+            Ok(None) => self.record(rv),
+            Err(Error::Corrupt { what }) => {
+                let what = format!("event {rv}: {what}");
+                self.note_damage(rv, &what);
+                Err(Error::Corrupt { what })
+            }
+            Err(e) => Err(e),
         }
     }
 

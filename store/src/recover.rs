@@ -15,7 +15,11 @@ impl Store {
     /// [`Store::recover`], telling `report` how far the replay of the log
     /// is every [`REPLAY_REPORT_EVENTS`] events.
     pub fn recover_with_progress(&self, report: &mut dyn FnMut(ReplayProgress)) -> Result<Recovered> {
+        if let Some(rv) = self.damage_mark()? {
+            return Err(Error::Corrupt { what: format!("the record of event {rv} was found damaged while kubefold ran") });
+        }
         let head = self.head_rv()?;
+        self.check_head_against_log(head)?;
         let compacted = self.compacted_rv()?;
         let (index, path) = match self.read_snapshot(head, compacted) {
             Ok(mut index) => {
@@ -23,6 +27,11 @@ impl Store {
                 let replayed = self.replay_into(&mut index, snapshot_rv.saturating_add(1), head, report)?;
                 index.set_head_rv(head);
                 (index, RecoveryPath::Snapshot { snapshot_rv, replayed })
+            }
+            // The snapshot is written after the log is flushed: sled's
+            // tree lost commits (damaged files it read up to the damage).
+            Err(reason) if reason.contains(crate::snapshot::SNAPSHOT_AHEAD) => {
+                return Err(Error::Corrupt { what: format!("sled's tree is behind the index snapshot: {reason}") });
             }
             Err(reason) => {
                 let mut index = Index::at(head);
@@ -42,6 +51,26 @@ impl Store {
             );
         }
         Ok(Recovered { path, index, checkpoints, compacted_rv: compacted })
+    }
+
+    /// With [`Durability::Sync`], sled's head must be at least the head of
+    /// the newest commit the record log holds, but for that commit itself
+    /// (its records are synced before sled's batch: a crash between them
+    /// loses it, and it was never served). sled reads a damaged file up to
+    /// the damage and answers from the state there, so a tree behind that
+    /// lost commits it had made durable, and resourceVersions that were
+    /// served: damage. (With [`Durability::Periodic`] a crash may lose the
+    /// last flush period, as documented.)
+    fn check_head_against_log(&self, head: u64) -> Result<()> {
+        if self.durability != Durability::Sync {
+            return Ok(());
+        }
+        match self.log.last_mark() {
+            Some(mark) if mark.head_rv > head && mark.first_rv != head.saturating_add(1) => Err(Error::Corrupt {
+                what: format!("sled's tree is behind the record log: its head is resourceVersion {head}, the log holds commits up to {}", mark.head_rv),
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// Applies every event the log holds from `from_rv` on to `index`, in RV

@@ -245,7 +245,9 @@ impl Store {
                     let start = p.offset - first.offset;
                     let bytes = &span[start as usize..(start + p.len) as usize];
                     if crc32fast::hash(bytes) != p.crc {
-                        return Err(Error::Corrupt { what: format!("event {rv}: log segment {} at {}: checksum mismatch", p.segment, p.offset) });
+                        let what = format!("event {rv}: log segment {} at {}: checksum mismatch", p.segment, p.offset);
+                        self.note_damage(*rv, &what);
+                        return Err(Error::Corrupt { what });
                     }
                     ahead.records.push((*rv, Held::Span { span: index, start, len: p.len }));
                 }

@@ -21,6 +21,10 @@ pub(crate) const SNAPSHOT_MAGIC: &[u8; 26] = b"kubefold-index-snapshot/6\n";
 /// layout), not read.
 const OLD_SNAPSHOT_MAGIC: &[u8; 24] = b"kubefold-index-snapshot\n";
 
+/// What [`Store::read_snapshot`] says of a snapshot of this store ahead of
+/// sled's head: sled lost commits it had made durable (damage).
+pub(crate) const SNAPSHOT_AHEAD: &str = "is ahead of the log's head";
+
 /// Objects per chunk of an index snapshot (chunks are decoded in parallel).
 pub(crate) const SNAPSHOT_CHUNK: usize = 32 * 1024;
 
@@ -223,7 +227,7 @@ impl Store {
             return Err("snapshot of another store".into());
         }
         if header.head_rv > head {
-            return Err(format!("snapshot at RV {} is ahead of the log's head {head}", header.head_rv));
+            return Err(format!("snapshot at RV {} {SNAPSHOT_AHEAD} {head}", header.head_rv));
         }
         if header.head_rv < compacted {
             return Err(format!("snapshot at RV {} is older than the compaction floor {compacted}", header.head_rv));

@@ -53,16 +53,24 @@ impl Snapshots {
         if rv < fleet.compacted_rv() {
             return Err(expired());
         }
+        let store = fleet.store();
+        if store.in_lost_history(rv) {
+            return Err(Status::expired(format!("too old resource version: {rv} (the event log's history there was lost to storage damage)")));
+        }
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(s) = cache.get(&rv) {
             return Ok(s.clone());
         }
-        let store = fleet.store();
         let mut newer: Vec<_> = store
             .events_after(rv)
             .take_while(|e| e.as_ref().map_or(true, |e| e.rv <= current.head_rv()))
             .collect::<Result<_, _>>()
-            .map_err(|e| Status::internal(e.to_string()))?;
+            // A damaged record (the store logged and counted it): 410, the
+            // client lists the current state again.
+            .map_err(|e| match e.cause() {
+                kubefold_store::Cause::Corrupt => Status::expired(format!("too old resource version: {rv} (the event log cannot be read after it: {e})")),
+                _ => Status::internal(e.to_string()),
+            })?;
         newer.reverse();
         let rewound = current.rewind(rv, newer, |r| store.event(r).ok().flatten()).ok_or_else(expired)?;
         let rewound = Arc::new(rewound);

@@ -315,7 +315,15 @@ impl Watch {
                         continue;
                     }
                     yield_every(i).await;
-                    let Ok(Some(event)) = store.event(e.rv) else { continue };
+                    let event = match store.event(e.rv) {
+                        Ok(Some(event)) => event,
+                        Ok(None) => continue,
+                        // A damaged record: the state cannot be sent whole.
+                        Err(e) => {
+                            self.send_error(&Status::internal(e.to_string())).await;
+                            return;
+                        }
+                    };
                     if !self.send_event(EventType::Added, &event).await {
                         return;
                     }
@@ -326,6 +334,11 @@ impl Watch {
             }
             Start::After(from) if from < compacted => {
                 let status = Status::expired(format!("too old resource version: {from} ({})", compacted + 1));
+                self.send_error(&status).await;
+                return;
+            }
+            Start::After(from) if self.fleet.store().in_lost_history(from) => {
+                let status = Status::expired(format!("too old resource version: {from} (the event log's history there was lost to storage damage)"));
                 self.send_error(&status).await;
                 return;
             }
@@ -347,7 +360,17 @@ impl Watch {
                     None => {
                         let store = self.fleet.store().clone();
                         for (i, event) in store.events_after(from).enumerate() {
-                            let Ok(event) = event else { continue };
+                            let event = match event {
+                                Ok(event) => event,
+                                // A damaged record (the store logs and
+                                // counts it): the history cannot be
+                                // replayed, never skipped over.
+                                Err(e) => {
+                                    let status = Status::expired(format!("too old resource version: {from} (the event log cannot be read after it: {e})"));
+                                    self.send_error(&status).await;
+                                    return;
+                                }
+                            };
                             yield_every(i).await;
                             if event.rv > last {
                                 break;
