@@ -1,7 +1,7 @@
 //! kubectl 1.27, 1.31, 1.32 and 1.33 through every verb that talks to a
 //! server, against kubefold and against the simulator directly: each verb's
 //! exit code and output, and the object in the member afterwards. The verbs
-//! that cannot work yet (port-forward, top, debug; exec and attach with kubectl 1.27) must end
+//! that cannot work yet (port-forward, debug; exec and attach with kubectl 1.27) must end
 //! within seconds with a message saying what is not served.
 //!
 //! One test per kubectl version; each starts one simulator member with
@@ -538,10 +538,18 @@ fn deletes(r: &mut Run) {
 /// 1.30 and later; `tests/streaming.rs` tests them, and `cp`, in depth);
 /// kubectl 1.29 and older speak SPDY, which neither the simulator nor
 /// kubefold's forwarding serves, and `port-forward` tunnels SPDY inside
-/// WebSocket, so those end at once with the member's refusal. `top` and
-/// `debug` are not served yet and end at once with a message.
+/// WebSocket, so those end at once with the member's refusal. `debug` is
+/// not served yet and ends at once with a message. `top` reads the
+/// metrics API (`tests/top.rs` tests it across members).
 fn not_served(r: &mut Run) {
     let web0 = r.target.name("web-0");
+    let out = r.kubectl_env(&["top", "pods", "-n", "default"], None, &[], 20);
+    let row = out.out.lines().find(|l| l.split_whitespace().next() == Some(web0.as_str())).unwrap_or_default().to_string();
+    let columns: Vec<&str> = row.split_whitespace().collect();
+    r.check(
+        out.ok && columns.len() == 3 && columns[1].ends_with('m') && columns[2].ends_with("Mi"),
+        format_args!("top pods: {:?} {}{}", out.code, out.out, out.err),
+    );
     let websocket = r.minor.trim_start_matches("1.").parse::<u32>().is_ok_and(|m| m >= 30);
     if websocket {
         let out = r.kubectl_env(&["exec", "-n", "default", &web0, "--", "ls"], None, &[], 20);
@@ -552,7 +560,6 @@ fn not_served(r: &mut Run) {
     }
     let mut cases: Vec<(Vec<String>, &[&str])> = vec![
         (vec!["port-forward".into(), "-n".into(), "default".into(), format!("pod/{web0}"), "0:80".into()], &[]),
-        (vec!["top".into(), "pods".into(), "-n".into(), "default".into()], &["Metrics API not available"]),
         (vec!["debug".into(), "-n".into(), "default".into(), web0.clone(), "--image=busybox".into()], &["ephemeralcontainers", "ephemeral containers", "not found"]),
     ];
     if !websocket {

@@ -23,6 +23,7 @@
 //! - [`churn`]: background changes and bursts; [`logs`]: pod logs; [`table`]: Tables.
 //! - [`faults`]: fault injection (latency, errors, resets, offline, 410
 //!   storms, corrupt events, clock skew), switchable at runtime.
+//! - [`metrics`]: the resource metrics API (`metrics.k8s.io`, `kubectl top`).
 //! - [`protobuf`]: protobuf bodies of built-in types (reads and writes).
 //! - [`openapi`]: the OpenAPI v2 and v3 documents of the served types.
 //! - [`server`]: the HTTP layer and the request log.
@@ -57,6 +58,7 @@ pub mod fields;
 pub mod list;
 pub mod logs;
 pub mod managed;
+pub mod metrics;
 pub mod openapi;
 pub mod ops;
 pub mod patch;
