@@ -1,7 +1,7 @@
 //! kubectl 1.27, 1.31, 1.32 and 1.33 through every verb that talks to a
 //! server, against kubefold and against the simulator directly: each verb's
 //! exit code and output, and the object in the member afterwards. The verbs
-//! that cannot work yet (port-forward, debug; exec and attach with kubectl 1.27) must end
+//! that cannot work yet (port-forward; exec and attach with kubectl 1.27) must end
 //! within seconds with a message saying what is not served.
 //!
 //! One test per kubectl version; each starts one simulator member with
@@ -538,11 +538,18 @@ fn deletes(r: &mut Run) {
 /// 1.30 and later; `tests/streaming.rs` tests them, and `cp`, in depth);
 /// kubectl 1.29 and older speak SPDY, which neither the simulator nor
 /// kubefold's forwarding serves, and `port-forward` tunnels SPDY inside
-/// WebSocket, so those end at once with the member's refusal. `debug` is
-/// not served yet and ends at once with a message. `top` reads the
-/// metrics API (`tests/top.rs` tests it across members).
+/// WebSocket, so those end at once with the member's refusal. `debug`
+/// adds an ephemeral container; `top` reads the metrics API
+/// (`tests/top.rs` tests it across members).
 fn not_served(r: &mut Run) {
     let web0 = r.target.name("web-0");
+    // debug adds an ephemeral container on the member (`tests/debug.rs`
+    // tests it with -i, exec into it, and refusals).
+    let out = r.kubectl_env(&["debug", "-n", "default", &web0, "--image=busybox", "--container=matrix-debug"], None, &[], 20);
+    r.check(out.ok, format_args!("debug: {:?} {}{}", out.code, out.out, out.err));
+    r.member_eventually("debug's ephemeral container", "/api/v1/namespaces/default/pods/web-0", |pod| {
+        pod.is_some_and(|p| p["status"]["ephemeralContainerStatuses"].as_array().is_some_and(|s| s.iter().any(|c| c["name"] == "matrix-debug")))
+    });
     let out = r.kubectl_env(&["top", "pods", "-n", "default"], None, &[], 20);
     let row = out.out.lines().find(|l| l.split_whitespace().next() == Some(web0.as_str())).unwrap_or_default().to_string();
     let columns: Vec<&str> = row.split_whitespace().collect();
@@ -560,7 +567,6 @@ fn not_served(r: &mut Run) {
     }
     let mut cases: Vec<(Vec<String>, &[&str])> = vec![
         (vec!["port-forward".into(), "-n".into(), "default".into(), format!("pod/{web0}"), "0:80".into()], &[]),
-        (vec!["debug".into(), "-n".into(), "default".into(), web0.clone(), "--image=busybox".into()], &["ephemeralcontainers", "ephemeral containers", "not found"]),
     ];
     if !websocket {
         cases.push((vec!["exec".into(), "-n".into(), "default".into(), web0.clone(), "--".into(), "ls".into()], &[]));

@@ -439,6 +439,16 @@ async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath, 
             read::get(state, req, &scope, name, &query)
         }
         (Method::GET, Some(name), Some("scale")) => edit::get_scale(state, req, &scope, name).await,
+        // `kubectl debug`: the pod, read as it is and edited on its member.
+        (Method::GET, Some(name), Some("ephemeralcontainers")) if member.is_none() && is_core_pods(&scope.resource) => {
+            read::get(state, req, &scope, name, &query)
+        }
+        (Method::PUT, Some(name), sub @ Some("ephemeralcontainers")) if member.is_none() && is_core_pods(&scope.resource) => {
+            edit::update(state, req, &scope, name, sub, body).await
+        }
+        (Method::PATCH, Some(name), sub @ Some("ephemeralcontainers")) if member.is_none() && is_core_pods(&scope.resource) => {
+            edit::patch(state, req, &scope, name, sub, body).await
+        }
         (Method::GET, Some(name), Some("log")) if scope.resource.plural == "pods" => edit::log(state, req, &scope, name).await,
         (Method::PUT, Some(name), sub @ (None | Some("status") | Some("scale"))) => {
             edit::update(state, req, &scope, name, sub, body).await
@@ -469,6 +479,11 @@ async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath, 
             _ => Status::method_not_allowed(format!("{method} is not supported on {}", req.path())),
         }),
     }
+}
+
+/// Whether a type is the core group's pods.
+fn is_core_pods(resource: &resources::ResourceType) -> bool {
+    resource.group.is_empty() && resource.plural == "pods"
 }
 
 /// Why the HTTP server could not start.

@@ -18,7 +18,8 @@
 //!   with the pod's name; another port answers on its error channel as
 //!   kubelet does when nothing listens.
 //! - attach streams the container's output (its log lines from now on,
-//!   [`super::logs`]) on stdout.
+//!   [`super::logs`]) on stdout; attaching to an ephemeral container
+//!   (`kubectl debug -i`) runs its command with the attached stdin.
 //!
 //! SPDY/3.1 (kubectl 1.27 to 1.29, and kubectl's port-forward tunnelled
 //! over WebSocket) is not spoken: a request without a WebSocket upgrade to
@@ -140,6 +141,21 @@ async fn start(req: HttpRequest, payload: web::Payload, shared: Arc<Shared>, tar
             };
             actix_web::rt::spawn(exec(session, messages, io_setup, command));
         }
+        // An ephemeral container (`kubectl debug -i`) runs its command on
+        // attach, with the attached stdin (no command: `sh`).
+        "attach" if ephemeral_command(&pod, &container).is_some() => {
+            let command = ephemeral_command(&pod, &container).unwrap_or_default();
+            let flag = |name: &str| query_value(&query, name).is_some_and(|v| v == "true" || v == "1");
+            let io_setup = Setup {
+                pod: target.name.clone(),
+                env: environment(&pod, &container),
+                fs: shell::filesystem(&uid, &target.name, &container),
+                tty: flag("tty"),
+                stdin: flag("stdin"),
+                v5,
+            };
+            actix_web::rt::spawn(exec(session, messages, io_setup, command));
+        }
         "attach" => {
             let options = super::logs::LogOptions { container: Some(container.clone()), follow: true, tail_lines: Some(0), ..Default::default() };
             let source = super::logs::source(&pod, &options)?;
@@ -160,8 +176,12 @@ async fn start(req: HttpRequest, payload: web::Payload, shared: Arc<Shared>, tar
 fn container(pod: &Value, asked: Option<&str>) -> Result<String, ApiError> {
     let names: Vec<&str> = pod["spec"]["containers"].as_array().into_iter().flatten().filter_map(|c| c["name"].as_str()).collect();
     let pod_name = pod["metadata"]["name"].as_str().unwrap_or_default();
+    // An ephemeral container (`kubectl debug`) is reached once it runs.
+    let ephemeral = |name: &str| {
+        pod["status"]["ephemeralContainerStatuses"].as_array().into_iter().flatten().any(|s| s["name"] == name && s["state"]["running"].is_object())
+    };
     match asked.filter(|a| !a.is_empty()) {
-        Some(name) if names.contains(&name) => Ok(name.to_string()),
+        Some(name) if names.contains(&name) || ephemeral(name) => Ok(name.to_string()),
         Some(name) => Err(ApiError::BadRequest(format!("container {name} is not valid for pod {pod_name}"))),
         None => {
             let default = pod["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"].as_str();
@@ -170,6 +190,19 @@ fn container(pod: &Value, asked: Option<&str>) -> Result<String, ApiError> {
             })
         }
     }
+}
+
+/// The command and arguments of an ephemeral container of the pod (`sh`
+/// when it names none), `None` for any other container.
+fn ephemeral_command(pod: &Value, container: &str) -> Option<Vec<String>> {
+    let spec = pod["spec"]["ephemeralContainers"].as_array()?.iter().find(|c| c["name"] == container)?;
+    let strings = |v: &Value| -> Vec<String> { v.as_array().into_iter().flatten().filter_map(|s| s.as_str().map(str::to_string)).collect() };
+    let mut command = strings(&spec["command"]);
+    command.extend(strings(&spec["args"]));
+    if command.is_empty() {
+        command.push("sh".to_string());
+    }
+    Some(command)
 }
 
 /// The container's environment: its `env` values and what kubelet sets.

@@ -302,6 +302,8 @@ pub fn build_store(config: &SimConfig) -> Store {
     // Pods are also evicted (`pods/eviction`, as kube-apiserver serves it).
     if let Some(pods) = types.iter_mut().find(|r| r.group.is_empty() && r.plural == "pods") {
         pods.subresources.push("eviction".into());
+        // And debugged (`pods/ephemeralcontainers`, `kubectl debug`).
+        pods.subresources.push("ephemeralcontainers".into());
     }
     types.extend(workload::member_only_types());
     types.extend(reviews::types());

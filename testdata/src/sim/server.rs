@@ -451,6 +451,7 @@ async fn resource(
         None => Subresource::Main,
         Some("status") => Subresource::Status,
         Some("scale") => Subresource::Scale,
+        Some("ephemeralcontainers") => Subresource::EphemeralContainers,
         Some("log") => {
             return match method {
                 Method::GET => pod_log(shared, index, namespace, &name, &query),
