@@ -1,7 +1,7 @@
 //! kubectl 1.27, 1.31, 1.32 and 1.33 through every verb that talks to a
 //! server, against kubefold and against the simulator directly: each verb's
 //! exit code and output, and the object in the member afterwards. The verbs
-//! that cannot work yet (port-forward; exec and attach with kubectl 1.27) must end
+//! that cannot work yet (exec, attach and port-forward with kubectl 1.27) must end
 //! within seconds with a message saying what is not served.
 //!
 //! One test per kubectl version; each starts one simulator member with
@@ -536,9 +536,10 @@ fn deletes(r: &mut Run) {
 
 /// The streaming verbs: `exec` and `attach` work over WebSocket (kubectl
 /// 1.30 and later; `tests/streaming.rs` tests them, and `cp`, in depth);
-/// kubectl 1.29 and older speak SPDY, which neither the simulator nor
-/// kubefold's forwarding serves, and `port-forward` tunnels SPDY inside
-/// WebSocket, so those end at once with the member's refusal. `debug`
+/// kubectl 1.29 and older speak SPDY over an HTTP upgrade, which neither
+/// the simulator nor kubefold's forwarding serves, so those end at once
+/// with the member's refusal; `port-forward` of kubectl 1.31+ tunnels SPDY
+/// inside WebSocket, which the simulator speaks (`tests/port_forward.rs`). `debug`
 /// adds an ephemeral container; `top` reads the metrics API
 /// (`tests/top.rs` tests it across members).
 fn not_served(r: &mut Run) {
@@ -565,9 +566,15 @@ fn not_served(r: &mut Run) {
         let out = r.kubectl_env(&["attach", "-n", "default", &web0], None, &[], 4);
         r.check(out.code == Some(124) && !out.out.is_empty(), format_args!("attach: {:?} {}{}", out.code, out.out, out.err));
     }
-    let mut cases: Vec<(Vec<String>, &[&str])> = vec![
-        (vec!["port-forward".into(), "-n".into(), "default".into(), format!("pod/{web0}"), "0:80".into()], &[]),
-    ];
+    let mut cases: Vec<(Vec<String>, &[&str])> = Vec::new();
+    if websocket {
+        // kubectl 1.31+ tunnels SPDY in WebSocket (`tests/port_forward.rs`).
+        let forward = PortForward::start(&r.bin, &r.target.server, &["-n", "default", &format!("pod/{web0}"), "0:80"]);
+        let (code, body) = forward.get("/");
+        r.check(code == 200 && body == "web-0\n", format_args!("port-forward: {code} {body}: {}", forward.stderr.lock().unwrap()));
+    } else {
+        cases.push((vec!["port-forward".into(), "-n".into(), "default".into(), format!("pod/{web0}"), "0:80".into()], &[]));
+    }
     if !websocket {
         cases.push((vec!["exec".into(), "-n".into(), "default".into(), web0.clone(), "--".into(), "ls".into()], &[]));
         cases.push((vec!["attach".into(), "-n".into(), "default".into(), web0.clone()], &[]));

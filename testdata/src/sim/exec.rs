@@ -21,9 +21,12 @@
 //!   [`super::logs`]) on stdout; attaching to an ephemeral container
 //!   (`kubectl debug -i`) runs its command with the attached stdin.
 //!
-//! SPDY/3.1 (kubectl 1.27 to 1.29, and kubectl's port-forward tunnelled
-//! over WebSocket) is not spoken: a request without a WebSocket upgrade to
-//! one of these protocols gets 400 BadRequest.
+//! - port-forward also speaks SPDY/3.1 tunnelled in WebSocket, as kubectl
+//!   1.31+ does (`SPDY/3.1+portforward.k8s.io`, [`super::portforward_spdy`]).
+//!
+//! SPDY/3.1 upgrades of HTTP itself (kubectl 1.27 to 1.29) are not spoken:
+//! a request without a WebSocket upgrade to one of these protocols gets
+//! 400 BadRequest.
 
 use std::sync::{Arc, Mutex};
 
@@ -42,7 +45,7 @@ use super::Shared;
 /// Channel protocols of exec and attach, preferred first.
 const EXEC_PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
 /// Protocols of port-forward over WebSocket.
-const PORTFORWARD_PROTOCOLS: [&str; 2] = ["v4.channel.k8s.io", "portforward.k8s.io"];
+const PORTFORWARD_PROTOCOLS: [&str; 3] = ["v4.channel.k8s.io", "portforward.k8s.io", super::portforward_spdy::PROTOCOL];
 
 /// The close frame at the end of a stream: 1000 normal closure, which
 /// client-go reads as the end of every channel (without a code it reports
@@ -162,6 +165,11 @@ async fn start(req: HttpRequest, payload: web::Payload, shared: Arc<Shared>, tar
             let key = super::store::key(Some(&target.namespace), &target.name);
             let lines = super::logs::stream(shared.clone(), index, key, source, options);
             actix_web::rt::spawn(attach(session, messages, lines));
+        }
+        // kubectl 1.31+: SPDY tunnelled in WebSocket; the ports are in its streams' headers.
+        _ if chosen == super::portforward_spdy::PROTOCOL => {
+            let pod = super::portforward_spdy::Pod { name: target.name.clone(), uid, ports: declared_ports(&pod) };
+            actix_web::rt::spawn(super::portforward_spdy::serve(session, messages, pod));
         }
         _ => {
             let ports = ports(&query)?;
@@ -373,7 +381,7 @@ fn declared_ports(pod: &Value) -> Vec<u16> {
 
 /// The answers of the HTTP responder behind a port to the requests in `buffer`
 /// (complete ones are removed).
-fn http_answers(buffer: &mut Vec<u8>, pod: &str) -> Vec<u8> {
+pub(super) fn http_answers(buffer: &mut Vec<u8>, pod: &str) -> Vec<u8> {
     let mut out = Vec::new();
     while let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
         let head = String::from_utf8_lossy(&buffer[..end]).into_owned();

@@ -15,7 +15,8 @@
 //! - [`patch`], [`strategic`], [`apply`]: merge/JSON patch, strategic merge
 //!   patch, server-side apply; [`schema`] and [`managed`] support the last two.
 //! - [`validation`]: 422 Invalid rules; [`status`]: `Status` errors.
-//! - [`exec`]: exec, attach and port-forward over WebSocket ([`shell`], [`tar`]).
+//! - [`exec`]: exec, attach and port-forward over WebSocket ([`shell`], [`tar`]);
+//!   [`portforward_spdy`]: port-forward's SPDY/3.1 in WebSocket ([`spdy`]: its framing).
 //! - [`controllers`]: scheduler, kubelet, garbage collector, namespace controller;
 //!   [`rollout`]: the deployment and replica set controllers.
 //! - [`versions`]: HorizontalPodAutoscalers in autoscaling/v2 and v1 over one storage.
@@ -63,6 +64,7 @@ pub mod openapi;
 pub mod ops;
 pub mod patch;
 pub mod path;
+pub mod portforward_spdy;
 pub mod protobuf;
 pub mod reviews;
 pub mod rollout;
@@ -70,6 +72,7 @@ pub mod schema;
 pub mod selector;
 pub mod server;
 pub mod shell;
+pub mod spdy;
 pub mod status;
 pub mod store;
 pub mod strategic;
