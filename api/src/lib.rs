@@ -339,13 +339,13 @@ async fn route(req: &HttpRequest, state: &Arc<ApiState>, info: &RequestInfo, bod
         ApiPath::CoreVersions { .. } if aggregated => Ok(respond::aggregated(&discovery::aggregated(catalog, true))),
         ApiPath::Groups { .. } if aggregated => {
             let mut groups = discovery::aggregated(catalog, false);
-            resource_metrics::add_to_groups(&mut groups, true);
+            resource_metrics::add_to_groups(&mut groups, true, catalog);
             Ok(respond::aggregated(&groups))
         }
         ApiPath::CoreVersions { .. } => Ok(respond::json(&discovery::core_versions())),
         ApiPath::Groups { .. } => {
             let mut groups = discovery::groups(catalog);
-            resource_metrics::add_to_groups(&mut groups, false);
+            resource_metrics::add_to_groups(&mut groups, false, catalog);
             Ok(respond::json(&groups))
         }
         // kubectl up to 1.29 asks for /openapi/v2 in protobuf only (for

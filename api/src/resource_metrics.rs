@@ -15,7 +15,8 @@
 //!   every member and is answered when exactly one has it (409 Conflict
 //!   naming the candidates otherwise), as every get at the fleet level.
 //! - The group is in kubefold's discovery (legacy and aggregated), so
-//!   kubectl finds the API. Under `/clusters/{c}` the member's metrics API
+//!   kubectl finds the API: `pods` when pods are in the resource
+//!   selection, `nodes` when nodes are (404 otherwise). Under `/clusters/{c}` the member's metrics API
 //!   is passed through as it is (see [`crate::passthrough`]).
 
 use std::time::Duration;
@@ -24,6 +25,7 @@ use actix_web::http::Method;
 use actix_web::{HttpRequest, HttpResponse};
 use kubefold_engine::names::{self, NameStyle, RequestedName};
 use kubefold_engine::object::CLUSTER_ANNOTATION;
+use kubefold_engine::resources::ResourceType;
 use kubefold_engine::selector::LabelSelector;
 use kubefold_engine::status::Status;
 use serde_json::{json, Value};
@@ -92,26 +94,47 @@ fn group_version() -> String {
     format!("{GROUP}/{VERSION}")
 }
 
-/// Adds the group to `/apis`: the legacy `APIGroupList`, or the aggregated
-/// `APIGroupDiscoveryList` when `aggregated`.
-pub fn add_to_groups(document: &mut Value, aggregated: bool) {
+/// The metrics resources served over `catalog`: `pods` when core pods are
+/// in the resource selection, `nodes` when core nodes are (the metrics
+/// describe objects kubefold serves, under the same names).
+pub fn served(catalog: &[ResourceType]) -> Vec<&'static str> {
+    let selected = |plural: &str| catalog.iter().any(|r| r.group.is_empty() && r.plural == plural);
+    ["nodes", "pods"].into_iter().filter(|p| selected(p)).collect()
+}
+
+/// `(kind, namespaced)` of a metrics resource.
+fn kind_of(plural: &str) -> (&'static str, bool) {
+    if plural == "pods" {
+        ("PodMetrics", true)
+    } else {
+        ("NodeMetrics", false)
+    }
+}
+
+/// Adds the group to `/apis` when a metrics resource is served: the legacy
+/// `APIGroupList`, or the aggregated `APIGroupDiscoveryList` when `aggregated`.
+pub fn add_to_groups(document: &mut Value, aggregated: bool, catalog: &[ResourceType]) {
+    let served = served(catalog);
+    if served.is_empty() {
+        return;
+    }
     let entry = if aggregated {
-        let resource = |plural: &str, kind: &str, scope: &str| {
-            json!({
-                "resource": plural,
-                "responseKind": {"group": GROUP, "version": VERSION, "kind": kind},
-                "scope": scope,
-                "singularResource": "",
-                "verbs": ["get", "list"],
+        let resources: Vec<Value> = served
+            .iter()
+            .map(|plural| {
+                let (kind, namespaced) = kind_of(plural);
+                json!({
+                    "resource": plural,
+                    "responseKind": {"group": GROUP, "version": VERSION, "kind": kind},
+                    "scope": if namespaced { "Namespaced" } else { "Cluster" },
+                    "singularResource": "",
+                    "verbs": ["get", "list"],
+                })
             })
-        };
+            .collect();
         json!({
             "metadata": {"name": GROUP},
-            "versions": [{
-                "version": VERSION,
-                "resources": [resource("nodes", "NodeMetrics", "Cluster"), resource("pods", "PodMetrics", "Namespaced")],
-                "freshness": "Current",
-            }],
+            "versions": [{"version": VERSION, "resources": resources, "freshness": "Current"}],
         })
     } else {
         group_entry()
@@ -127,16 +150,15 @@ fn group_entry() -> Value {
     json!({"name": GROUP, "versions": [version.clone()], "preferredVersion": version})
 }
 
-fn resource_list() -> Value {
-    json!({
-        "kind": "APIResourceList",
-        "apiVersion": "v1",
-        "groupVersion": group_version(),
-        "resources": [
-            {"name": "nodes", "singularName": "", "namespaced": false, "kind": "NodeMetrics", "verbs": ["get", "list"]},
-            {"name": "pods", "singularName": "", "namespaced": true, "kind": "PodMetrics", "verbs": ["get", "list"]},
-        ],
-    })
+fn resource_list(served: &[&str]) -> Value {
+    let resources: Vec<Value> = served
+        .iter()
+        .map(|plural| {
+            let (kind, namespaced) = kind_of(plural);
+            json!({"name": plural, "singularName": "", "namespaced": namespaced, "kind": kind, "verbs": ["get", "list"]})
+        })
+        .collect();
+    json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version(), "resources": resources})
 }
 
 /// What one member answered.
@@ -206,15 +228,20 @@ pub async fn serve(req: &HttpRequest, state: &ApiState, route: Route) -> Result<
     if value("watch").is_some_and(|w| w == "true" || w == "1") {
         return Err(Status::method_not_allowed("watch is not supported on the resource metrics API"));
     }
+    let served = served(&state.fleet.catalog());
+    if served.is_empty() {
+        return Err(Status::path_not_found());
+    }
     let plural = match route.plural() {
-        Some(plural) => plural,
+        Some(plural) if served.contains(&plural) => plural,
+        Some(_) => return Err(Status::path_not_found()),
         None if route == Route::Group => {
             let mut group = group_entry();
             group["kind"] = json!("APIGroup");
             group["apiVersion"] = json!("v1");
             return Ok(respond::json(&group));
         }
-        None => return Ok(respond::json(&resource_list())),
+        None => return Ok(respond::json(&resource_list(&served))),
     };
     let (namespace, name) = match &route {
         Route::Pods { namespace, name } => (namespace.clone(), name.clone()),
@@ -359,13 +386,26 @@ mod tests {
 
     #[test]
     fn discovery_lists_the_group_in_both_forms() {
+        let catalog = kubefold_engine::resources::builtin();
         let mut legacy = json!({"kind": "APIGroupList", "groups": []});
-        add_to_groups(&mut legacy, false);
+        add_to_groups(&mut legacy, false, &catalog);
         assert_eq!(legacy["groups"][0]["preferredVersion"]["groupVersion"], "metrics.k8s.io/v1beta1");
         let mut aggregated = json!({"kind": "APIGroupDiscoveryList", "items": []});
-        add_to_groups(&mut aggregated, true);
+        add_to_groups(&mut aggregated, true, &catalog);
         let resources = &aggregated["items"][0]["versions"][0]["resources"];
         assert_eq!(resources[1]["responseKind"]["kind"], "PodMetrics");
         assert_eq!(resources[0]["scope"], "Cluster");
+    }
+
+    #[test]
+    fn metrics_follow_the_resource_selection() {
+        let catalog = kubefold_engine::resources::builtin();
+        assert_eq!(served(&catalog), ["nodes", "pods"]);
+        let pods_only: Vec<ResourceType> = catalog.iter().filter(|r| r.plural != "nodes").cloned().collect();
+        assert_eq!(resource_list(&served(&pods_only))["resources"].as_array().unwrap().len(), 1);
+        let none: Vec<ResourceType> = catalog.iter().filter(|r| r.plural == "configmaps").cloned().collect();
+        let mut legacy = json!({"kind": "APIGroupList", "groups": []});
+        add_to_groups(&mut legacy, false, &none);
+        assert_eq!(legacy["groups"], json!([]));
     }
 }
