@@ -1,4 +1,5 @@
-//! `kubectl exec -it` through kubefold with a real terminal: kubectl 1.33
+//! `kubectl exec -it` and `kubectl debug -it` through kubefold with a real
+//! terminal: kubectl 1.33
 //! runs under a pseudo-terminal (python3's `pty` module drives it), sends
 //! the terminal's size on the resize channel (4) at the start and again
 //! when the window changes, and the shell in the pod sees both sizes
@@ -14,7 +15,8 @@ use serde_json::Value;
 /// Runs the command after `--` under a pseudo-terminal of 33 rows and 101
 /// columns; types `stty size`, resizes to 40x120 (and signals kubectl, as a
 /// terminal does), types `stty size` until the new size shows, then
-/// `exit 5`. Prints a JSON report: what each step saw and the exit code.
+/// `exit $EXIT_CODE` (5 by default). Prints a JSON report: what each step
+/// saw and the exit code.
 const DRIVER: &str = r##"
 import fcntl, json, os, pty, select, signal, struct, subprocess, sys, termios, time
 
@@ -58,7 +60,7 @@ for _ in range(20):
         break
 os.write(master, b"echo typed through\r")
 report["echo"] = read_until(b"typed through\r\n", 10)
-os.write(master, b"exit 5\r")
+os.write(master, ("exit %s\r" % os.environ.get("EXIT_CODE", "5")).encode())
 try:
     report["code"] = child.wait(timeout=20)
 except subprocess.TimeoutExpired:
@@ -70,7 +72,7 @@ print(json.dumps(report))
 "##;
 
 #[test]
-fn exec_with_a_terminal_passes_its_size_and_resizes() {
+fn exec_and_debug_with_a_terminal_pass_its_size_and_resizes() {
     if let Some(missing) = kubectl_missing(&["1.33"]) {
         println!("SKIPPED: {missing}");
         return;
@@ -83,25 +85,35 @@ fn exec_with_a_terminal_passes_its_size_and_resizes() {
     let (_dir, data) = data_dir();
     let kf = Kubefold::serve(&data, &cluster_flags(&members), &[]);
     kf.wait_ready();
-    wait_for(std::time::Duration::from_secs(30), "web-0 running", || {
-        kf.get("/api/v1/namespaces/default/pods/web-0_member1").1.contains("\"phase\":\"Running\"")
+    wait_for(std::time::Duration::from_secs(30), "web-0 and web-1 running", || {
+        ["web-0", "web-1"].iter().all(|p| kf.get(&format!("/api/v1/namespaces/default/pods/{p}_member1")).1.contains("\"phase\":\"Running\""))
     });
-    let output = Command::new("timeout")
-        .args(["90", "python3", "-c", DRIVER])
-        .arg(kubectl_version("1.33"))
-        .args(["--server", &kf.url, "exec", "-it", "-n", "default", "web-0_member1", "--", "sh"])
-        .env("KUBECONFIG", "/dev/null")
-        .env("HOME", std::env::temp_dir())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let report: Value = serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("driver: {e}: {stdout}{}", String::from_utf8_lossy(&output.stderr)));
-    let transcript = report["transcript"].as_str().unwrap_or_default();
-    assert_eq!(report["prompt"], true, "the shell's prompt: {transcript:?}");
-    assert_eq!(report["first_size"], true, "the terminal's size at the start: {transcript:?}");
-    assert_eq!(report["second_size"], true, "the size after a resize: {transcript:?}");
-    assert_eq!(report["echo"], true, "typed input echoed and run: {transcript:?}");
-    assert_eq!(report["code"], 5, "kubectl's exit code: {transcript:?}");
+    let run = |args: &[&str], exit_code: &str| -> Value {
+        let output = Command::new("timeout")
+            .args(["90", "python3", "-c", DRIVER])
+            .arg(kubectl_version("1.33"))
+            .args(["--server", &kf.url])
+            .args(args)
+            .env("KUBECONFIG", "/dev/null")
+            .env("HOME", std::env::temp_dir())
+            .env("EXIT_CODE", exit_code)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("driver: {e}: {stdout}{}", String::from_utf8_lossy(&output.stderr)))
+    };
+    let check = |what: &str, report: &Value, code: i64| {
+        let transcript = report["transcript"].as_str().unwrap_or_default();
+        assert_eq!(report["prompt"], true, "{what}: the shell's prompt: {transcript:?}");
+        assert_eq!(report["first_size"], true, "{what}: the terminal's size at the start: {transcript:?}");
+        assert_eq!(report["second_size"], true, "{what}: the size after a resize: {transcript:?}");
+        assert_eq!(report["echo"], true, "{what}: typed input echoed and run: {transcript:?}");
+        assert_eq!(report["code"], code, "{what}: kubectl's exit code: {transcript:?}");
+    };
+    let exec = run(&["exec", "-it", "-n", "default", "web-0_member1", "--", "sh"], "5");
+    check("exec -it", &exec, 5);
+    // kubectl debug -it: a new ephemeral container's shell, attached with the terminal.
+    let debug = run(&["debug", "-it", "-n", "default", "web-1_member1", "--image=busybox", "--container=tty-debug", "--", "sh"], "0");
+    check("debug -it", &debug, 0);
     kf.stop();
 }
