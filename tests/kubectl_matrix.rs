@@ -1,7 +1,7 @@
 //! kubectl 1.27, 1.31, 1.32 and 1.33 through every verb that talks to a
 //! server, against kubefold and against the simulator directly: each verb's
 //! exit code and output, and the object in the member afterwards. The verbs
-//! that cannot work yet (port-forward, top, debug; exec and attach with kubectl 1.27) must end
+//! that cannot work yet (exec, attach and port-forward with kubectl 1.27) must end
 //! within seconds with a message saying what is not served.
 //!
 //! One test per kubectl version; each starts one simulator member with
@@ -536,12 +536,28 @@ fn deletes(r: &mut Run) {
 
 /// The streaming verbs: `exec` and `attach` work over WebSocket (kubectl
 /// 1.30 and later; `tests/streaming.rs` tests them, and `cp`, in depth);
-/// kubectl 1.29 and older speak SPDY, which neither the simulator nor
-/// kubefold's forwarding serves, and `port-forward` tunnels SPDY inside
-/// WebSocket, so those end at once with the member's refusal. `top` and
-/// `debug` are not served yet and end at once with a message.
+/// kubectl 1.29 and older speak SPDY over an HTTP upgrade, which neither
+/// the simulator nor kubefold's forwarding serves, so those end at once
+/// with the member's refusal; `port-forward` of kubectl 1.31+ tunnels SPDY
+/// inside WebSocket, which the simulator speaks (`tests/port_forward.rs`). `debug`
+/// adds an ephemeral container; `top` reads the metrics API
+/// (`tests/top.rs` tests it across members).
 fn not_served(r: &mut Run) {
     let web0 = r.target.name("web-0");
+    // debug adds an ephemeral container on the member (`tests/debug.rs`
+    // tests it with -i, exec into it, and refusals).
+    let out = r.kubectl_env(&["debug", "-n", "default", &web0, "--image=busybox", "--container=matrix-debug"], None, &[], 20);
+    r.check(out.ok, format_args!("debug: {:?} {}{}", out.code, out.out, out.err));
+    r.member_eventually("debug's ephemeral container", "/api/v1/namespaces/default/pods/web-0", |pod| {
+        pod.is_some_and(|p| p["status"]["ephemeralContainerStatuses"].as_array().is_some_and(|s| s.iter().any(|c| c["name"] == "matrix-debug")))
+    });
+    let out = r.kubectl_env(&["top", "pods", "-n", "default"], None, &[], 20);
+    let row = out.out.lines().find(|l| l.split_whitespace().next() == Some(web0.as_str())).unwrap_or_default().to_string();
+    let columns: Vec<&str> = row.split_whitespace().collect();
+    r.check(
+        out.ok && columns.len() == 3 && columns[1].ends_with('m') && columns[2].ends_with("Mi"),
+        format_args!("top pods: {:?} {}{}", out.code, out.out, out.err),
+    );
     let websocket = r.minor.trim_start_matches("1.").parse::<u32>().is_ok_and(|m| m >= 30);
     if websocket {
         let out = r.kubectl_env(&["exec", "-n", "default", &web0, "--", "ls"], None, &[], 20);
@@ -550,11 +566,15 @@ fn not_served(r: &mut Run) {
         let out = r.kubectl_env(&["attach", "-n", "default", &web0], None, &[], 4);
         r.check(out.code == Some(124) && !out.out.is_empty(), format_args!("attach: {:?} {}{}", out.code, out.out, out.err));
     }
-    let mut cases: Vec<(Vec<String>, &[&str])> = vec![
-        (vec!["port-forward".into(), "-n".into(), "default".into(), format!("pod/{web0}"), "0:80".into()], &[]),
-        (vec!["top".into(), "pods".into(), "-n".into(), "default".into()], &["Metrics API not available"]),
-        (vec!["debug".into(), "-n".into(), "default".into(), web0.clone(), "--image=busybox".into()], &["ephemeralcontainers", "ephemeral containers", "not found"]),
-    ];
+    let mut cases: Vec<(Vec<String>, &[&str])> = Vec::new();
+    if websocket {
+        // kubectl 1.31+ tunnels SPDY in WebSocket (`tests/port_forward.rs`).
+        let forward = PortForward::start(&r.bin, &r.target.server, &["-n", "default", &format!("pod/{web0}"), "0:80"]);
+        let (code, body) = forward.get("/");
+        r.check(code == 200 && body == "web-0\n", format_args!("port-forward: {code} {body}: {}", forward.stderr.lock().unwrap()));
+    } else {
+        cases.push((vec!["port-forward".into(), "-n".into(), "default".into(), format!("pod/{web0}"), "0:80".into()], &[]));
+    }
     if !websocket {
         cases.push((vec!["exec".into(), "-n".into(), "default".into(), web0.clone(), "--".into(), "ls".into()], &[]));
         cases.push((vec!["attach".into(), "-n".into(), "default".into(), web0.clone()], &[]));

@@ -580,32 +580,26 @@ fn every_route_kubectl_uses_answers_within_a_second() {
 }
 
 /// What kubectl cannot do through kubefold yet exits at once with a clear
-/// message: `debug` at the top level, `top`, `port-forward` (SPDY tunnelled
-/// in WebSocket) and the SPDY streams of kubectl 1.27 (the member's refusal).
-/// `exec`, `attach` and `cp` work (tests/streaming.rs).
+/// message: the SPDY streams of kubectl 1.27 (an HTTP upgrade to SPDY; the
+/// member's refusal). `exec`, `attach` and `cp` work over WebSocket
+/// (tests/streaming.rs), and so do `debug` (tests/debug.rs),
+/// `port-forward` (SPDY tunnelled in WebSocket, tests/port_forward.rs) and
+/// `top` (tests/top.rs).
 #[test]
-fn kubectl_debug_port_forward_top_and_spdy_fail_at_once() {
-    let Some(bin) = kubectl_133() else { return };
+fn kubectl_spdy_upgrades_fail_at_once() {
+    // kubectl 1.27 speaks SPDY only (1.33 tries WebSocket first).
+    let Some(old) = kubectl_minor("1.27") else { return };
     let members = demo_members(1, 0.0);
     let (_tmp, dir) = data_dir();
     let kf = Kubefold::serve(&dir, &cluster_flags(&members), &[]);
     kf.wait_ready();
-    let cases: [(&str, Vec<&str>, &str); 3] = [
-        (kf.url.as_str(), vec!["debug", "-n", "default", "web-0_member1", "--image=busybox"], "pods/ephemeralcontainers is not served"),
-        (kf.url.as_str(), vec!["port-forward", "-n", "default", "pod/web-0_member1", "0:80"], "Upgrade request required"),
-        (kf.url.as_str(), vec!["top", "pods", "-n", "default"], "Metrics API not available"),
-    ];
-    let spdy: [(&str, Vec<&str>, &str); 2] = [
+    let spdy: [(&str, Vec<&str>, &str); 3] = [
         (kf.url.as_str(), vec!["exec", "-n", "default", "web-0_member1", "--", "ls"], "Upgrade request required"),
         (kf.url.as_str(), vec!["attach", "-n", "default", "web-0_member1"], "Upgrade request required"),
+        (kf.url.as_str(), vec!["port-forward", "-n", "default", "pod/web-0_member1", "0:80"], "Upgrade request required"),
     ];
-    // kubectl 1.27 speaks SPDY only (1.33 tries WebSocket first).
-    let old_cases: Vec<(String, (&str, Vec<&str>, &str))> = match kubectl_minor("1.27") {
-        Some(old) => spdy.iter().map(|c| (old.clone(), c.clone())).collect(),
-        None => Vec::new(),
-    };
-    let runs = cases.iter().map(|c| (bin.clone(), c.clone())).chain(old_cases);
-    for (bin, (server, args, message)) in runs {
+    for (server, args, message) in spdy {
+        let bin = &old;
         let mut all = vec!["--server", server];
         all.extend(args.iter());
         let started = Instant::now();

@@ -30,6 +30,7 @@
 //! - [`starting`]: what the API answers while the store is opened and replayed.
 //! - [`cbor`]: CBOR refused (415 for bodies, 406 for a CBOR-only Accept).
 //! - [`protobuf`]: protobuf request bodies and responses of built-in types.
+//! - [`resource_metrics`]: `metrics.k8s.io` of the fleet (`kubectl top`), asked of the members.
 //! - [`respond`]: Status errors and JSON responses.
 //! - [`unserved`]: Status answers for what is not served yet (streaming subresources).
 //! - [`reviews`]: access and identity reviews (`kubectl auth can-i`, `whoami`).
@@ -57,6 +58,7 @@ pub mod placement;
 pub mod protobuf;
 pub mod query;
 pub mod read;
+pub mod resource_metrics;
 pub mod respond;
 pub mod series;
 pub mod stream_proxy;
@@ -289,6 +291,11 @@ async fn route(req: &HttpRequest, state: &Arc<ApiState>, info: &RequestInfo, bod
     if info.decoded_path.is_none() {
         return Err(Status::bad_request("invalid path: encoded slashes and bad escapes are not allowed"));
     }
+    if info.cluster.is_none() {
+        if let Some(metrics_route) = info.decoded_path.as_deref().and_then(resource_metrics::route) {
+            return resource_metrics::serve(req, state, metrics_route).await;
+        }
+    }
     let served = state.fleet.catalog();
     let catalog: &[resources::ResourceType] = &served;
     let is_namespaced = |g: &str, v: &str, r: &str| resources::find(catalog, g, v, r).is_some_and(|t| t.namespaced);
@@ -330,9 +337,17 @@ async fn route(req: &HttpRequest, state: &Arc<ApiState>, info: &RequestInfo, bod
     match parsed {
         ApiPath::Version => Ok(respond::json(&discovery::version())),
         ApiPath::CoreVersions { .. } if aggregated => Ok(respond::aggregated(&discovery::aggregated(catalog, true))),
-        ApiPath::Groups { .. } if aggregated => Ok(respond::aggregated(&discovery::aggregated(catalog, false))),
+        ApiPath::Groups { .. } if aggregated => {
+            let mut groups = discovery::aggregated(catalog, false);
+            resource_metrics::add_to_groups(&mut groups, true, catalog);
+            Ok(respond::aggregated(&groups))
+        }
         ApiPath::CoreVersions { .. } => Ok(respond::json(&discovery::core_versions())),
-        ApiPath::Groups { .. } => Ok(respond::json(&discovery::groups(catalog))),
+        ApiPath::Groups { .. } => {
+            let mut groups = discovery::groups(catalog);
+            resource_metrics::add_to_groups(&mut groups, false, catalog);
+            Ok(respond::json(&groups))
+        }
         // kubectl up to 1.29 asks for /openapi/v2 in protobuf only (for
         // strategic merge patch metadata); it gets a valid document without
         // definitions and falls back to its built-in schemas for those types.
@@ -428,6 +443,16 @@ async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath, 
             read::get(state, req, &scope, name, &query)
         }
         (Method::GET, Some(name), Some("scale")) => edit::get_scale(state, req, &scope, name).await,
+        // `kubectl debug`: the pod, read as it is and edited on its member.
+        (Method::GET, Some(name), Some("ephemeralcontainers")) if member.is_none() && is_core_pods(&scope.resource) => {
+            read::get(state, req, &scope, name, &query)
+        }
+        (Method::PUT, Some(name), sub @ Some("ephemeralcontainers")) if member.is_none() && is_core_pods(&scope.resource) => {
+            edit::update(state, req, &scope, name, sub, body).await
+        }
+        (Method::PATCH, Some(name), sub @ Some("ephemeralcontainers")) if member.is_none() && is_core_pods(&scope.resource) => {
+            edit::patch(state, req, &scope, name, sub, body).await
+        }
         (Method::GET, Some(name), Some("log")) if scope.resource.plural == "pods" => edit::log(state, req, &scope, name).await,
         (Method::PUT, Some(name), sub @ (None | Some("status") | Some("scale"))) => {
             edit::update(state, req, &scope, name, sub, body).await
@@ -458,6 +483,11 @@ async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath, 
             _ => Status::method_not_allowed(format!("{method} is not supported on {}", req.path())),
         }),
     }
+}
+
+/// Whether a type is the core group's pods.
+fn is_core_pods(resource: &resources::ResourceType) -> bool {
+    resource.group.is_empty() && resource.plural == "pods"
 }
 
 /// Why the HTTP server could not start.

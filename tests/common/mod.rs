@@ -430,3 +430,57 @@ impl TestPki {
         TestPki { ca_file: write("ca.crt", &ca_pem), cert_file: write("tls.crt", &cert.pem()), key_file: write("tls.key", &key.serialize_pem()), ca_pem }
     }
 }
+
+/// A running `kubectl port-forward` (killed when dropped).
+pub struct PortForward {
+    child: Child,
+    /// The local port kubectl listens on (`Forwarding from 127.0.0.1:PORT`),
+    /// `None` when it ended or said nothing within 30 s.
+    pub local_port: Option<u16>,
+    /// What it printed on stderr.
+    pub stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl PortForward {
+    /// Starts `bin port-forward` against `server` with `args` (a local
+    /// port of 0 lets kubectl choose one) and waits for its listening line.
+    pub fn start(bin: &str, server: &str, args: &[&str]) -> PortForward {
+        let mut child = Command::new(bin)
+            .args(["--server", server, "port-forward"])
+            .args(args)
+            .env("KUBECONFIG", "/dev/null")
+            .env("HOME", std::env::temp_dir())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl runs");
+        let stderr = capture(child.stderr.take().unwrap());
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(rest) = line.strip_prefix("Forwarding from 127.0.0.1:") {
+                    let _ = tx.send(rest.split_whitespace().next().and_then(|p| p.parse::<u16>().ok()));
+                }
+            }
+        });
+        let local_port = rx.recv_timeout(Duration::from_secs(30)).ok().flatten();
+        PortForward { child, local_port, stderr }
+    }
+
+    /// An HTTP GET of `path` through the forwarded port: (status, body).
+    pub fn get(&self, path: &str) -> (u16, String) {
+        match self.local_port {
+            Some(port) => http_get(&format!("http://127.0.0.1:{port}{path}")),
+            None => (0, format!("kubectl did not forward: {}", self.stderr.lock().unwrap())),
+        }
+    }
+}
+
+impl Drop for PortForward {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -295,6 +295,34 @@ pub fn authorize(user: &User, attributes: &RequestAttributes, rules: &[Rule]) ->
     builtin || rules.iter().any(|rule| rule.allows(user, attributes))
 }
 
+/// Subresources of pods whose WebSocket upgrade (a GET, verb `get`) is
+/// also authorized as `create` (see [`upgrade_create_check`]).
+pub const CONNECT_SUBRESOURCES: [&str; 3] = ["exec", "attach", "portforward"];
+
+/// The second check of a WebSocket upgrade to `pods/exec`, `pods/attach`
+/// or `pods/portforward`: the same request as verb `create`. The request's
+/// verb follows its method as in kube-apiserver's RequestInfo (a POST, as
+/// SPDY clients send, is `create`; a GET, as WebSocket clients send, is
+/// `get`), and kube-apiserver 1.35 authorizes such a GET a second time as
+/// `create` (feature gate `AuthorizePodWebsocketUpgradeCreatePermission`,
+/// beta and on by default, KEP-4006 "Transition from SPDY to WebSockets"):
+/// running a command in a pod needs `create` whichever protocol asks.
+/// `None` for every other request.
+/// <https://kubernetes.io/docs/reference/command-line-tools-reference/feature-gates/>
+pub fn upgrade_create_check(attributes: &RequestAttributes) -> Option<RequestAttributes> {
+    match &attributes.target {
+        Target::Resource(r)
+            if attributes.verb == "get"
+                && r.group.is_empty()
+                && r.resource == "pods"
+                && r.subresource.as_deref().is_some_and(|s| CONNECT_SUBRESOURCES.contains(&s)) =>
+        {
+            Some(RequestAttributes { verb: "create".to_string(), target: attributes.target.clone() })
+        }
+        _ => None,
+    }
+}
+
 /// Go's `%q` for the strings of a forbidden message.
 fn quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
@@ -562,5 +590,34 @@ mod tests {
         let s = forbidden(&alice, &attrs(Method::GET, "/metrics", "")).to_json();
         assert_eq!(s["message"], "forbidden: User \"alice\" cannot get path \"/metrics\"");
         assert_eq!(s["details"], serde_json::json!({}));
+    }
+
+    #[test]
+    fn websocket_exec_attach_and_portforward_also_need_create() {
+        for sub in ["exec", "attach", "portforward"] {
+            let path = format!("/api/v1/namespaces/default/pods/web-0_member1/{sub}");
+            // A WebSocket upgrade is a GET: verb get, then create.
+            let get = attrs(Method::GET, &path, "command=ls");
+            assert_eq!(get.verb, "get");
+            let create = upgrade_create_check(&get).unwrap_or_else(|| panic!("{sub}"));
+            assert_eq!((create.verb.as_str(), &create.target), ("create", &get.target));
+            // SPDY's POST is create already.
+            let post = attrs(Method::POST, &path, "command=ls");
+            assert_eq!(post.verb, "create");
+            assert!(upgrade_create_check(&post).is_none());
+        }
+        for (method, path) in [
+            (Method::GET, "/api/v1/namespaces/default/pods/web-0_member1/log"),
+            (Method::GET, "/api/v1/namespaces/default/pods/web-0_member1/proxy/"),
+            (Method::GET, "/api/v1/namespaces/default/pods/web-0_member1"),
+            (Method::GET, "/apis/x.io/v1/namespaces/default/pods/p/exec"),
+        ] {
+            assert!(upgrade_create_check(&attrs(method, path, "")).is_none(), "{path}");
+        }
+        // A viewer (get, list, watch) may no longer exec over WebSocket.
+        let viewer = user("alice", &[VIEWERS]);
+        let get = attrs(Method::GET, "/api/v1/namespaces/default/pods/web-0_member1/exec", "");
+        assert!(authorize(&viewer, &get, &[]));
+        assert!(!authorize(&viewer, &upgrade_create_check(&get).unwrap(), &[]));
     }
 }

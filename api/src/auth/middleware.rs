@@ -16,7 +16,7 @@ use kubefold_engine::status::Status;
 use tracing::{debug, info, warn};
 
 use super::authn::{read_token_file, unauthorized, Authenticator, User};
-use super::authz::{authorize, forbidden, RequestAttributes, Rule};
+use super::authz::{authorize, forbidden, upgrade_create_check, RequestAttributes, Rule};
 use super::connection::PeerCertificate;
 use super::limits::{is_long_running, too_many_long_running, too_many_requests, Counted, InFlight, InFlightGuard};
 use super::{AuthConfig, Error, Result};
@@ -260,6 +260,10 @@ impl Auth {
         let attributes = RequestAttributes::of(&info);
         if !self.allowed(&user, &attributes).await {
             return Err(Rejection::Forbidden(Box::new((user, attributes))));
+        }
+        // A WebSocket exec, attach or port-forward needs `create` too.
+        if let Some(create) = upgrade_create_check(&attributes).filter(|create| !self.allows(&user, create)) {
+            return Err(Rejection::Forbidden(Box::new((user, create))));
         }
         let long_running = match is_long_running(&info) {
             true => Some(self.inner.long_running.acquire(client.clone()).ok_or(Rejection::TooManyLongRunning)?),

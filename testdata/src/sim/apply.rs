@@ -183,6 +183,7 @@ pub fn apply(
         Subresource::Main => None,
         Subresource::Status => Some("status".to_string()),
         Subresource::Scale => Some("scale".to_string()),
+        Subresource::EphemeralContainers => Some("ephemeralcontainers".to_string()),
     };
     let mut entries = managed::entries(&live);
     let is_mine = |e: &Entry| e.manager == manager && e.operation == Operation::Apply && e.subresource == sub_name;

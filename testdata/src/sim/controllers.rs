@@ -91,6 +91,16 @@ pub enum Task {
         /// Store key of the ReplicaSet.
         key: String,
     },
+    /// The kubelet starts a pod's new ephemeral containers
+    /// ([`super::ops::ephemeral::start`]).
+    StartEphemeralContainers {
+        /// Index of the pods type.
+        resource: usize,
+        /// Store key of the pod.
+        key: String,
+        /// The pod's uid.
+        uid: String,
+    },
     /// The namespace controller empties and removes a terminating namespace.
     FinishNamespaceDeletion {
         /// The namespace.
@@ -106,6 +116,7 @@ impl Task {
         match self {
             Task::StartPod { .. } => Duration::from_millis(50),
             Task::RunPod { .. } => Duration::from_millis(150),
+            Task::StartEphemeralContainers { .. } => Duration::from_millis(100),
             Task::FinishPodDeletion { after, .. } => *after,
             Task::CollectDependents { .. } => Duration::from_millis(20),
             Task::ForegroundDeletion { .. } => Duration::from_millis(50),
@@ -145,6 +156,7 @@ pub fn perform(store: &mut Store, task: Task, now: DateTime<Utc>) {
     match task {
         Task::StartPod { resource, key, uid } => schedule_pod(store, resource, &key, &uid, now),
         Task::RunPod { resource, key, uid } => run_pod(store, resource, &key, &uid, now),
+        Task::StartEphemeralContainers { resource, key, uid } => super::ops::ephemeral::start(store, resource, &key, &uid, now),
         Task::FinishPodDeletion { resource, key, uid, .. } => {
             let Some(pod) = store.get(resource, &key).filter(|p| p.uid == uid).cloned() else { return };
             let value = pod.value();

@@ -18,11 +18,15 @@
 //!   with the pod's name; another port answers on its error channel as
 //!   kubelet does when nothing listens.
 //! - attach streams the container's output (its log lines from now on,
-//!   [`super::logs`]) on stdout.
+//!   [`super::logs`]) on stdout; attaching to an ephemeral container
+//!   (`kubectl debug -i`) runs its command with the attached stdin.
 //!
-//! SPDY/3.1 (kubectl 1.27 to 1.29, and kubectl's port-forward tunnelled
-//! over WebSocket) is not spoken: a request without a WebSocket upgrade to
-//! one of these protocols gets 400 BadRequest.
+//! - port-forward also speaks SPDY/3.1 tunnelled in WebSocket, as kubectl
+//!   1.31+ does (`SPDY/3.1+portforward.k8s.io`, [`super::portforward_spdy`]).
+//!
+//! SPDY/3.1 upgrades of HTTP itself (kubectl 1.27 to 1.29) are not spoken:
+//! a request without a WebSocket upgrade to one of these protocols gets
+//! 400 BadRequest.
 
 use std::sync::{Arc, Mutex};
 
@@ -41,7 +45,7 @@ use super::Shared;
 /// Channel protocols of exec and attach, preferred first.
 const EXEC_PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
 /// Protocols of port-forward over WebSocket.
-const PORTFORWARD_PROTOCOLS: [&str; 2] = ["v4.channel.k8s.io", "portforward.k8s.io"];
+const PORTFORWARD_PROTOCOLS: [&str; 3] = ["v4.channel.k8s.io", "portforward.k8s.io", super::portforward_spdy::PROTOCOL];
 
 /// The close frame at the end of a stream: 1000 normal closure, which
 /// client-go reads as the end of every channel (without a code it reports
@@ -140,12 +144,32 @@ async fn start(req: HttpRequest, payload: web::Payload, shared: Arc<Shared>, tar
             };
             actix_web::rt::spawn(exec(session, messages, io_setup, command));
         }
+        // An ephemeral container (`kubectl debug -i`) runs its command on
+        // attach, with the attached stdin (no command: `sh`).
+        "attach" if ephemeral_command(&pod, &container).is_some() => {
+            let command = ephemeral_command(&pod, &container).unwrap_or_default();
+            let flag = |name: &str| query_value(&query, name).is_some_and(|v| v == "true" || v == "1");
+            let io_setup = Setup {
+                pod: target.name.clone(),
+                env: environment(&pod, &container),
+                fs: shell::filesystem(&uid, &target.name, &container),
+                tty: flag("tty"),
+                stdin: flag("stdin"),
+                v5,
+            };
+            actix_web::rt::spawn(exec(session, messages, io_setup, command));
+        }
         "attach" => {
             let options = super::logs::LogOptions { container: Some(container.clone()), follow: true, tail_lines: Some(0), ..Default::default() };
             let source = super::logs::source(&pod, &options)?;
             let key = super::store::key(Some(&target.namespace), &target.name);
             let lines = super::logs::stream(shared.clone(), index, key, source, options);
             actix_web::rt::spawn(attach(session, messages, lines));
+        }
+        // kubectl 1.31+: SPDY tunnelled in WebSocket; the ports are in its streams' headers.
+        _ if chosen == super::portforward_spdy::PROTOCOL => {
+            let pod = super::portforward_spdy::Pod { name: target.name.clone(), uid, ports: declared_ports(&pod) };
+            actix_web::rt::spawn(super::portforward_spdy::serve(session, messages, pod));
         }
         _ => {
             let ports = ports(&query)?;
@@ -160,8 +184,12 @@ async fn start(req: HttpRequest, payload: web::Payload, shared: Arc<Shared>, tar
 fn container(pod: &Value, asked: Option<&str>) -> Result<String, ApiError> {
     let names: Vec<&str> = pod["spec"]["containers"].as_array().into_iter().flatten().filter_map(|c| c["name"].as_str()).collect();
     let pod_name = pod["metadata"]["name"].as_str().unwrap_or_default();
+    // An ephemeral container (`kubectl debug`) is reached once it runs.
+    let ephemeral = |name: &str| {
+        pod["status"]["ephemeralContainerStatuses"].as_array().into_iter().flatten().any(|s| s["name"] == name && s["state"]["running"].is_object())
+    };
     match asked.filter(|a| !a.is_empty()) {
-        Some(name) if names.contains(&name) => Ok(name.to_string()),
+        Some(name) if names.contains(&name) || ephemeral(name) => Ok(name.to_string()),
         Some(name) => Err(ApiError::BadRequest(format!("container {name} is not valid for pod {pod_name}"))),
         None => {
             let default = pod["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"].as_str();
@@ -170,6 +198,19 @@ fn container(pod: &Value, asked: Option<&str>) -> Result<String, ApiError> {
             })
         }
     }
+}
+
+/// The command and arguments of an ephemeral container of the pod (`sh`
+/// when it names none), `None` for any other container.
+fn ephemeral_command(pod: &Value, container: &str) -> Option<Vec<String>> {
+    let spec = pod["spec"]["ephemeralContainers"].as_array()?.iter().find(|c| c["name"] == container)?;
+    let strings = |v: &Value| -> Vec<String> { v.as_array().into_iter().flatten().filter_map(|s| s.as_str().map(str::to_string)).collect() };
+    let mut command = strings(&spec["command"]);
+    command.extend(strings(&spec["args"]));
+    if command.is_empty() {
+        command.push("sh".to_string());
+    }
+    Some(command)
 }
 
 /// The container's environment: its `env` values and what kubelet sets.
@@ -340,7 +381,7 @@ fn declared_ports(pod: &Value) -> Vec<u16> {
 
 /// The answers of the HTTP responder behind a port to the requests in `buffer`
 /// (complete ones are removed).
-fn http_answers(buffer: &mut Vec<u8>, pod: &str) -> Vec<u8> {
+pub(super) fn http_answers(buffer: &mut Vec<u8>, pod: &str) -> Vec<u8> {
     let mut out = Vec::new();
     while let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
         let head = String::from_utf8_lossy(&buffer[..end]).into_owned();

@@ -117,9 +117,11 @@ pub fn source(pod: &Value, options: &LogOptions) -> Result<Source> {
         .as_array()
         .map(|c| c.iter().filter_map(|c| c["name"].as_str()).collect())
         .unwrap_or_default();
+    let ephemeral: Vec<&Value> = pod["spec"]["ephemeralContainers"].as_array().map(|c| c.iter().collect()).unwrap_or_default();
+    let ephemeral_names: Vec<&str> = ephemeral.iter().filter_map(|c| c["name"].as_str()).collect();
     let container = match &options.container {
         Some(name) => {
-            if !names.contains(&name.as_str()) && !init_names.contains(&name.as_str()) {
+            if !names.contains(&name.as_str()) && !init_names.contains(&name.as_str()) && !ephemeral_names.contains(&name.as_str()) {
                 return Err(ApiError::BadRequest(format!("container {name} is not valid for pod {pod_name}")));
             }
             name.clone()
@@ -133,14 +135,15 @@ pub fn source(pod: &Value, options: &LogOptions) -> Result<Source> {
             )));
         }
     };
-    let status = pod["status"]["containerStatuses"]
+    let statuses = if ephemeral_names.contains(&container.as_str()) { "ephemeralContainerStatuses" } else { "containerStatuses" };
+    let status = pod["status"][statuses]
         .as_array()
         .and_then(|s| s.iter().find(|s| s["name"] == container.as_str()))
         .cloned()
         .unwrap_or(Value::Null);
     let image = status["image"]
         .as_str()
-        .or_else(|| containers.iter().find(|c| c["name"] == container.as_str()).and_then(|c| c["image"].as_str()))
+        .or_else(|| containers.iter().chain(ephemeral.iter()).find(|c| c["name"] == container.as_str()).and_then(|c| c["image"].as_str()))
         .unwrap_or_default()
         .to_string();
     let uid = pod["metadata"]["uid"].as_str().unwrap_or_default().to_string();

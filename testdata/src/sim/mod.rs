@@ -15,7 +15,8 @@
 //! - [`patch`], [`strategic`], [`apply`]: merge/JSON patch, strategic merge
 //!   patch, server-side apply; [`schema`] and [`managed`] support the last two.
 //! - [`validation`]: 422 Invalid rules; [`status`]: `Status` errors.
-//! - [`exec`]: exec, attach and port-forward over WebSocket ([`shell`], [`tar`]).
+//! - [`exec`]: exec, attach and port-forward over WebSocket ([`shell`], [`tar`]);
+//!   [`portforward_spdy`]: port-forward's SPDY/3.1 in WebSocket ([`spdy`]: its framing).
 //! - [`controllers`]: scheduler, kubelet, garbage collector, namespace controller;
 //!   [`rollout`]: the deployment and replica set controllers.
 //! - [`versions`]: HorizontalPodAutoscalers in autoscaling/v2 and v1 over one storage.
@@ -23,6 +24,7 @@
 //! - [`churn`]: background changes and bursts; [`logs`]: pod logs; [`table`]: Tables.
 //! - [`faults`]: fault injection (latency, errors, resets, offline, 410
 //!   storms, corrupt events, clock skew), switchable at runtime.
+//! - [`metrics`]: the resource metrics API (`metrics.k8s.io`, `kubectl top`).
 //! - [`protobuf`]: protobuf bodies of built-in types (reads and writes).
 //! - [`openapi`]: the OpenAPI v2 and v3 documents of the served types.
 //! - [`crds`]: CustomResourceDefinitions created at runtime become served types.
@@ -63,10 +65,12 @@ pub mod fields;
 pub mod list;
 pub mod logs;
 pub mod managed;
+pub mod metrics;
 pub mod openapi;
 pub mod ops;
 pub mod patch;
 pub mod path;
+pub mod portforward_spdy;
 pub mod protobuf;
 pub mod reviews;
 pub mod rollout;
@@ -74,6 +78,7 @@ pub mod schema;
 pub mod selector;
 pub mod server;
 pub mod shell;
+pub mod spdy;
 pub mod status;
 pub mod store;
 pub mod strategic;
@@ -333,6 +338,8 @@ pub fn build_store(config: &SimConfig) -> Store {
     // Pods are also evicted (`pods/eviction`, as kube-apiserver serves it).
     if let Some(pods) = types.iter_mut().find(|r| r.group.is_empty() && r.plural == "pods") {
         pods.subresources.push("eviction".into());
+        // And debugged (`pods/ephemeralcontainers`, `kubectl debug`).
+        pods.subresources.push("ephemeralcontainers".into());
     }
     types.extend(workload::member_only_types());
     types.extend(reviews::types());

@@ -275,6 +275,10 @@ async fn handle(req: &HttpRequest, payload: RequestBody, shared: Arc<Shared>) ->
     if !req.path().starts_with("/sim/") {
         protobuf::refuse_cbor(req)?;
     }
+    if let Some(route) = super::metrics::route(req.path()) {
+        let store = shared.read()?;
+        return super::metrics::serve(&method, &store, route, &query, shared.now());
+    }
     match path::parse(req.path()) {
         Route::Root => get_only(&method, || Ok(json_value(&discovery::root_paths(&catalog)))),
         Route::Version => get_only(&method, || Ok(json_value(&discovery::version(&shared.config.git_version)))),
@@ -282,7 +286,13 @@ async fn handle(req: &HttpRequest, payload: RequestBody, shared: Arc<Shared>) ->
             let server = req.app_config().local_addr();
             get_only(&method, || Ok(json_value(&discovery::core_versions(server))))
         }
-        Route::GroupList => get_only(&method, || Ok(json_value(&discovery::group_list(&catalog)))),
+        Route::GroupList => get_only(&method, || {
+            let mut groups = discovery::group_list(&catalog);
+            if let Some(list) = groups["groups"].as_array_mut() {
+                list.push(super::metrics::group_entry());
+            }
+            Ok(json_value(&groups))
+        }),
         Route::Group(group) => get_only(&method, || {
             discovery::group(&catalog, &group).map(|g| json_value(&g)).ok_or(ApiError::PathNotFound)
         }),
@@ -513,6 +523,7 @@ async fn resource_request(
         None => Subresource::Main,
         Some("status") => Subresource::Status,
         Some("scale") => Subresource::Scale,
+        Some("ephemeralcontainers") => Subresource::EphemeralContainers,
         Some("log") => {
             return match method {
                 Method::GET => pod_log(shared, index, namespace, &name, &query),

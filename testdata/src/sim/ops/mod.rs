@@ -11,6 +11,7 @@
 //! - this module: the options of a write, get, create, update, patch and scale;
 //! - `strategy`: the types' strategies (defaults, validation, immutable fields);
 //! - `delete`: delete and delete collection.
+//! - `ephemeral`: `pods/ephemeralcontainers` (`kubectl debug`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +31,7 @@ use super::validation;
 use crate::workload;
 
 mod delete;
+pub mod ephemeral;
 mod strategy;
 
 pub use self::delete::*;
@@ -95,6 +97,8 @@ pub enum Subresource {
     Status,
     /// `/scale`: an `autoscaling/v1` Scale view of `spec.replicas`.
     Scale,
+    /// `pods/ephemeralcontainers`: only `spec.ephemeralContainers` changes.
+    EphemeralContainers,
 }
 
 /// The answer of a write: HTTP code and body.
@@ -391,11 +395,18 @@ fn update_inner(
     check_preconditions(&rt, name, &existing, meta_str(&body, "uid"), meta_str(&body, "resourceVersion"), true)?;
     let old = existing.value();
     let mut new = merge_for_update(&rt, &old, body, subresource);
+    if subresource == Subresource::EphemeralContainers {
+        ephemeral::validate(&rt, name, &old, &new)?;
+    }
     if record {
         let scope = managed::Scope::of(&rt, subresource == Subresource::Status);
         managed::record_scoped(&mut new, Some(&old), opts, managed::Operation::Update, &rt, scope);
     }
-    finish_update(store, resource, &key, &old, new, opts)
+    let written = finish_update(store, resource, &key, &old, new, opts)?;
+    if subresource == Subresource::EphemeralContainers && !opts.dry_run {
+        store.schedule(Task::StartEphemeralContainers { resource, key, uid: existing.uid.clone() });
+    }
+    Ok(written)
 }
 
 /// Checks a write's uid and resourceVersion against the stored object.
@@ -438,6 +449,9 @@ fn check_preconditions(
 /// The object an update stores: the body, with the system fields of the
 /// old object and, per subresource, the old status or the old everything-but-status.
 fn merge_for_update(rt: &ResourceType, old: &Value, mut body: Value, subresource: Subresource) -> Value {
+    if subresource == Subresource::EphemeralContainers {
+        return ephemeral::merge(old, &body);
+    }
     if subresource == Subresource::Status {
         // ResetObjectMetaForStatus and the strategies' PrepareForUpdate: only status changes.
         let mut merged = old.clone();
@@ -509,6 +523,15 @@ fn merge_for_update(rt: &ResourceType, old: &Value, mut body: Value, subresource
     }
     if is(rt, "", "pods") {
         default_pod_spec_for_update(&mut body["spec"], &old["spec"]);
+        // Ephemeral containers change through their subresource only.
+        match old["spec"].get("ephemeralContainers") {
+            Some(containers) => body["spec"]["ephemeralContainers"] = containers.clone(),
+            None => {
+                if let Some(spec) = body["spec"].as_object_mut() {
+                    spec.remove("ephemeralContainers");
+                }
+            }
+        }
     }
     body
 }

@@ -106,6 +106,8 @@ pub(super) fn immutability_causes(resource: &ResourceType, old: &Value, new: &Va
                 }
             }
             if let Some(map) = spec.as_object_mut() {
+                // Checked by their own subresource (`ephemeral::validate`).
+                map.remove("ephemeralContainers");
                 map.remove("activeDeadlineSeconds");
                 map.remove("terminationGracePeriodSeconds");
                 map.insert("tolerations".into(), tolerations.clone());
