@@ -236,14 +236,15 @@ pub(crate) async fn read_body(mut payload: web::Payload) -> Result<web::Bytes, S
 async fn dispatch(req: HttpRequest, payload: web::Payload, state: web::Data<ApiState>) -> HttpResponse {
     let state = state.into_inner();
     let started = std::time::Instant::now();
-    // A streaming subresource is answered before its body is waited for:
-    // an upgrade request's body lasts as long as its connection.
-    // A WebSocket upgrade (or CONNECT) request has no body: actix-http
-    // hands everything after its head on as an endless payload (the frames
-    // it expects), and waiting for its end never answered. kubefold serves
-    // no upgrades: the request is answered as it is and the connection
-    // closed after. Other upgrades (SPDY, h2c) keep their body as any
-    // request.
+    // A streaming subresource of a pod, service or node is forwarded to
+    // its member ([`stream_proxy`]), any other one answered at once
+    // ([`unserved`]), before a body is waited for: an upgrade request's
+    // body lasts as long as its connection. Elsewhere a WebSocket upgrade
+    // (or CONNECT) request has no body: actix-http hands everything after
+    // its head on as an endless payload (the frames it expects), and
+    // waiting for its end never answered, so such a request is answered
+    // as it is and the connection closed after. Other upgrades (SPDY, h2c)
+    // keep their body as any request.
     let websocket = req
         .headers()
         .get(actix_web::http::header::UPGRADE)
@@ -390,11 +391,11 @@ async fn route(req: &HttpRequest, state: &Arc<ApiState>, info: &RequestInfo, bod
     }
 }
 
-/// Subresources served over an upgraded connection (kube-apiserver's
-/// exec, attach, port forwarding and proxying), which kubefold does not
-/// serve: a request for one is answered at once with 400 BadRequest, as
-/// kube-apiserver answers one it cannot upgrade.
-const STREAMING_SUBRESOURCES: [&str; 4] = ["exec", "attach", "portforward", "proxy"];
+// Streaming subresources that reach the resource handler (neither
+// forwarded by `stream_proxy` nor answered by `unserved`) are answered at
+// once with 400 BadRequest, as kube-apiserver answers a request it cannot
+// upgrade.
+use unserved::STREAMING_SUBRESOURCES;
 
 async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath, body: &web::Bytes) -> Result<HttpResponse, Status> {
     let served = state.fleet.catalog();
@@ -411,7 +412,7 @@ async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath, 
     }
     if let Some(sub) = path.subresource.as_deref().filter(|s| STREAMING_SUBRESOURCES.contains(s)) {
         return Err(Status::bad_request(format!(
-            "the {sub} subresource streams over an upgraded connection (WebSocket or SPDY), which kubefold does not serve yet: use the member cluster's API server for {sub}"
+            "the {sub} subresource streams over an upgraded connection (WebSocket or SPDY), which kubefold forwards only for pods, services and nodes: use the member cluster's API server for {sub}"
         )));
     }
     let query = Query::parse(req.query_string())?;

@@ -7,7 +7,8 @@
 use kubefold_engine::status::Status;
 
 /// Subresources that stream over an upgraded connection or proxy to what
-/// runs in a member; not proxied by kubefold yet.
+/// runs in a member; [`crate::stream_proxy`] forwards those of pods,
+/// services and nodes, the others are answered here.
 pub const STREAMING_SUBRESOURCES: [&str; 4] = ["exec", "attach", "portforward", "proxy"];
 
 /// The resource, name and subresource of a path naming a streaming
