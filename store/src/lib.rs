@@ -51,6 +51,7 @@
 //! - `compact`: retention and compaction;
 //! - `fault`: storage faults while running (causes, sled reopened after a
 //!   failed write, injected faults for tests);
+//! - `shared`: the seam of a log shared by several replicas (etcd);
 //! - `backup`: backup and restore;
 //! - `usage`: what the store holds, counted;
 //! - `lz4`: LZ4 block compression with a prepared dictionary.
@@ -71,6 +72,7 @@ mod read;
 mod record;
 mod recover;
 mod serve;
+pub mod shared;
 mod snapshot;
 mod usage;
 

@@ -57,6 +57,8 @@ pub struct Fleet {
     members: Members,
     catalog: Catalog,
     handles: Mutex<Handles>,
+    /// The log shared with other replicas, when there is one (etcd).
+    shared: std::sync::OnceLock<Arc<dyn kubefold_store::shared::SharedLog>>,
 }
 
 impl Fleet {
@@ -71,7 +73,20 @@ impl Fleet {
             members: Members::default(),
             catalog: Catalog::new(known),
             handles: Mutex::new(Handles { publisher: true, supervision: true, control_plane: true }),
+            shared: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Makes this replica one of several over `log` (set once, before the
+    /// aggregator starts): the aggregator commits to it and applies what
+    /// it holds, consistent reads wait for its head.
+    pub fn set_shared(&self, log: Arc<dyn kubefold_store::shared::SharedLog>) -> bool {
+        self.shared.set(log).is_ok()
+    }
+
+    /// The log shared with other replicas, if any.
+    pub fn shared(&self) -> Option<&Arc<dyn kubefold_store::shared::SharedLog>> {
+        self.shared.get()
     }
 
     /// Takes the one handle that publishes (the aggregator's); `None` once taken.
