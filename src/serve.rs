@@ -281,6 +281,8 @@ pub fn run(
         let mut known = kubefold_engine::resources::builtin();
         known.extend(kubefold_actors::fleet::discovered_types(&store));
         let fleet = Fleet::new(known, config.name_style, store.clone(), recovered.index, recovered.compacted_rv);
+        // A replica over etcd: the aggregator commits there and applies what it holds.
+        let replica = config.etcd.as_ref().map(|etcd| crate::etcd::attach(&fleet, etcd)).transpose()?;
         let selection = match kubefold_api::admin::read_selection(&store).map_err(|s| anyhow::anyhow!(s.message))? {
             Some(selection) => {
                 if config.resources.is_some() {
@@ -298,6 +300,9 @@ pub fn run(
         let aggregator_arbiter = Arbiter::new();
         let retention = config.retention;
         let aggregator = Aggregator::start_in_arbiter(&aggregator_arbiter.handle(), move |_| Aggregator::new(publisher, retention));
+        if let Some(replica) = &replica {
+            replica.follow(aggregator.clone());
+        }
         // Members: the configured ones and those registered through the admin API.
         let mut clusters = config.clusters.clone();
         for spec in kubefold_api::admin::read_registry(&store).map_err(|s| anyhow::anyhow!(s.message))? {
@@ -322,6 +327,8 @@ pub fn run(
             .keys()
             .map(|(cluster, _)| cluster.clone())
             .filter(|c| !configured.contains(c.as_str()))
+            // Over etcd, other replicas' members have checkpoints here too.
+            .filter(|_| replica.is_none())
             .collect();
         let supervisor =
             Supervisor::new(supervision, aggregator.clone(), config.watcher_threads, recovered.checkpoints).start();
@@ -404,6 +411,7 @@ pub fn run(
         drop(resolver);
         drop(supervisor);
         aggregator_arbiter.stop();
+        drop(replica);
         store.flush()?;
         // The next start loads this snapshot instead of replaying the whole log.
         let index = fleet.snapshot();

@@ -1,0 +1,206 @@
+//! kubefold replicas over a real etcd (`--etcd-servers`): one replica
+//! syncing two members and rebuilding its copy from etcd; two replicas over
+//! one etcd, each watching one member, serving one sequence of
+//! resourceVersions (the same list at the same resourceVersion, a watch
+//! resumed on the other replica with no gap and no duplicate, an edit with
+//! read-your-writes, a consistent read on the other replica), and an etcd
+//! restart. Skips, naming what is missing, without the `etcd` binary.
+
+#![cfg(feature = "etcd")]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+/// One etcd member on free loopback ports in a temporary dir, killed when dropped.
+struct Etcd {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    client_port: u16,
+    peer_port: u16,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl Etcd {
+    /// Starts etcd, or `None` (the test skips) when there is no etcd binary.
+    fn start() -> Option<Etcd> {
+        if Command::new("etcd").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
+            eprintln!("skipped: no `etcd` binary (Debian's etcd-server package; .ci/run installs it)");
+            return None;
+        }
+        let mut etcd = Etcd { child: None, dir: tempfile::tempdir().unwrap(), client_port: free_port(), peer_port: free_port() };
+        etcd.run();
+        Some(etcd)
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    /// Starts (or starts again) the member on its data dir and ports, and
+    /// waits until it answers `/health`.
+    fn run(&mut self) {
+        let (client, peer) = (format!("http://127.0.0.1:{}", self.client_port), format!("http://127.0.0.1:{}", self.peer_port));
+        let child = Command::new("etcd")
+            .args(["--name", "e1", "--data-dir"])
+            .arg(self.dir.path().join("etcd"))
+            .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("e1={peer}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("etcd starts");
+        self.child = Some(child);
+        wait_for(Duration::from_secs(30), "etcd healthy", || http_get(&format!("{client}/health")).1.contains("true"));
+    }
+
+    /// Kills the member (SIGKILL) and waits for it.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Names and kubefold resourceVersions of a list's items, and the list's resourceVersion.
+fn listed(list: &Value) -> (Vec<(String, String)>, u64) {
+    let items = list["items"].as_array().unwrap().iter().map(|o| {
+        (o["metadata"]["name"].as_str().unwrap().to_string(), o["metadata"]["resourceVersion"].as_str().unwrap().to_string())
+    });
+    (items.collect(), list["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap())
+}
+
+/// Reads watch events (type, name, resourceVersion) from `url` until `n`
+/// arrived or `limit` passed.
+fn watch_events(url: &str, n: usize, limit: Duration) -> Vec<(String, String, u64)> {
+    let client = reqwest::blocking::Client::builder().timeout(limit).build().unwrap();
+    let response = client.get(url).send().expect("watch starts");
+    assert_eq!(response.status().as_u16(), 200, "watch {url}");
+    let deadline = Instant::now() + limit;
+    let mut events = Vec::new();
+    for line in BufReader::new(response).lines() {
+        let Ok(line) = line else { break };
+        let event: Value = serde_json::from_str(&line).unwrap();
+        let kind = event["type"].as_str().unwrap().to_string();
+        if kind == "BOOKMARK" {
+            continue;
+        }
+        assert_ne!(kind, "ERROR", "watch {url}: {event}");
+        let object = &event["object"]["metadata"];
+        events.push((kind, object["name"].as_str().unwrap().to_string(), object["resourceVersion"].as_str().unwrap().parse().unwrap()));
+        if events.len() >= n || Instant::now() >= deadline {
+            break;
+        }
+    }
+    events
+}
+
+/// One replica on etcd syncs two members; a second start on an empty data
+/// dir rebuilds the same state from etcd alone, at the same resourceVersion.
+#[test]
+fn one_replica_on_etcd_syncs_two_members_and_rebuilds_from_etcd() {
+    let Some(etcd) = Etcd::start() else { return };
+    let members = demo_members(2, 0.0);
+    let (_dir, data) = data_dir();
+    let kf = Kubefold::serve(&data, &cluster_flags(&members), &["--etcd-servers", &etcd.url()]);
+    kf.wait_ready();
+    assert_converged(&kf, &members, "/api/v1/pods", "v1/pods");
+    let (pods, rv) = listed(&kf.get_json("/api/v1/pods"));
+    assert!(pods.iter().any(|(n, _)| n.ends_with("_member1")) && pods.iter().any(|(n, _)| n.ends_with("_member2")), "{pods:?}");
+    // Every resourceVersion is etcd's revision of its transaction with the
+    // event's place in it: far above the count of events.
+    assert!(rv > 1 << 12, "resourceVersion {rv} is derived from an etcd revision");
+    kf.stop();
+
+    // An empty data dir and no member: everything comes from etcd.
+    let (_dir2, data2) = data_dir();
+    let replica = Kubefold::serve(&data2, &[], &["--etcd-servers", &etcd.url()]);
+    wait_for(Duration::from_secs(30), "the rebuilt replica at the same head", || {
+        let (code, body) = replica.get("/api/v1/pods");
+        code == 200 && serde_json::from_str::<Value>(&body).map(|l| listed(&l)).is_ok_and(|(p, r)| p == pods && r == rv)
+    });
+    let exact = replica.get_json(&format!("/api/v1/pods?resourceVersion={rv}&resourceVersionMatch=Exact"));
+    assert_eq!(listed(&exact), (pods, rv));
+}
+
+/// Two replicas over one etcd, member1 watched by A and member2 by B.
+#[test]
+fn two_replicas_serve_one_sequence_of_resource_versions() {
+    let Some(mut etcd) = Etcd::start() else { return };
+    let members = demo_members(2, 4.0);
+    let flags = cluster_flags(&members);
+    let (_da, data_a) = data_dir();
+    let (_db, data_b) = data_dir();
+    let a = Kubefold::serve(&data_a, &flags[..1], &["--etcd-servers", &etcd.url()]);
+    let b = Kubefold::serve(&data_b, &flags[1..], &["--etcd-servers", &etcd.url()]);
+    a.wait_ready();
+    b.wait_ready();
+    // Each replica serves both members, whichever watches them.
+    for kf in [&a, &b] {
+        wait_for(Duration::from_secs(60), "both members' pods on both replicas", || {
+            let (pods, _) = listed(&kf.get_json("/api/v1/pods"));
+            pods.iter().any(|(n, _)| n.ends_with("_member1")) && pods.iter().any(|(n, _)| n.ends_with("_member2"))
+        });
+    }
+
+    // The same list at the same resourceVersion on both.
+    let (_, rv) = listed(&a.get_json("/api/v1/pods"));
+    let path = format!("/api/v1/pods?resourceVersion={rv}&resourceVersionMatch=Exact");
+    wait_for(Duration::from_secs(30), "B at A's resourceVersion", || b.get(&path).0 == 200);
+    assert_eq!(listed(&a.get_json(&path)), listed(&b.get_json(&path)), "one list at resourceVersion {rv}");
+
+    // A watch on A from rv; then one on B from the 5th event it saw: B
+    // sends exactly what A sent after it, no gap, no duplicate.
+    let on_a = watch_events(&format!("{}/api/v1/pods?watch=true&resourceVersion={rv}", a.url), 12, Duration::from_secs(60));
+    assert!(on_a.len() >= 12, "churn makes events: {on_a:?}");
+    assert!(on_a.windows(2).all(|w| w[0].2 < w[1].2), "ordered: {on_a:?}");
+    let resumed_at = on_a[4].2;
+    let on_b = watch_events(&format!("{}/api/v1/pods?watch=true&resourceVersion={resumed_at}", b.url), 7, Duration::from_secs(60));
+    assert_eq!(on_b, on_a[5..12].to_vec(), "resumed on B after {resumed_at}");
+
+    // An edit through B (of the member it watches) is read back on B at
+    // once, and by a consistent read on A.
+    let (pods, _) = listed(&b.get_json("/api/v1/namespaces/default/pods?labelSelector=kubefold.io/cluster%3Dmember2"));
+    let name = &pods.first().expect("a pod of member2").0;
+    let client = reqwest::blocking::Client::new();
+    let patched = client
+        .patch(format!("{}/api/v1/namespaces/default/pods/{name}", b.url))
+        .header("Content-Type", "application/merge-patch+json")
+        .body(r#"{"metadata":{"labels":{"edited":"through-b"}}}"#)
+        .send()
+        .unwrap();
+    assert_eq!(patched.status().as_u16(), 200);
+    let label = |kf: &Kubefold| kf.get_json(&format!("/api/v1/namespaces/default/pods/{name}"))["metadata"]["labels"]["edited"].clone();
+    assert_eq!(label(&b), "through-b", "read-your-writes on B");
+    assert_eq!(label(&a), "through-b", "a consistent read on A waits for etcd's head");
+
+    // etcd restarts: both replicas go on, and agree again.
+    etcd.kill();
+    std::thread::sleep(Duration::from_secs(1));
+    etcd.run();
+    let (_, before) = listed(&a.get_json("/api/v1/pods"));
+    wait_for(Duration::from_secs(60), "new events after the etcd restart", || {
+        let (code, body) = b.get("/api/v1/pods");
+        code == 200 && serde_json::from_str::<Value>(&body).map(|l| listed(&l).1).is_ok_and(|r| r > before)
+    });
+    let (_, rv) = listed(&b.get_json("/api/v1/pods"));
+    let path = format!("/api/v1/pods?resourceVersion={rv}&resourceVersionMatch=Exact");
+    wait_for(Duration::from_secs(30), "A at B's resourceVersion", || a.get(&path).0 == 200);
+    assert_eq!(listed(&a.get_json(&path)), listed(&b.get_json(&path)), "one list at resourceVersion {rv} after the restart");
+}
