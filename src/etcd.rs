@@ -18,9 +18,12 @@ pub struct Replica {
     log: Arc<kubefold_etcd::EtcdLog>,
 }
 
-/// Connects to etcd and makes `fleet` a replica over it.
+/// The store metadata naming the shared log a data dir is a copy of.
+pub const SHARED_LOG_META: &str = "shared-log";
+
+/// Connects to etcd (before the data dir is read: it is checked against it).
 #[cfg(feature = "etcd")]
-pub fn attach(fleet: &Arc<Fleet>, config: &EtcdConfig) -> anyhow::Result<Replica> {
+pub fn connect(config: &EtcdConfig) -> anyhow::Result<Replica> {
     let options = kubefold_etcd::EtcdOptions {
         servers: config.servers.clone(),
         prefix: config.prefix.clone(),
@@ -29,15 +32,30 @@ pub fn attach(fleet: &Arc<Fleet>, config: &EtcdConfig) -> anyhow::Result<Replica
         key_file: config.key_file.clone(),
     };
     let log = kubefold_etcd::EtcdLog::connect(&options)?;
-    fleet.set_shared(log.clone());
-    tracing::info!(servers = %config.servers.join(","), prefix = %config.prefix, "Replica over etcd: batches are committed to etcd and applied from its watch.");
     Ok(Replica { log })
 }
 
 /// Without the `etcd` feature: the one line that says how to get it.
 #[cfg(not(feature = "etcd"))]
-pub fn attach(_fleet: &Arc<Fleet>, _config: &EtcdConfig) -> anyhow::Result<Replica> {
+pub fn connect(_config: &EtcdConfig) -> anyhow::Result<Replica> {
     supported().map(|()| Replica {})
+}
+
+/// Whether the data dir can be used as this log's copy: `Ok(None)` yes,
+/// `Ok(Some(why))` it is a stale copy to rebuild from the log, `Err`
+/// it must not be used with it (nothing is changed then).
+pub fn check_copy(replica: &Replica, store: &kubefold_store::Store, head_rv: u64) -> anyhow::Result<Option<String>> {
+    let identity = replica.identity();
+    match store.meta(SHARED_LOG_META)? {
+        Some(of) if of == identity.as_bytes() => {}
+        Some(of) => return Ok(Some(format!("it is a copy of another log ({})", String::from_utf8_lossy(&of)))),
+        None if head_rv > 0 => anyhow::bail!(
+            "the data dir holds kubefold's own history (written without --etcd-servers): a replica on etcd needs an empty data dir (or one it used with this etcd before)"
+        ),
+        None => store.put_meta(SHARED_LOG_META, identity.as_bytes())?,
+    }
+    let floor = replica.compacted_rv()?;
+    Ok((head_rv > 0 && head_rv < floor).then(|| format!("its head resourceVersion {head_rv} is older than the log's compaction floor {floor}")))
 }
 
 /// Whether this build can use etcd; refused with the one line that says
@@ -52,6 +70,34 @@ pub fn supported() -> anyhow::Result<()> {
 }
 
 impl Replica {
+    /// Which log this is (the etcd cluster and prefix).
+    pub fn identity(&self) -> String {
+        #[cfg(feature = "etcd")]
+        return self.log.identity();
+        #[cfg(not(feature = "etcd"))]
+        String::new()
+    }
+
+    /// The log's compaction floor.
+    pub fn compacted_rv(&self) -> anyhow::Result<u64> {
+        #[cfg(feature = "etcd")]
+        return Ok(self.log.compacted_rv()?);
+        #[cfg(not(feature = "etcd"))]
+        Ok(0)
+    }
+
+    /// Makes `fleet` a replica over the log: its aggregator commits there
+    /// and applies what it holds, consistent reads wait for its head.
+    pub fn attach(&self, fleet: &Arc<Fleet>) {
+        #[cfg(feature = "etcd")]
+        {
+            fleet.set_shared(self.log.clone());
+            tracing::info!(log = %self.log.identity(), "Replica over etcd: batches are committed to etcd and applied from its watch.");
+        }
+        #[cfg(not(feature = "etcd"))]
+        let _ = fleet;
+    }
+
     /// Follows the shared log's watch into `aggregator` until it stops:
     /// each response's transactions are applied in order; on any error
     /// (etcd restarted or unreachable, a compacted revision, a failed local

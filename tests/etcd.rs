@@ -268,3 +268,107 @@ fn the_etcd_log_splits_batches_fences_writers_and_reads_back_in_order() {
     .unwrap();
     assert_eq!(watched.0, watched.1[1..].to_vec());
 }
+
+/// A key of etcd as text, read through etcd's JSON gateway.
+fn etcd_get(etcd: &Etcd, key: &str) -> Option<String> {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let body = serde_json::json!({ "key": b64.encode(key) }).to_string();
+    let response = reqwest::blocking::Client::new().post(format!("{}/v3/kv/range", etcd.url())).body(body).send().ok()?;
+    let answer: Value = response.json().ok()?;
+    let value = answer["kvs"].as_array()?.first()?["value"].as_str()?.to_string();
+    String::from_utf8(b64.decode(value).ok()?).ok()
+}
+
+/// Runs `kubefold serve ARGS` that must refuse to start: its exit status
+/// and what it printed on stderr (killed, and the test failed, after 60 s).
+fn refused(args: &[&str]) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kubefold")).arg("serve").args(["--listen", "127.0.0.1:0"]).args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+            assert!(!status.success(), "kubefold {args:?} must not start: {err}");
+            return err;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("kubefold {args:?} did not refuse within 60 s");
+}
+
+/// A data dir is a copy of one log: one written without etcd is refused by
+/// a replica, a replica's copy is refused without etcd, and a copy older
+/// than etcd's compaction (retention compacts etcd too, deleting a deleted
+/// pod's events) is moved aside and rebuilt from etcd: the same list at the
+/// same resourceVersion, without the pod (a copy caught up from its old
+/// head would keep it: its deletion is compacted away).
+#[test]
+fn copies_are_checked_against_etcd_and_a_stale_one_is_rebuilt() {
+    let Some(etcd) = Etcd::start() else { return };
+    let members = demo_members(1, 0.0);
+    let flags = cluster_flags(&members);
+
+    // kubefold's own history is not a copy of etcd's.
+    let (_ds, data_s) = data_dir();
+    let alone = Kubefold::serve(&data_s, &flags, &[]);
+    alone.wait_ready();
+    alone.stop();
+    let err = refused(&["--data-dir", data_s.to_str().unwrap(), "--etcd-servers", &etcd.url()]);
+    assert!(err.contains("written without --etcd-servers"), "{err}");
+
+    let (_dc, data_c) = data_dir();
+    let c = Kubefold::serve(&data_c, &[], &["--etcd-servers", &etcd.url()]);
+    let (_config_dir, config) = config_file("retention: {maxAgeSeconds: 1, compactionIntervalSeconds: 1}\n");
+    let (_da, data_a) = data_dir();
+    let a = Kubefold::serve(&data_a, &flags, &["--etcd-servers", &etcd.url(), "--config", &config]);
+    a.wait_ready();
+    wait_for(Duration::from_secs(60), "C serving member1's pods", || listed(&c.get_json("/api/v1/pods")).0.len() > 1);
+    let (_, c_head) = listed(&c.get_json("/api/v1/pods"));
+    c.stop();
+    let err = refused(&["--data-dir", data_c.to_str().unwrap()]);
+    assert!(err.contains("copy of an etcd log"), "{err}");
+
+    let a = std::sync::Arc::new(a);
+    let a_logs = a.clone();
+    let _logs = Dump(Box::new(move || eprintln!("A's log:\n{}", a_logs.logs())));
+    // A pod deleted through A, then retention compacts etcd past C's copy.
+    let (pods, _) = listed(&a.get_json("/api/v1/namespaces/default/pods"));
+    let doomed = pods.first().expect("a pod in default").0.clone();
+    let deleted = reqwest::blocking::Client::new().delete(format!("{}/api/v1/namespaces/default/pods/{doomed}", a.url)).send().unwrap();
+    assert!(deleted.status().is_success(), "delete {doomed}: {}", deleted.status());
+    wait_for(Duration::from_secs(30), "the deletion on A", || !listed(&a.get_json("/api/v1/pods")).0.iter().any(|(n, _)| n == &doomed));
+    wait_for(Duration::from_secs(90), "etcd compacted past C's head", || {
+        etcd_get(&etcd, "/kubefold/compacted").and_then(|f| f.parse::<u64>().ok()).is_some_and(|f| f > c_head)
+    });
+    let c = std::sync::Arc::new(Kubefold::serve(&data_c, &[], &["--etcd-servers", &etcd.url()]));
+    let c_logs = c.clone();
+    let _c_dump = Dump(Box::new(move || eprintln!("C's log:\n{}", c_logs.logs())));
+    wait_for(Duration::from_secs(10), "the stale copy moved aside", || c.logs().contains("moved aside"));
+    assert!(std::fs::read_dir(&data_c).unwrap().flatten().any(|e| e.file_name().to_string_lossy().starts_with("stale-")));
+    // The member settles (its controllers replace the pod): C then serves A's list.
+    let same = || {
+        let (code, body) = c.get("/api/v1/pods");
+        code == 200 && serde_json::from_str::<Value>(&body).is_ok_and(|l| listed(&l) == listed(&a.get_json("/api/v1/pods")))
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !same() {
+        assert!(Instant::now() < deadline, "C serves A's list at A's resourceVersion: C {:?}, A {:?}\nC: {}", listed(&c.get_json("/api/v1/pods")), listed(&a.get_json("/api/v1/pods")), c.logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (rebuilt, _) = listed(&c.get_json("/api/v1/pods"));
+    assert!(rebuilt.len() > 1 && !rebuilt.iter().any(|(n, _)| n == &doomed), "{doomed} is gone from the rebuilt copy: {rebuilt:?}");
+}
+
+/// Runs its closure when dropped while panicking (a failed test prints logs).
+struct Dump(Box<dyn Fn()>);
+
+impl Drop for Dump {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            (self.0)();
+        }
+    }
+}

@@ -454,11 +454,11 @@ impl Actor for Aggregator {
             let shared = this.shared.clone();
             let wait = tokio::task::spawn_blocking(move || {
                 let stats = store.compact(floor, &live)?;
-                // The shared log's events up to the same floor go too (every
-                // replica computes the same floor from the same events).
+                // The shared log's events up to the same floor go too, but
+                // for those this copy kept (live versions, and the versions
+                // before retained events, which rewinds read).
                 if let Some(shared) = shared {
-                    let live: HashSet<u64> = live.live_rvs().collect();
-                    match shared.compact(floor, &|rv| live.contains(&rv)) {
+                    match shared.compact(stats.floor, &|rv| store.holds(rv).unwrap_or(true)) {
                         Ok(removed) => info!(floor, removed, "Shared log compacted."),
                         Err(e) => error!(error = %e, "Shared log compaction failed."),
                     }

@@ -17,7 +17,8 @@
 //!   revision: [`rv_of`]`(mod revision, i)`.
 //! - `{prefix}/c/{cluster}\0{resource}`: a member checkpoint (the member's
 //!   resourceVersion reached), written in the last transaction of a batch.
-//! - `{prefix}/compacted`: the compaction floor, a resourceVersion.
+//! - `{prefix}/compacted`: the compaction floor, a resourceVersion
+//!   (zero-padded to 20 digits: it only rises, by a comparison in etcd).
 //!
 //! etcd's own request limits (128 operations and 1.5 MiB a transaction by
 //! default) bound each transaction: a larger batch is committed as several,
@@ -75,6 +76,8 @@ pub struct EtcdOptions {
 pub struct EtcdLog {
     client: Client,
     prefix: String,
+    /// The etcd cluster's id.
+    cluster_id: u64,
     runtime: Option<tokio::runtime::Runtime>,
     /// When etcd was last defragmented.
     defragmented: Mutex<Option<Instant>>,
@@ -144,21 +147,41 @@ impl EtcdLog {
         runtime.spawn(async move {
             let connected = async {
                 let mut client = Client::connect(servers, Some(connect)).await?;
-                client.status().await?;
-                Ok::<_, etcd_client::Error>(client)
+                let status = client.status().await?;
+                let cluster_id = status.header().map_or(0, |h| h.cluster_id());
+                Ok::<_, etcd_client::Error>((client, cluster_id))
             };
             let _ = tx.send(connected.await);
         });
         let reached = rx.recv_timeout(REQUEST_TIMEOUT).map_err(|_| unavailable(format!("etcd at {} did not answer in time", options.servers.join(","))));
-        let client = match reached.and_then(|r| r.map_err(|e| unavailable(format!("cannot reach etcd at {}: {e}", options.servers.join(","))))) {
-            Ok(client) => client,
+        let (client, cluster_id) = match reached.and_then(|r| r.map_err(|e| unavailable(format!("cannot reach etcd at {}: {e}", options.servers.join(","))))) {
+            Ok(connected) => connected,
             Err(e) => {
                 runtime.shutdown_background();
                 return Err(e);
             }
         };
         let prefix = options.prefix.trim_end_matches('/').to_string();
-        Ok(Arc::new(EtcdLog { client, prefix, runtime: Some(runtime), defragmented: Mutex::new(None) }))
+        // The first defragmentation is an interval after the start, not at
+        // the first compaction of every start.
+        Ok(Arc::new(EtcdLog { client, prefix, cluster_id, runtime: Some(runtime), defragmented: Mutex::new(Some(Instant::now())) }))
+    }
+
+    /// Which log this is: the etcd cluster's id and the prefix. A replica's
+    /// data dir is a copy of one log only.
+    pub fn identity(&self) -> String {
+        format!("etcd cluster {:016x}, prefix {}", self.cluster_id, self.prefix)
+    }
+
+    /// The log's compaction floor (a resourceVersion; 0: never compacted).
+    /// A copy whose head is below it has missed deletions and is rebuilt.
+    pub fn compacted_rv(&self) -> Result<u64, SharedError> {
+        let client = self.client.clone();
+        let key = self.key("compacted");
+        self.wait(async move {
+            let response = client.kv_client().get(key, None).await.map_err(unavailable)?;
+            Ok(response.kvs().first().and_then(|kv| std::str::from_utf8(kv.value()).ok()?.parse().ok()).unwrap_or(0))
+        })
     }
 
     fn runtime(&self) -> &tokio::runtime::Runtime {
@@ -457,7 +480,7 @@ impl SharedLog for EtcdLog {
         Box::pin(async move { task.await.map_err(|e| unavailable(format!("the etcd client's task failed: {e}")))? })
     }
 
-    fn compact(&self, floor: u64, live: &(dyn Fn(u64) -> bool + Sync)) -> Result<u64, SharedError> {
+    fn compact(&self, floor: u64, keep: &(dyn Fn(u64) -> bool + Sync)) -> Result<u64, SharedError> {
         let client = self.client.clone();
         // Transactions up to the floor's revision were fenced before it.
         let start = self.events_prefix();
@@ -483,7 +506,7 @@ impl SharedLog for EtcdLog {
         let mut doomed = Vec::new();
         for (key, revision) in keys {
             let rv = rv_of(revision, self.event_index(&key)?);
-            if rv <= floor && !live(rv) {
+            if rv <= floor && !keep(rv) {
                 doomed.push(key);
             }
         }
@@ -496,7 +519,18 @@ impl SharedLog for EtcdLog {
                 let ops = chunk.iter().map(|key| TxnOp::delete(key.clone(), None)).collect::<Vec<_>>();
                 kv.txn(Txn::new().and_then(ops)).await.map_err(unavailable)?;
             }
-            kv.put(floor_key, floor.to_string(), None).await.map_err(unavailable)?;
+            // The floor only rises (replicas compact on their own clocks):
+            // written zero-padded, so that etcd's byte order is numeric order.
+            let padded = format!("{floor:020}");
+            let raise = Txn::new()
+                .when(vec![Compare::value(floor_key.clone(), CompareOp::Less, padded.clone())])
+                .and_then(vec![TxnOp::put(floor_key.clone(), padded.clone(), None)]);
+            if !kv.txn(raise).await.map_err(unavailable)?.succeeded() {
+                let first = Txn::new()
+                    .when(vec![Compare::create_revision(floor_key.clone(), CompareOp::Equal, 0)])
+                    .and_then(vec![TxnOp::put(floor_key, padded, None)]);
+                kv.txn(first).await.map_err(unavailable)?;
+            }
             // etcd's own history up to the floor's revision goes too: a
             // replica that far behind reads the log with a range, not a watch.
             let mut client = client;

@@ -118,10 +118,10 @@ pub trait SharedLog: Send + Sync + 'static {
     /// applied it.
     fn current_rv(&self) -> SharedFuture<u64>;
 
-    /// Removes the events at or below `floor` (a resourceVersion) whose
-    /// resourceVersion `live` says is not a live object's current version,
-    /// records the floor, and lets the log reclaim their space.
-    fn compact(&self, floor: u64, live: &(dyn Fn(u64) -> bool + Sync)) -> Result<u64, SharedError>;
+    /// Removes the events at or below `floor` (a resourceVersion) for which
+    /// `keep` does not hold, raises the recorded floor to it, and lets the
+    /// log reclaim their space; returns how many were removed.
+    fn compact(&self, floor: u64, keep: &(dyn Fn(u64) -> bool + Sync)) -> Result<u64, SharedError>;
 }
 
 impl From<SharedError> for crate::Error {
