@@ -164,6 +164,13 @@ fn two_replicas_serve_one_sequence_of_resource_versions() {
     let path = format!("/api/v1/pods?resourceVersion={rv}&resourceVersionMatch=Exact");
     wait_for(Duration::from_secs(30), "B at A's resourceVersion", || b.get(&path).0 == 200);
     assert_eq!(listed(&a.get_json(&path)), listed(&b.get_json(&path)), "one list at resourceVersion {rv}");
+    // Each replica says which log it follows and how far it applied it.
+    let shared = |kf: &Kubefold| kf.get_json("/admin/v1/stats")["sharedLog"].clone();
+    assert_eq!(shared(&a)["log"], shared(&b)["log"]);
+    assert!(shared(&a)["log"].as_str().is_some_and(|l| l.contains("prefix /kubefold")), "{}", shared(&a));
+    for kf in [&a, &b] {
+        assert!(shared(kf)["appliedRevision"].as_u64().is_some_and(|r| r >= rv >> 12), "{} at {rv}", shared(kf));
+    }
 
     // A watch on A from rv; then one on B from the 5th event it saw: B
     // sends exactly what A sent after it, no gap, no duplicate.

@@ -378,6 +378,10 @@ impl Drop for EtcdLog {
 }
 
 impl SharedLog for EtcdLog {
+    fn identity(&self) -> String {
+        EtcdLog::identity(self)
+    }
+
     fn commit_part(
         &self,
         events: &[StoredEvent],

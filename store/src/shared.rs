@@ -109,6 +109,9 @@ pub trait SharedLog: Send + Sync + 'static {
         fence: u64,
     ) -> Result<(usize, u64), SharedError>;
 
+    /// Which log this is, for operators (for etcd: its cluster and prefix).
+    fn identity(&self) -> String;
+
     /// Every transaction after `revision`, in order (a consistent read).
     fn catch_up(&self, revision: u64) -> Result<CaughtUp, SharedError>;
 

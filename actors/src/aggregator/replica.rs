@@ -91,11 +91,12 @@ impl Aggregator {
             warn!(
                 applied_rv = self.reflector.index().head_rv(),
                 log_compacted_rv = caught.compacted_rv,
-                "This replica's copy is older than the shared log's compaction: start it with an empty data dir to rebuild it from the log."
+                "This replica's copy is older than the shared log's compaction: restart it, and its copy is rebuilt from the log (it missed deletions)."
             );
         }
         self.apply_replicated(caught.batches)?;
         self.applied_revision = self.applied_revision.max(caught.head_revision);
+        self.fleet.set_shared_applied_revision(self.applied_revision);
         Ok(self.applied_revision)
     }
 
@@ -132,6 +133,7 @@ impl Aggregator {
                 self.publisher.publish(index, commit.events);
             }
         }
+        self.fleet.set_shared_applied_revision(self.applied_revision);
         Ok(self.applied_revision)
     }
 }

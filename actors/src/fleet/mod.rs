@@ -59,6 +59,8 @@ pub struct Fleet {
     handles: Mutex<Handles>,
     /// The log shared with other replicas, when there is one (etcd).
     shared: std::sync::OnceLock<Arc<dyn kubefold_store::shared::SharedLog>>,
+    /// The revision of the shared log the aggregator applied.
+    shared_applied: std::sync::atomic::AtomicU64,
 }
 
 impl Fleet {
@@ -74,6 +76,7 @@ impl Fleet {
             catalog: Catalog::new(known),
             handles: Mutex::new(Handles { publisher: true, supervision: true, control_plane: true }),
             shared: std::sync::OnceLock::new(),
+            shared_applied: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -87,6 +90,16 @@ impl Fleet {
     /// The log shared with other replicas, if any.
     pub fn shared(&self) -> Option<&Arc<dyn kubefold_store::shared::SharedLog>> {
         self.shared.get()
+    }
+
+    /// The revision of the shared log this replica applied (0 without one).
+    pub fn shared_applied_revision(&self) -> u64 {
+        self.shared_applied.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Records the revision of the shared log applied (the aggregator's).
+    pub fn set_shared_applied_revision(&self, revision: u64) {
+        self.shared_applied.fetch_max(revision, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Takes the one handle that publishes (the aggregator's); `None` once taken.
