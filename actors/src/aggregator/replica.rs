@@ -160,3 +160,141 @@ impl Handler<CatchUp> for Aggregator {
         result
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use kubefold_engine::event::{Change, EventType};
+    use kubefold_engine::names::NameStyle;
+    use kubefold_engine::object::{ingest, Ingested};
+    use kubefold_engine::resources;
+    use kubefold_store::shared::{revision_of, rv_of, CaughtUp, SharedFuture};
+    use kubefold_store::Options;
+
+    use super::*;
+    use crate::aggregator::Retention;
+    use crate::fleet::Fleet;
+    use crate::messages::{Ingest, WatchBatch};
+
+    /// A shared log in memory: fenced like etcd, at most three events a
+    /// transaction, and revisions that other keys also take (sparse).
+    #[derive(Default)]
+    struct MemoryLog {
+        state: Mutex<(u64, u64, Vec<(u64, Vec<StoredEvent>, Vec<(String, String, String)>)>)>,
+    }
+
+    impl SharedLog for MemoryLog {
+        fn identity(&self) -> String {
+            "memory".into()
+        }
+
+        fn commit_part(&self, events: &[StoredEvent], checkpoints: &[(String, String, String)], _removed: &[(String, String)], fence: u64) -> Result<(usize, u64), SharedError> {
+            let mut state = self.state.lock().unwrap();
+            let (revision, head, log) = &mut *state;
+            if *head != fence {
+                return Err(SharedError::Fenced(fence));
+            }
+            *revision += 2;
+            let taken = events.len().min(3);
+            let all = taken == events.len();
+            let written = events[..taken].iter().cloned().map(|mut e| {
+                // What a reader cannot know from the record alone.
+                (e.rv, e.prev_rv) = (0, 0);
+                e
+            });
+            log.push((*revision, written.collect(), if all { checkpoints.to_vec() } else { Vec::new() }));
+            *head = *revision;
+            Ok((taken, *revision))
+        }
+
+        fn catch_up(&self, after: u64) -> Result<CaughtUp, SharedError> {
+            let state = self.state.lock().unwrap();
+            let batches = state.2.iter().filter(|(revision, _, _)| *revision > after).map(|(revision, events, checkpoints)| Replicated {
+                revision: *revision,
+                events: events.iter().cloned().enumerate().map(|(i, mut e)| { e.rv = rv_of(*revision, i); e }).collect(),
+                checkpoints: checkpoints.clone(),
+                removed_checkpoints: Vec::new(),
+            });
+            Ok(CaughtUp { batches: batches.collect(), head_revision: state.1, compacted_rv: 0 })
+        }
+
+        fn current_rv(&self) -> SharedFuture<u64> {
+            Box::pin(async { Ok(0) })
+        }
+
+        fn compact(&self, _floor: u64, _keep: &(dyn Fn(u64) -> bool + Sync)) -> Result<u64, SharedError> {
+            Ok(0)
+        }
+    }
+
+    fn pod(cluster: &str, name: &str, member_rv: &str) -> Ingested {
+        let pods = resources::find(&resources::builtin(), "", "v1", "pods").unwrap().clone();
+        let raw = format!(r#"{{"metadata":{{"name":"{name}","namespace":"default","resourceVersion":"{member_rv}"}}}}"#);
+        ingest(&pods, cluster, raw.as_bytes()).unwrap()
+    }
+
+    fn send(aggregator: &mut Aggregator, cluster: &str, batch: WatchBatch, checkpoint: &str) -> usize {
+        let msg = Ingest { cluster: cluster.into(), resource: "v1/pods".into(), batch, checkpoint: checkpoint.into(), scope: None };
+        aggregator.ingest(msg).unwrap()
+    }
+
+    fn replica(dir: &std::path::Path, log: &Arc<MemoryLog>) -> (Arc<Fleet>, Aggregator) {
+        let store = kubefold_store::Store::open(dir, &Options::default()).unwrap();
+        let recovered = store.recover().unwrap();
+        let fleet = Fleet::new(resources::builtin(), NameStyle::Qualified, store, recovered.index, recovered.compacted_rv);
+        fleet.set_shared(log.clone());
+        let aggregator = Aggregator::new(fleet.take_publisher().unwrap(), Retention::default());
+        (fleet, aggregator)
+    }
+
+    /// (cluster/name, rv) of every pod a replica serves.
+    fn served(fleet: &Fleet) -> Vec<(String, u64)> {
+        fleet.snapshot().range("v1/pods", None, None).map(|(k, e)| (format!("{}/{}", k.cluster, k.name), e.rv)).collect()
+    }
+
+    /// Two replicas over one log: a batch split over transactions, a
+    /// commit fenced out by the other replica's (caught up, then committed
+    /// again), events numbered by revision and place on both alike, the
+    /// previous version of a change found by each from its index, the
+    /// checkpoints in each local copy; a restart resumes after its copy.
+    #[test]
+    fn replicas_over_a_shared_log_apply_the_same_transactions() {
+        let log = Arc::new(MemoryLog::default());
+        let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (fleet_a, mut a) = replica(dir_a.path(), &log);
+        let (fleet_b, mut b) = replica(dir_b.path(), &log);
+        let seven = (0..7).map(|i| pod("m1", &format!("p{i}"), "1")).collect();
+        assert_eq!(send(&mut a, "m1", WatchBatch::Relist(seven), "10"), 7);
+        assert_eq!(log.state.lock().unwrap().2.iter().map(|t| t.1.len()).collect::<Vec<_>>(), [3, 3, 1]);
+        // B has not applied A's transactions: its commit is fenced out,
+        // it catches up and commits again.
+        assert_eq!(send(&mut b, "m2", WatchBatch::Relist(vec![pod("m2", "q", "1")]), "5"), 1);
+        a.catch_up().unwrap();
+        assert_eq!(served(&fleet_a), served(&fleet_b));
+        let rvs: Vec<u64> = served(&fleet_a).iter().map(|(_, rv)| *rv).collect();
+        assert_eq!(rvs, [rv_of(2, 0), rv_of(2, 1), rv_of(2, 2), rv_of(4, 0), rv_of(4, 1), rv_of(4, 2), rv_of(6, 0), rv_of(8, 0)]);
+        assert_eq!((a.applied_revision(), b.applied_revision()), (8, 8));
+
+        // A change: the previous version is each replica's own index entry.
+        assert_eq!(send(&mut a, "m1", WatchBatch::Changes(vec![Change::Upsert(pod("m1", "p1", "2"))]), "11"), 1);
+        b.catch_up().unwrap();
+        for fleet in [&fleet_a, &fleet_b] {
+            let event = fleet.store().event(rv_of(10, 0)).unwrap().unwrap();
+            assert_eq!((event.event_type, event.prev_rv, revision_of(event.rv)), (EventType::Modified, rv_of(2, 1), 10));
+        }
+        assert_eq!(served(&fleet_a), served(&fleet_b));
+        drop((a, b, fleet_a, fleet_b));
+
+        // Each local copy holds every checkpoint, and a restart resumes after it.
+        for dir in [&dir_a, &dir_b] {
+            let store = kubefold_store::Store::open(dir.path(), &Options::default()).unwrap();
+            let checkpoints = store.recover().unwrap().checkpoints;
+            assert_eq!(checkpoints.get(&("m1".into(), "v1/pods".into())).map(String::as_str), Some("11"));
+            assert_eq!(checkpoints.get(&("m2".into(), "v1/pods".into())).map(String::as_str), Some("5"));
+        }
+        let (_, mut a) = replica(dir_a.path(), &log);
+        assert_eq!(a.applied_revision(), 10);
+        assert_eq!(a.catch_up().unwrap(), 10);
+    }
+}
