@@ -446,7 +446,7 @@ impl SharedLog for EtcdLog {
         // the transactions after `revision` (a transaction's revision, or
         // 0) were fenced on it or later, so the range starts there.
         let (events_start, events_end, checkpoints_start) = (self.event_key_prefix(revision), prefix_end(&self.events_prefix()), self.checkpoints_prefix());
-        let (kvs, head_revision, compacted_rv) = self.wait(async move {
+        let (kvs, head_revision, head_rv, compacted_rv) = self.wait(async move {
             let mut kv = client.kv_client();
             // The head and the floor first, then every key after `revision`
             // as of the same revision: one consistent cut.
@@ -454,19 +454,23 @@ impl SharedLog for EtcdLog {
             let at = response.header().map_or(0, |h| h.revision());
             let head_revision = response.kvs().first().map_or(0, |kv| kv.mod_revision() as u64);
             let head_kv = response.kvs().first().cloned();
+            let head_rv = match &head_kv {
+                Some(kv) => head_rv(kv.mod_revision() as u64, kv.value())?,
+                None => 0,
+            };
             let floor = kv.get(compacted, Some(GetOptions::new().with_revision(at))).await.map_err(unavailable)?;
             let compacted_rv = floor.kvs().first().and_then(|kv| std::str::from_utf8(kv.value()).ok()?.parse().ok()).unwrap_or(0u64);
             let (mut kvs, _) = EtcdLog::range_after(&client, events_start, events_end, revision, at).await?;
             let (checkpoints, _) = EtcdLog::range_after(&client, checkpoints_start.clone(), prefix_end(&checkpoints_start), revision, at).await?;
             kvs.extend(checkpoints);
             kvs.extend(head_kv.filter(|kv| kv.mod_revision() as u64 > revision));
-            Ok((kvs, head_revision, compacted_rv))
+            Ok((kvs, head_revision, head_rv, compacted_rv))
         })?;
         // Transactions are known by their head write, which only the last
         // is read with here: the others are every revision with events or
         // checkpoints.
         let batches = self.transactions(kvs.into_iter().map(Change::Put).collect(), true)?;
-        Ok(CaughtUp { batches, head_revision, compacted_rv })
+        Ok(CaughtUp { batches, head_revision, head_rv, compacted_rv })
     }
 
     fn current_rv(&self) -> SharedFuture<u64> {

@@ -363,6 +363,19 @@ impl Store {
         Ok(true)
     }
 
+    /// Moves the head to `rv` without an event, when it is below (a copy of
+    /// a shared log whose last events were compacted away); returns
+    /// whether it moved.
+    pub fn advance_head(&self, rv: u64) -> Result<bool> {
+        if self.head_rv()? >= rv {
+            return Ok(false);
+        }
+        self.keep_below_ceiling(rv)?;
+        self.tree()?.insert(meta_key("head"), &rv.to_be_bytes()[..])?;
+        self.db()?.flush()?;
+        Ok(true)
+    }
+
     /// Removes the checkpoint of one resource type of a cluster (it is no
     /// longer watched there).
     pub fn remove_checkpoint(&self, cluster: &str, resource: &str) -> Result<()> {

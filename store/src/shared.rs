@@ -65,6 +65,10 @@ pub struct CaughtUp {
     /// The revision of the log's head (the last transaction committed) as
     /// of the read: what the next commit is fenced on.
     pub head_revision: u64,
+    /// The log's head resourceVersion as of the read: its last event's,
+    /// which compaction may have removed (a deletion), so a copy rebuilt
+    /// from the log moves its head there without an event.
+    pub head_rv: u64,
     /// The log's compaction floor (a resourceVersion): events up to it may
     /// be gone from the log.
     pub compacted_rv: u64,

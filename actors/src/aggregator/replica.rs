@@ -95,6 +95,15 @@ impl Aggregator {
             );
         }
         self.apply_replicated(caught.batches)?;
+        if caught.head_rv > self.reflector.index().head_rv() {
+            // The log's last events were compacted away (deletions): the
+            // head moves there without them, as on every other replica.
+            self.store.advance_head(caught.head_rv)?;
+            let mut index = self.reflector.index().clone();
+            index.set_head_rv(caught.head_rv);
+            self.reflector.restore_index(index.clone());
+            self.publisher.publish(index, Vec::new());
+        }
         self.applied_revision = self.applied_revision.max(caught.head_revision);
         self.fleet.set_shared_applied_revision(self.applied_revision);
         Ok(self.applied_revision)
@@ -181,7 +190,8 @@ mod tests {
     /// transaction, and revisions that other keys also take (sparse).
     #[derive(Default)]
     struct MemoryLog {
-        state: Mutex<(u64, u64, Vec<(u64, Vec<StoredEvent>, Vec<(String, String, String)>)>)>,
+        /// The last revision, the head's revision and resourceVersion, the transactions.
+        state: Mutex<(u64, u64, u64, Vec<(u64, Vec<StoredEvent>, Vec<(String, String, String)>)>)>,
     }
 
     impl SharedLog for MemoryLog {
@@ -191,7 +201,7 @@ mod tests {
 
         fn commit_part(&self, events: &[StoredEvent], checkpoints: &[(String, String, String)], _removed: &[(String, String)], fence: u64) -> Result<(usize, u64), SharedError> {
             let mut state = self.state.lock().unwrap();
-            let (revision, head, log) = &mut *state;
+            let (revision, head, head_rv, log) = &mut *state;
             if *head != fence {
                 return Err(SharedError::Fenced(fence));
             }
@@ -205,18 +215,21 @@ mod tests {
             });
             log.push((*revision, written.collect(), if all { checkpoints.to_vec() } else { Vec::new() }));
             *head = *revision;
+            if taken > 0 {
+                *head_rv = rv_of(*revision, taken - 1);
+            }
             Ok((taken, *revision))
         }
 
         fn catch_up(&self, after: u64) -> Result<CaughtUp, SharedError> {
             let state = self.state.lock().unwrap();
-            let batches = state.2.iter().filter(|(revision, _, _)| *revision > after).map(|(revision, events, checkpoints)| Replicated {
+            let batches = state.3.iter().filter(|(revision, _, _)| *revision > after).map(|(revision, events, checkpoints)| Replicated {
                 revision: *revision,
                 events: events.iter().cloned().enumerate().map(|(i, mut e)| { e.rv = rv_of(*revision, i); e }).collect(),
                 checkpoints: checkpoints.clone(),
                 removed_checkpoints: Vec::new(),
             });
-            Ok(CaughtUp { batches: batches.collect(), head_revision: state.1, compacted_rv: 0 })
+            Ok(CaughtUp { batches: batches.collect(), head_revision: state.1, head_rv: state.2, compacted_rv: 0 })
         }
 
         fn current_rv(&self) -> SharedFuture<u64> {
@@ -266,7 +279,7 @@ mod tests {
         let (fleet_b, mut b) = replica(dir_b.path(), &log);
         let seven = (0..7).map(|i| pod("m1", &format!("p{i}"), "1")).collect();
         assert_eq!(send(&mut a, "m1", WatchBatch::Relist(seven), "10"), 7);
-        assert_eq!(log.state.lock().unwrap().2.iter().map(|t| t.1.len()).collect::<Vec<_>>(), [3, 3, 1]);
+        assert_eq!(log.state.lock().unwrap().3.iter().map(|t| t.1.len()).collect::<Vec<_>>(), [3, 3, 1]);
         // B has not applied A's transactions: its commit is fenced out,
         // it catches up and commits again.
         assert_eq!(send(&mut b, "m2", WatchBatch::Relist(vec![pod("m2", "q", "1")]), "5"), 1);
@@ -293,8 +306,24 @@ mod tests {
             assert_eq!(checkpoints.get(&("m1".into(), "v1/pods".into())).map(String::as_str), Some("11"));
             assert_eq!(checkpoints.get(&("m2".into(), "v1/pods".into())).map(String::as_str), Some("5"));
         }
-        let (_, mut a) = replica(dir_a.path(), &log);
+        let (fleet_a, mut a) = replica(dir_a.path(), &log);
         assert_eq!(a.applied_revision(), 10);
         assert_eq!(a.catch_up().unwrap(), 10);
+
+        // A deletion that compaction then removes from the log: a copy
+        // rebuilt from the log has the same objects and the same head.
+        assert_eq!(send(&mut a, "m1", WatchBatch::Changes(vec![Change::Delete(pod("m1", "p6", "3"))]), "12"), 1);
+        let head = fleet_a.snapshot().head_rv();
+        assert_eq!(head, rv_of(12, 0));
+        // Compaction: neither the deletion nor the versions before it are live.
+        log.state.lock().unwrap().3.iter_mut().for_each(|t| t.1.retain(|e| e.key.name != "p6"));
+        let dir_c = tempfile::tempdir().unwrap();
+        let (fleet_c, mut c) = replica(dir_c.path(), &log);
+        c.catch_up().unwrap();
+        assert_eq!(served(&fleet_c), served(&fleet_a));
+        assert_eq!(fleet_c.snapshot().head_rv(), head, "the head of the log, not of its last event left");
+        drop((c, fleet_c));
+        let store = kubefold_store::Store::open(dir_c.path(), &Options::default()).unwrap();
+        assert_eq!(store.head_rv().unwrap(), head, "kept in the copy");
     }
 }
