@@ -128,9 +128,11 @@ fn one_replica_on_etcd_syncs_two_members_and_rebuilds_from_etcd() {
     assert!(rv > 1 << 12, "resourceVersion {rv} is derived from an etcd revision");
     kf.stop();
 
-    // An empty data dir and no member: everything comes from etcd.
+    // An empty data dir and no member: everything comes from etcd (named
+    // in the config file this time).
     let (_dir2, data2) = data_dir();
-    let replica = Kubefold::serve(&data2, &[], &["--etcd-servers", &etcd.url()]);
+    let (_config_dir, config) = config_file(&format!("etcd:\n  servers: [\"{}\"]\n  prefix: /kubefold\n", etcd.url()));
+    let replica = Kubefold::serve(&data2, &[], &["--config", &config]);
     wait_for(Duration::from_secs(30), "the rebuilt replica at the same head", || {
         let (code, body) = replica.get("/api/v1/pods");
         code == 200 && serde_json::from_str::<Value>(&body).map(|l| listed(&l)).is_ok_and(|(p, r)| p == pods && r == rv)
