@@ -10,6 +10,31 @@ use kubefold_engine::selection::{ResourceSelection, SelectionRule};
 use kubefold_store::Durability;
 use serde::Deserialize;
 
+/// etcd as the shared log (kube-apiserver's `--etcd-*` flags).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct EtcdConfig {
+    /// Client URLs of the etcd members (`--etcd-servers URL[,URL]`).
+    pub servers: Vec<String>,
+    /// The prefix of every key kubefold writes (`--etcd-prefix`).
+    #[serde(default = "default_etcd_prefix")]
+    pub prefix: String,
+    /// CA of the etcd servers' certificates (`--etcd-cafile`).
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate (`--etcd-certfile`), with `keyFile`.
+    #[serde(default)]
+    pub cert_file: Option<PathBuf>,
+    /// Client key (`--etcd-keyfile`).
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+}
+
+/// `/kubefold`, as kube-apiserver's `/registry`.
+pub fn default_etcd_prefix() -> String {
+    "/kubefold".to_string()
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -50,6 +75,11 @@ pub struct Config {
     /// What the store does about damage found at start.
     #[serde(default)]
     pub store: StoreConfig,
+    /// etcd as the log shared by several kubefold replicas (needs a build
+    /// with the `etcd` feature): each replica keeps its data dir as its
+    /// copy of the log.
+    #[serde(default)]
+    pub etcd: Option<EtcdConfig>,
     /// Retention of the event log (by count and by age) and compaction period.
     #[serde(default)]
     pub retention: kubefold_actors::aggregator::Retention,

@@ -11,6 +11,7 @@
 mod admin_cli;
 mod config;
 mod demo;
+mod etcd;
 mod karmada;
 mod offline;
 mod resolve;
@@ -163,6 +164,21 @@ struct ServeArgs {
     /// Seconds an edit waits for its change to be ingested (read-your-writes).
     #[arg(long)]
     write_wait_seconds: Option<u64>,
+    /// etcd as the log shared by several replicas: client URLs, comma-separated (needs a build with `--features etcd`).
+    #[arg(long, value_name = "URL[,URL]", value_delimiter = ',')]
+    etcd_servers: Vec<String>,
+    /// The prefix of every key kubefold writes in etcd.
+    #[arg(long, value_name = "PREFIX")]
+    etcd_prefix: Option<String>,
+    /// CA certificate (PEM) of the etcd servers.
+    #[arg(long, value_name = "FILE")]
+    etcd_cafile: Option<PathBuf>,
+    /// Client certificate (PEM) for etcd, with --etcd-keyfile.
+    #[arg(long, value_name = "FILE", requires = "etcd_keyfile")]
+    etcd_certfile: Option<PathBuf>,
+    /// Client key (PEM) for etcd.
+    #[arg(long, value_name = "FILE", requires = "etcd_certfile")]
+    etcd_keyfile: Option<PathBuf>,
     /// Serve resourceVersions above N only: for a data dir started empty on purpose (a new disk, a restore of an older backup) while clients may hold resourceVersions up to N.
     #[arg(long, value_name = "N")]
     min_resource_version: Option<u64>,
@@ -324,6 +340,20 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<Config> {
     }
     if let Some(n) = args.min_resource_version {
         config.min_resource_version = n;
+    }
+    if !args.etcd_servers.is_empty() {
+        config.etcd = Some(config::EtcdConfig { servers: args.etcd_servers, prefix: config::default_etcd_prefix(), ca_file: None, cert_file: None, key_file: None });
+    }
+    if let Some(etcd) = config.etcd.as_mut() {
+        etcd.prefix = args.etcd_prefix.unwrap_or(std::mem::take(&mut etcd.prefix));
+        etcd.ca_file = args.etcd_cafile.or(etcd.ca_file.take());
+        etcd.cert_file = args.etcd_certfile.or(etcd.cert_file.take());
+        etcd.key_file = args.etcd_keyfile.or(etcd.key_file.take());
+    } else if args.etcd_prefix.is_some() || args.etcd_cafile.is_some() || args.etcd_certfile.is_some() {
+        anyhow::bail!("--etcd-prefix, --etcd-cafile, --etcd-certfile and --etcd-keyfile need --etcd-servers (or `etcd.servers` in the config file)");
+    }
+    if config.etcd.is_some() {
+        etcd::supported()?;
     }
     if let Some(w) = args.write_wait_seconds {
         config.write_wait_seconds = w;

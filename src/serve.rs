@@ -276,6 +276,44 @@ fn recover_caught(
     })
 }
 
+/// A replica's data dir that cannot be used as the log's copy (`why`) is
+/// moved aside into `stale-<unix time>/` inside it (kept, never deleted),
+/// and an empty store started, with the settings of the old one (members
+/// registered and the resource selection set through the admin API), to be
+/// filled from the log.
+fn rebuild_copy(
+    data_dir: &Path,
+    options: &Options,
+    progress: &kubefold_api::starting::StartProgress,
+    why: &str,
+    identity: &str,
+) -> anyhow::Result<(Store, kubefold_store::Recovered)> {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let aside = data_dir.join(format!("stale-{secs}"));
+    std::fs::create_dir(&aside).with_context(|| format!("cannot create {}", aside.display()))?;
+    for entry in std::fs::read_dir(data_dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("quarantine-") || name.starts_with("stale-") {
+            continue;
+        }
+        std::fs::rename(entry.path(), aside.join(&name)).with_context(|| format!("cannot move {} into {}", entry.path().display(), aside.display()))?;
+    }
+    warn!(
+        data_dir = %data_dir.display(),
+        moved_to = %aside.display(),
+        reason = why,
+        "The data dir cannot be used as this replica's copy of the etcd log: its files were moved aside (delete them when done); the copy is rebuilt from etcd."
+    );
+    let store = Store::open(data_dir, options)?;
+    if let Err(e) = store.salvage_settings(&aside) {
+        warn!(error = %e, "The old data dir's settings could not be read: members registered and the resource selection set through the admin API must be set again.");
+    }
+    store.put_meta(crate::etcd::SHARED_LOG_META, identity.as_bytes())?;
+    drop(store);
+    recover(data_dir, options, progress)
+}
+
 /// Opens the store in `data_dir` and recovers its index, saying how far it
 /// is in the log every 2 s and in `progress` (which `/readyz` shows).
 fn recover(
@@ -345,12 +383,34 @@ pub fn run(
         let starting = kubefold_api::starting::StartingServer::start(&listener, config.tls.as_ref(), progress.clone())
             .context("cannot start the API listener")?;
         info!(listen = %listener.local_addr()?, "Answering health checks while the store is read.");
+        // A replica over etcd: connected first, its data dir is checked against the log.
+        let replica = config.etcd.as_ref().map(crate::etcd::connect).transpose()?;
         let (store, recovered) = {
             let data_dir = config.data_dir.clone();
+            let (options, progress) = (options.clone(), progress.clone());
             let on_corruption = config.store.on_corruption;
             actix_web::rt::task::spawn_blocking(move || recover_or_repair(&data_dir, &options, &progress, on_corruption))
                 .await
                 .context("the store's recovery ended abnormally")??
+        };
+        let (store, recovered) = match &replica {
+            Some(replica) => match crate::etcd::check_copy(replica, &store, recovered.index.head_rv())? {
+                None => (store, recovered),
+                Some(why) => {
+                    drop(store);
+                    let data_dir = config.data_dir.clone();
+                    let identity = replica.identity();
+                    let (options, progress) = (options.clone(), progress.clone());
+                    actix_web::rt::task::spawn_blocking(move || rebuild_copy(&data_dir, &options, &progress, &why, &identity))
+                        .await
+                        .context("the rebuild of the data dir ended abnormally")??
+                }
+            },
+            None if store.meta(crate::etcd::SHARED_LOG_META)?.is_some() => anyhow::bail!(
+                "the data dir {} is a replica's copy of an etcd log (its resourceVersions are etcd's): start kubefold with the same --etcd-servers, or with another data dir",
+                config.data_dir.display()
+            ),
+            None => (store, recovered),
         };
         starting.stop().await;
         if let Some(fault) = injected_store_fault()? {
@@ -377,6 +437,9 @@ pub fn run(
         let mut known = kubefold_engine::resources::builtin();
         known.extend(kubefold_actors::fleet::discovered_types(&store));
         let fleet = Fleet::new(known, config.name_style, store.clone(), recovered.index, recovered.compacted_rv);
+        if let Some(replica) = &replica {
+            replica.attach(&fleet);
+        }
         let selection = match kubefold_api::admin::read_selection(&store).map_err(|s| anyhow::anyhow!(s.message))? {
             Some(selection) => {
                 if config.resources.is_some() {
@@ -394,6 +457,9 @@ pub fn run(
         let aggregator_arbiter = Arbiter::new();
         let retention = config.retention;
         let aggregator = Aggregator::start_in_arbiter(&aggregator_arbiter.handle(), move |_| Aggregator::new(publisher, retention));
+        if let Some(replica) = &replica {
+            replica.follow(aggregator.clone());
+        }
         // Members: the configured ones and those registered through the admin API.
         let mut clusters = config.clusters.clone();
         for spec in kubefold_api::admin::read_registry(&store).map_err(|s| anyhow::anyhow!(s.message))? {
@@ -418,6 +484,8 @@ pub fn run(
             .keys()
             .map(|(cluster, _)| cluster.clone())
             .filter(|c| !configured.contains(c.as_str()))
+            // Over etcd, other replicas' members have checkpoints here too.
+            .filter(|_| replica.is_none())
             .collect();
         let supervisor =
             Supervisor::new(supervision, aggregator.clone(), config.watcher_threads, recovered.checkpoints).start();
@@ -500,6 +568,7 @@ pub fn run(
         drop(resolver);
         drop(supervisor);
         aggregator_arbiter.stop();
+        drop(replica);
         store.flush()?;
         // The next start loads this snapshot instead of replaying the whole log.
         let index = fleet.snapshot();

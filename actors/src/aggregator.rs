@@ -22,6 +22,9 @@ use crate::fleet::{Fleet, Publisher};
 pub use crate::messages::{Backup, Compact};
 use crate::messages::{Ingest, IngestError, Prune, RemoveCluster};
 
+mod replica;
+pub use replica::{ApplyReplicated, CatchUp};
+
 /// Errors of the aggregator's requests.
 #[derive(Debug, Error)]
 pub enum Error {
@@ -118,6 +121,12 @@ pub struct Aggregator {
     snapshot_at: Instant,
     /// A snapshot is being written.
     snapshotting: bool,
+    /// The log shared with other replicas, if any (see [`replica`]).
+    shared: Option<Arc<dyn kubefold_store::shared::SharedLog>>,
+    /// The revision of the shared log applied (0 without one).
+    applied_revision: u64,
+    /// Events applied from the shared log since the last index snapshot.
+    applied_since_snapshot: u64,
 }
 
 impl Aggregator {
@@ -128,13 +137,16 @@ impl Aggregator {
         Aggregator {
             reflector: Reflector::new((*fleet.snapshot()).clone()),
             store: fleet.store().clone(),
-            fleet,
             publisher,
             retention,
             compacting: false,
             snapshot_rv: 0,
             snapshot_at: Instant::now(),
             snapshotting: false,
+            shared: fleet.shared().cloned(),
+            applied_revision: kubefold_store::shared::revision_of(fleet.snapshot().head_rv()),
+            applied_since_snapshot: 0,
+            fleet,
         }
     }
 
@@ -149,7 +161,12 @@ impl Aggregator {
     fn snapshot_due(&self) -> bool {
         let head = self.reflector.index().head_rv();
         let every = SNAPSHOT_AFTER_EVENTS.min(self.retention.max_events / 2).max(1);
-        let by_events = !self.reflector.is_relisting() && (head - self.snapshot_rv.min(head) >= every || self.snapshot_rv == 0);
+        // On a shared log resourceVersions are sparse: its events are counted.
+        let since = match self.shared {
+            Some(_) => self.applied_since_snapshot,
+            None => head - self.snapshot_rv.min(head),
+        };
+        let by_events = !self.reflector.is_relisting() && (since >= every || self.snapshot_rv == 0);
         !self.snapshotting && head > self.snapshot_rv && (by_events || self.snapshot_at.elapsed() >= SNAPSHOT_AFTER)
     }
 
@@ -164,6 +181,7 @@ impl Aggregator {
             match result {
                 Ok(Ok(Some(stats))) => {
                     this.snapshot_rv = stats.rv;
+                    this.applied_since_snapshot = 0;
                     this.snapshot_at = Instant::now();
                     let seconds = started.elapsed().as_secs_f64();
                     metrics::histogram!("kubefold_index_snapshot_duration_seconds").record(seconds);
@@ -180,7 +198,13 @@ impl Aggregator {
     /// The floor retention allows now.
     fn floor(&self) -> Result<u64, kubefold_store::Error> {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-        self.store.retention_floor(self.retention.max_events, self.retention.max_age_seconds.saturating_mul(1000), now)
+        // On a shared log resourceVersions are sparse (see
+        // `kubefold_store::shared`): `maxEvents` bounds transactions there.
+        let max_events = match self.shared {
+            Some(_) => self.retention.max_events.saturating_mul(kubefold_store::shared::MAX_EVENTS_PER_REVISION as u64),
+            None => self.retention.max_events,
+        };
+        self.store.retention_floor(max_events, self.retention.max_age_seconds.saturating_mul(1000), now)
     }
 
     /// Scope check, reflector, stamp, commit, publish: one batch; returns
@@ -208,6 +232,16 @@ impl Aggregator {
         let store = &self.store;
         let mut events = self.reflector.apply(&cluster, &resource, batch, |rv| store.body(rv).ok().flatten());
         stamp(&mut events);
+        if let Some(shared) = self.shared.clone() {
+            // The events reach the index as the shared log gives them back.
+            self.reflector.restore_index(before);
+            let count = self.commit_shared(&shared, events, checkpoints, Vec::new())?;
+            metrics::counter!("kubefold_events_ingested_total", "cluster" => cluster.clone(), "resource" => resource.clone())
+                .increment(count as u64);
+            metrics::histogram!("kubefold_commit_duration_seconds").record(started.elapsed().as_secs_f64());
+            metrics::histogram!("kubefold_commit_batch_events").record(count as f64);
+            return Ok(count);
+        }
         let commit = Commit { events, checkpoints };
         if let Err(e) = self.store.commit(&commit) {
             self.reflector.restore_index(before);
@@ -240,6 +274,12 @@ impl Aggregator {
         let before = self.reflector.index().clone();
         let events = self.reflector.remove_cluster(cluster, |rv| Ok::<_, std::convert::Infallible>(bodies.get(&rv).cloned()));
         let events = events.unwrap_or_else(|never| match never {});
+        if let Some(shared) = self.shared.clone() {
+            self.reflector.restore_index(before);
+            let mut events = events;
+            stamp(&mut events);
+            return self.commit_shared(&shared, events, Vec::new(), vec![(cluster.to_string(), String::new())]);
+        }
         let count = self.commit_deletions(before, events)?;
         self.store.remove_checkpoints(cluster)?;
         info!(cluster = %cluster, deleted = count, "Cluster removed.");
@@ -292,6 +332,12 @@ impl Aggregator {
             |rv| Ok::<_, std::convert::Infallible>(bodies.get(&rv).cloned()),
         );
         let events = events.unwrap_or_else(|never| match never {});
+        if let Some(shared) = self.shared.clone() {
+            self.reflector.restore_index(before);
+            let mut events = events;
+            stamp(&mut events);
+            return self.commit_shared(&shared, events, Vec::new(), plan.forget);
+        }
         let count = self.commit_deletions(before, events)?;
         for (cluster, resource) in &plan.forget {
             self.store.remove_checkpoint(cluster, resource)?;
@@ -377,6 +423,13 @@ impl Actor for Aggregator {
     fn started(&mut self, ctx: &mut Self::Context) {
         // Bounded mailbox: watchers that `send` more than this wait.
         ctx.set_mailbox_capacity(64);
+        // A replica over a shared log applies what it holds beyond the local copy.
+        if self.shared.is_some() {
+            match self.catch_up() {
+                Ok(revision) => info!(revision, head_rv = self.head_rv(), "Shared log applied."),
+                Err(e) => error!(error = %e, "Reading the shared log failed; its watch tries again."),
+            }
+        }
         let every = std::time::Duration::from_secs(self.retention.compaction_interval_seconds.max(1));
         ctx.run_interval(every, |this, _ctx| {
             if this.compacting {
@@ -398,7 +451,20 @@ impl Actor for Aggregator {
             // that is safe while commits go on).
             this.publisher.set_compacted_rv(floor);
             let (store, live) = (this.store.clone(), this.reflector.index().clone());
-            let wait = tokio::task::spawn_blocking(move || store.compact(floor, &live));
+            let shared = this.shared.clone();
+            let wait = tokio::task::spawn_blocking(move || {
+                let stats = store.compact(floor, &live)?;
+                // The shared log's events up to the same floor go too, but
+                // for those this copy kept (live versions, and the versions
+                // before retained events, which rewinds read).
+                if let Some(shared) = shared {
+                    match shared.compact(stats.floor, &|rv| store.holds(rv).unwrap_or(true)) {
+                        Ok(removed) => info!(floor, removed, "Shared log compacted."),
+                        Err(e) => error!(error = %e, "Shared log compaction failed."),
+                    }
+                }
+                Ok::<_, kubefold_store::Error>(stats)
+            });
             _ctx.spawn(
                 wait.into_actor(this).map(|result, this: &mut Aggregator, _| {
                     this.compacting = false;

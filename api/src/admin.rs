@@ -466,6 +466,13 @@ pub async fn stats(state: web::Data<ApiState>) -> HttpResponse {
         "watchClientsByUserAgent": crate::watch::watch_clients_by_user_agent(),
         "clusters": state.fleet.member_names().len(),
     });
+    if let Some(shared) = state.fleet.shared() {
+        // This replica's place in the log shared with the others (etcd).
+        doc["sharedLog"] = json!({
+            "log": shared.identity(),
+            "appliedRevision": state.fleet.shared_applied_revision(),
+        });
+    }
     if let Some((cause, message)) = store.fault() {
         doc["storeFault"] = json!({
             "cause": cause.label(),

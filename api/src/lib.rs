@@ -200,6 +200,17 @@ impl ApiState {
         query::snapshot::wait_for_rv(&self.fleet, rv, self.config.rv_wait).await
     }
 
+    /// A consistent read (`resourceVersion` unset) on a replica of several:
+    /// waits until this replica has applied the head the shared log has
+    /// now (read linearizably), as kube-apiserver's consistent reads from
+    /// its cache do; 503 when the log cannot be read. At once without a
+    /// shared log.
+    pub async fn wait_consistent(&self) -> Result<(), Status> {
+        let Some(shared) = self.fleet.shared() else { return Ok(()) };
+        let rv = shared.current_rv().await.map_err(|e| Status::unavailable(format!("cannot read the shared log's head for a consistent read: {e}")))?;
+        self.wait_for_rv(rv).await
+    }
+
     /// The index as of `rv`: the live snapshot, a cached one, or the live one
     /// rewound through the event log. 410 when `rv` left the retained history.
     pub fn snapshot_at(&self, rv: u64) -> Result<Arc<Index>, Status> {
@@ -422,8 +433,10 @@ async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath, 
     match (req.method().clone(), path.name.as_deref(), path.subresource.as_deref()) {
         (Method::GET, None, None) if query.is_watch()? => {
             let send_initial = query.watch_send_initial_events()?;
-            if let (Some(true), Some(n)) = (send_initial, query.resource_version()?) {
-                state.wait_for_rv(n).await?;
+            match (send_initial, query.resource_version()?) {
+                (Some(true), Some(n)) => state.wait_for_rv(n).await?,
+                (_, None) => state.wait_consistent().await?,
+                _ => {}
             }
             let agent = req.headers().get(actix_web::http::header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("unknown");
             let socket = req.conn_data::<watch::ConnectionSocket>().cloned();
@@ -432,14 +445,18 @@ async fn resource(req: &HttpRequest, state: &Arc<ApiState>, path: ResourcePath, 
         }
         (Method::GET, None, None) => {
             let read_at = query.list_read_at()?;
-            if let ReadAt::NotOlderThan(n) | ReadAt::Exact(n) = read_at {
-                state.wait_for_rv(n).await?;
+            match read_at {
+                ReadAt::NotOlderThan(n) | ReadAt::Exact(n) => state.wait_for_rv(n).await?,
+                ReadAt::Latest if query.continue_token.as_deref().is_none_or(|t| t.is_empty()) => state.wait_consistent().await?,
+                _ => {}
             }
             read::list(state, req, &scope, &query, read_at)
         }
         (Method::GET, Some(name), None | Some("status")) => {
-            if let ReadAt::NotOlderThan(n) = query.get_read_at()? {
-                state.wait_for_rv(n).await?;
+            match query.get_read_at()? {
+                ReadAt::NotOlderThan(n) => state.wait_for_rv(n).await?,
+                ReadAt::Latest => state.wait_consistent().await?,
+                _ => {}
             }
             read::get(state, req, &scope, name, &query)
         }

@@ -53,6 +53,7 @@
 //! - `compact`: retention and compaction;
 //! - `fault`: storage faults while running (causes, sled reopened after a
 //!   failed write, injected faults for tests);
+//! - `shared`: the seam of a log shared by several replicas (etcd);
 //! - `backup`: backup and restore;
 //! - `usage`: what the store holds, counted;
 //! - `lz4`: LZ4 block compression with a prepared dictionary.
@@ -74,6 +75,7 @@ mod record;
 mod recover;
 mod repair;
 mod serve;
+pub mod shared;
 mod snapshot;
 mod usage;
 
@@ -361,6 +363,19 @@ impl Store {
             batch.insert(meta_key("compacted"), &min_rv.to_be_bytes()[..]);
         }
         self.tree()?.apply_batch(batch)?;
+        self.db()?.flush()?;
+        Ok(true)
+    }
+
+    /// Moves the head to `rv` without an event, when it is below (a copy of
+    /// a shared log whose last events were compacted away); returns
+    /// whether it moved.
+    pub fn advance_head(&self, rv: u64) -> Result<bool> {
+        if self.head_rv()? >= rv {
+            return Ok(false);
+        }
+        self.keep_below_ceiling(rv)?;
+        self.tree()?.insert(meta_key("head"), &rv.to_be_bytes()[..])?;
         self.db()?.flush()?;
         Ok(true)
     }

@@ -118,6 +118,12 @@ impl Store {
         }
     }
 
+    /// Whether the log still holds the event at `rv` (compaction keeps
+    /// live versions and those retained events need).
+    pub fn holds(&self, rv: u64) -> Result<bool> {
+        Ok(self.locations.get(rv).is_some() || self.lookup(rv)?.is_some())
+    }
+
     /// One event of the log.
     pub fn event(&self, rv: u64) -> Result<Option<StoredEvent>> {
         match self.record(rv)? {

@@ -61,6 +61,10 @@ pub struct Fleet {
     catalog: Catalog,
     handles: Mutex<Handles>,
     karmada: karmada::KarmadaClusters,
+    /// The log shared with other replicas, when there is one (etcd).
+    shared: std::sync::OnceLock<Arc<dyn kubefold_store::shared::SharedLog>>,
+    /// The revision of the shared log the aggregator applied.
+    shared_applied: std::sync::atomic::AtomicU64,
 }
 
 impl Fleet {
@@ -76,7 +80,31 @@ impl Fleet {
             catalog: Catalog::new(known),
             handles: Mutex::new(Handles { publisher: true, supervision: true, control_plane: true }),
             karmada: karmada::KarmadaClusters::default(),
+            shared: std::sync::OnceLock::new(),
+            shared_applied: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// Makes this replica one of several over `log` (set once, before the
+    /// aggregator starts): the aggregator commits to it and applies what
+    /// it holds, consistent reads wait for its head.
+    pub fn set_shared(&self, log: Arc<dyn kubefold_store::shared::SharedLog>) -> bool {
+        self.shared.set(log).is_ok()
+    }
+
+    /// The log shared with other replicas, if any.
+    pub fn shared(&self) -> Option<&Arc<dyn kubefold_store::shared::SharedLog>> {
+        self.shared.get()
+    }
+
+    /// The revision of the shared log this replica applied (0 without one).
+    pub fn shared_applied_revision(&self) -> u64 {
+        self.shared_applied.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Records the revision of the shared log applied (the aggregator's).
+    pub fn set_shared_applied_revision(&self, revision: u64) {
+        self.shared_applied.fetch_max(revision, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Takes the one handle that publishes (the aggregator's); `None` once taken.

@@ -1,0 +1,383 @@
+//! kubefold replicas over a real etcd (`--etcd-servers`): one replica
+//! syncing two members and rebuilding its copy from etcd; two replicas over
+//! one etcd, each watching one member, serving one sequence of
+//! resourceVersions (the same list at the same resourceVersion, a watch
+//! resumed on the other replica with no gap and no duplicate, an edit with
+//! read-your-writes, a consistent read on the other replica), and an etcd
+//! restart. Skips, naming what is missing, without the `etcd` binary.
+
+#![cfg(feature = "etcd")]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+/// One etcd member on free loopback ports in a temporary dir, killed when dropped.
+struct Etcd {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    client_port: u16,
+    peer_port: u16,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl Etcd {
+    /// Starts etcd, or `None` (the test skips) when there is no etcd binary.
+    fn start() -> Option<Etcd> {
+        if Command::new("etcd").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
+            eprintln!("skipped: no `etcd` binary (Debian's etcd-server package; .ci/run installs it)");
+            return None;
+        }
+        let mut etcd = Etcd { child: None, dir: tempfile::tempdir().unwrap(), client_port: free_port(), peer_port: free_port() };
+        etcd.run();
+        Some(etcd)
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    /// Starts (or starts again) the member on its data dir and ports, and
+    /// waits until it answers `/health`.
+    fn run(&mut self) {
+        let (client, peer) = (format!("http://127.0.0.1:{}", self.client_port), format!("http://127.0.0.1:{}", self.peer_port));
+        let child = Command::new("etcd")
+            .args(["--name", "e1", "--data-dir"])
+            .arg(self.dir.path().join("etcd"))
+            .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("e1={peer}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("etcd starts");
+        self.child = Some(child);
+        wait_for(Duration::from_secs(30), "etcd healthy", || http_get(&format!("{client}/health")).1.contains("true"));
+    }
+
+    /// Kills the member (SIGKILL) and waits for it.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Names and kubefold resourceVersions of a list's items, and the list's resourceVersion.
+fn listed(list: &Value) -> (Vec<(String, String)>, u64) {
+    let items = list["items"].as_array().unwrap().iter().map(|o| {
+        (o["metadata"]["name"].as_str().unwrap().to_string(), o["metadata"]["resourceVersion"].as_str().unwrap().to_string())
+    });
+    (items.collect(), list["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap())
+}
+
+/// Reads watch events (type, name, resourceVersion) from `url` until `n`
+/// arrived or `limit` passed.
+fn watch_events(url: &str, n: usize, limit: Duration) -> Vec<(String, String, u64)> {
+    let client = reqwest::blocking::Client::builder().timeout(limit).build().unwrap();
+    let response = client.get(url).send().expect("watch starts");
+    assert_eq!(response.status().as_u16(), 200, "watch {url}");
+    let deadline = Instant::now() + limit;
+    let mut events = Vec::new();
+    for line in BufReader::new(response).lines() {
+        let Ok(line) = line else { break };
+        let event: Value = serde_json::from_str(&line).unwrap();
+        let kind = event["type"].as_str().unwrap().to_string();
+        if kind == "BOOKMARK" {
+            continue;
+        }
+        assert_ne!(kind, "ERROR", "watch {url}: {event}");
+        let object = &event["object"]["metadata"];
+        events.push((kind, object["name"].as_str().unwrap().to_string(), object["resourceVersion"].as_str().unwrap().parse().unwrap()));
+        if events.len() >= n || Instant::now() >= deadline {
+            break;
+        }
+    }
+    events
+}
+
+/// One replica on etcd syncs two members; a second start on an empty data
+/// dir rebuilds the same state from etcd alone, at the same resourceVersion.
+#[test]
+fn one_replica_on_etcd_syncs_two_members_and_rebuilds_from_etcd() {
+    let Some(etcd) = Etcd::start() else { return };
+    let members = demo_members(2, 0.0);
+    let (_dir, data) = data_dir();
+    let kf = Kubefold::serve(&data, &cluster_flags(&members), &["--etcd-servers", &etcd.url()]);
+    kf.wait_ready();
+    assert_converged(&kf, &members, "/api/v1/pods", "v1/pods");
+    let (pods, rv) = listed(&kf.get_json("/api/v1/pods"));
+    assert!(pods.iter().any(|(n, _)| n.ends_with("_member1")) && pods.iter().any(|(n, _)| n.ends_with("_member2")), "{pods:?}");
+    // Every resourceVersion is etcd's revision of its transaction with the
+    // event's place in it: far above the count of events.
+    assert!(rv > 1 << 12, "resourceVersion {rv} is derived from an etcd revision");
+    kf.stop();
+
+    // An empty data dir and no member: everything comes from etcd (named
+    // in the config file this time).
+    let (_dir2, data2) = data_dir();
+    let (_config_dir, config) = config_file(&format!("etcd:\n  servers: [\"{}\"]\n  prefix: /kubefold\n", etcd.url()));
+    let replica = Kubefold::serve(&data2, &[], &["--config", &config]);
+    wait_for(Duration::from_secs(30), "the rebuilt replica at the same head", || {
+        let (code, body) = replica.get("/api/v1/pods");
+        code == 200 && serde_json::from_str::<Value>(&body).map(|l| listed(&l)).is_ok_and(|(p, r)| p == pods && r == rv)
+    });
+    let exact = replica.get_json(&format!("/api/v1/pods?resourceVersion={rv}&resourceVersionMatch=Exact"));
+    assert_eq!(listed(&exact), (pods, rv));
+}
+
+/// Two replicas over one etcd, member1 watched by A and member2 by B.
+#[test]
+fn two_replicas_serve_one_sequence_of_resource_versions() {
+    let Some(mut etcd) = Etcd::start() else { return };
+    let members = demo_members(2, 4.0);
+    let flags = cluster_flags(&members);
+    let (_da, data_a) = data_dir();
+    let (_db, data_b) = data_dir();
+    let a = Kubefold::serve(&data_a, &flags[..1], &["--etcd-servers", &etcd.url()]);
+    let b = Kubefold::serve(&data_b, &flags[1..], &["--etcd-servers", &etcd.url()]);
+    a.wait_ready();
+    b.wait_ready();
+    // Each replica serves both members, whichever watches them.
+    for kf in [&a, &b] {
+        wait_for(Duration::from_secs(60), "both members' pods on both replicas", || {
+            let (pods, _) = listed(&kf.get_json("/api/v1/pods"));
+            pods.iter().any(|(n, _)| n.ends_with("_member1")) && pods.iter().any(|(n, _)| n.ends_with("_member2"))
+        });
+    }
+
+    // The same list at the same resourceVersion on both.
+    let (_, rv) = listed(&a.get_json("/api/v1/pods"));
+    let path = format!("/api/v1/pods?resourceVersion={rv}&resourceVersionMatch=Exact");
+    wait_for(Duration::from_secs(30), "B at A's resourceVersion", || b.get(&path).0 == 200);
+    assert_eq!(listed(&a.get_json(&path)), listed(&b.get_json(&path)), "one list at resourceVersion {rv}");
+    // Each replica says which log it follows and how far it applied it.
+    let shared = |kf: &Kubefold| kf.get_json("/admin/v1/stats")["sharedLog"].clone();
+    assert_eq!(shared(&a)["log"], shared(&b)["log"]);
+    assert!(shared(&a)["log"].as_str().is_some_and(|l| l.contains("prefix /kubefold")), "{}", shared(&a));
+    for kf in [&a, &b] {
+        assert!(shared(kf)["appliedRevision"].as_u64().is_some_and(|r| r >= rv >> 12), "{} at {rv}", shared(kf));
+    }
+
+    // A watch on A from rv; then one on B from the 5th event it saw: B
+    // sends exactly what A sent after it, no gap, no duplicate.
+    let on_a = watch_events(&format!("{}/api/v1/pods?watch=true&resourceVersion={rv}", a.url), 12, Duration::from_secs(60));
+    assert!(on_a.len() >= 12, "churn makes events: {on_a:?}");
+    assert!(on_a.windows(2).all(|w| w[0].2 < w[1].2), "ordered: {on_a:?}");
+    let resumed_at = on_a[4].2;
+    let on_b = watch_events(&format!("{}/api/v1/pods?watch=true&resourceVersion={resumed_at}", b.url), 7, Duration::from_secs(60));
+    assert_eq!(on_b, on_a[5..12].to_vec(), "resumed on B after {resumed_at}");
+
+    // An edit through B (of the member it watches) is read back on B at
+    // once, and by a consistent read on A.
+    let (pods, _) = listed(&b.get_json("/api/v1/namespaces/default/pods?labelSelector=kubefold.io/cluster%3Dmember2"));
+    let name = &pods.first().expect("a pod of member2").0;
+    let client = reqwest::blocking::Client::new();
+    let patched = client
+        .patch(format!("{}/api/v1/namespaces/default/pods/{name}", b.url))
+        .header("Content-Type", "application/merge-patch+json")
+        .body(r#"{"metadata":{"labels":{"edited":"through-b"}}}"#)
+        .send()
+        .unwrap();
+    assert_eq!(patched.status().as_u16(), 200);
+    let label = |kf: &Kubefold| kf.get_json(&format!("/api/v1/namespaces/default/pods/{name}"))["metadata"]["labels"]["edited"].clone();
+    assert_eq!(label(&b), "through-b", "read-your-writes on B");
+    assert_eq!(label(&a), "through-b", "a consistent read on A waits for etcd's head");
+
+    // etcd restarts: both replicas go on, and agree again.
+    etcd.kill();
+    std::thread::sleep(Duration::from_secs(1));
+    etcd.run();
+    let (_, before) = listed(&a.get_json("/api/v1/pods"));
+    wait_for(Duration::from_secs(60), "new events after the etcd restart", || {
+        let (code, body) = b.get("/api/v1/pods");
+        code == 200 && serde_json::from_str::<Value>(&body).map(|l| listed(&l).1).is_ok_and(|r| r > before)
+    });
+    let (_, rv) = listed(&b.get_json("/api/v1/pods"));
+    let path = format!("/api/v1/pods?resourceVersion={rv}&resourceVersionMatch=Exact");
+    wait_for(Duration::from_secs(30), "A at B's resourceVersion", || a.get(&path).0 == 200);
+    assert_eq!(listed(&a.get_json(&path)), listed(&b.get_json(&path)), "one list at resourceVersion {rv} after the restart");
+}
+
+/// The log itself: a batch too large for one etcd transaction is split
+/// within etcd's limits, its checkpoint in the last part only; a second
+/// writer fenced on an older head is refused and writes nothing; a
+/// catch-up and a watch give every event back in order, numbered by
+/// revision and place; a consistent read of the head names the last event.
+#[test]
+fn the_etcd_log_splits_batches_fences_writers_and_reads_back_in_order() {
+    use kubefold_engine::event::{EventType, StoredEvent};
+    use kubefold_engine::{object, resources};
+    use kubefold_store::shared::{revision_of, SharedError, SharedLog};
+    let Some(etcd) = Etcd::start() else { return };
+    let options = kubefold_etcd::EtcdOptions { servers: vec![etcd.url()], prefix: "/test".into(), ..Default::default() };
+    let (one, two) = (kubefold_etcd::EtcdLog::connect(&options).unwrap(), kubefold_etcd::EtcdLog::connect(&options).unwrap());
+    let pods = resources::find(&resources::builtin(), "", "v1", "pods").unwrap().clone();
+    let events: Vec<StoredEvent> = (0..300u64)
+        .map(|i| {
+            let raw = format!(r#"{{"metadata":{{"name":"p{i}","namespace":"default","resourceVersion":"{i}"}},"spec":{{"nodeName":"n{i}"}}}}"#);
+            StoredEvent::new(i + 1, EventType::Added, "v1/pods", "m1", 0, object::ingest(&pods, "m1", raw.as_bytes()).unwrap())
+        })
+        .collect();
+    let checkpoints = vec![("m1".to_string(), "v1/pods".to_string(), "299".to_string())];
+    let (mut at, mut fence, mut parts) = (0, 0, Vec::new());
+    while at < events.len() {
+        let (taken, revision) = one.commit_part(&events[at..], &checkpoints, &[], fence).unwrap();
+        assert!((1..kubefold_etcd::MAX_TXN_OPS).contains(&taken), "{taken} events in one transaction");
+        parts.push((revision, taken));
+        at += taken;
+        fence = revision;
+    }
+    assert!(parts.len() >= 3, "300 events take several transactions: {parts:?}");
+    let stale = two.commit_part(&events[..1], &[], &[], parts[0].0);
+    assert!(matches!(stale, Err(SharedError::Fenced(_))), "a writer behind the head is fenced out: {stale:?}");
+
+    let caught = two.catch_up(0).unwrap();
+    assert_eq!(caught.head_revision, fence);
+    assert_eq!(caught.batches.iter().map(|b| (b.revision, b.events.len())).collect::<Vec<_>>(), parts, "nothing of the fenced writer");
+    for (n, batch) in caught.batches.iter().enumerate() {
+        let last = n + 1 == caught.batches.len();
+        assert_eq!(batch.checkpoints.is_empty(), !last, "the checkpoint is in the last transaction only");
+        assert!(batch.events.iter().all(|e| revision_of(e.rv) == batch.revision));
+    }
+    let read: Vec<&StoredEvent> = caught.batches.iter().flat_map(|b| &b.events).collect();
+    assert_eq!(read.iter().map(|e| e.key.name.as_str()).collect::<Vec<_>>(), events.iter().map(|e| e.key.name.as_str()).collect::<Vec<_>>());
+    assert!(read.windows(2).all(|w| w[0].rv < w[1].rv), "resourceVersions in log order");
+    assert!(read.iter().zip(&events).all(|(r, e)| r.body.json == e.body.json && r.member_rv == e.member_rv), "records round-trip");
+    let later = two.catch_up(parts[0].0).unwrap();
+    assert_eq!(later.batches.len(), parts.len() - 1, "a catch-up from a transaction reads only those after it");
+    let head = futures::executor::block_on(two.current_rv()).unwrap();
+    assert_eq!(head, read.last().unwrap().rv, "the head names the last event");
+
+    // A watch from the first transaction delivers the others as they were committed.
+    let mut watch = two.watch(parts[0].0);
+    let watched = futures::executor::block_on(two.spawn(async move {
+        let mut got = Vec::new();
+        while got.len() < parts.len() - 1 {
+            let next = tokio::time::timeout(Duration::from_secs(30), watch.next()).await.expect("the watch delivers within 30 s");
+            got.extend(next.unwrap().into_iter().map(|b| (b.revision, b.events.len())));
+        }
+        (got, parts)
+    }))
+    .unwrap();
+    assert_eq!(watched.0, watched.1[1..].to_vec());
+}
+
+/// A key of etcd as text, read through etcd's JSON gateway.
+fn etcd_get(etcd: &Etcd, key: &str) -> Option<String> {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let body = serde_json::json!({ "key": b64.encode(key) }).to_string();
+    let response = reqwest::blocking::Client::new().post(format!("{}/v3/kv/range", etcd.url())).body(body).send().ok()?;
+    let answer: Value = response.json().ok()?;
+    let value = answer["kvs"].as_array()?.first()?["value"].as_str()?.to_string();
+    String::from_utf8(b64.decode(value).ok()?).ok()
+}
+
+/// Runs `kubefold serve ARGS` that must refuse to start: its exit status
+/// and what it printed on stderr (killed, and the test failed, after 60 s).
+fn refused(args: &[&str]) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kubefold")).arg("serve").args(["--listen", "127.0.0.1:0"]).args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+            assert!(!status.success(), "kubefold {args:?} must not start: {err}");
+            return err;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("kubefold {args:?} did not refuse within 60 s");
+}
+
+/// A data dir is a copy of one log: one written without etcd is refused by
+/// a replica, a replica's copy is refused without etcd, and a copy older
+/// than etcd's compaction (retention compacts etcd too, deleting a deleted
+/// pod's events) is moved aside and rebuilt from etcd: the same list at the
+/// same resourceVersion, without the pod (a copy caught up from its old
+/// head would keep it: its deletion is compacted away).
+#[test]
+fn copies_are_checked_against_etcd_and_a_stale_one_is_rebuilt() {
+    let Some(etcd) = Etcd::start() else { return };
+    let members = demo_members(1, 0.0);
+    let flags = cluster_flags(&members);
+
+    // kubefold's own history is not a copy of etcd's.
+    let (_ds, data_s) = data_dir();
+    let alone = Kubefold::serve(&data_s, &flags, &[]);
+    alone.wait_ready();
+    alone.stop();
+    let err = refused(&["--data-dir", data_s.to_str().unwrap(), "--etcd-servers", &etcd.url()]);
+    assert!(err.contains("written without --etcd-servers"), "{err}");
+
+    let (_dc, data_c) = data_dir();
+    let c = Kubefold::serve(&data_c, &[], &["--etcd-servers", &etcd.url()]);
+    let (_config_dir, config) = config_file("retention: {maxAgeSeconds: 1, compactionIntervalSeconds: 1}\n");
+    let (_da, data_a) = data_dir();
+    let a = Kubefold::serve(&data_a, &flags, &["--etcd-servers", &etcd.url(), "--config", &config]);
+    a.wait_ready();
+    wait_for(Duration::from_secs(60), "C serving member1's pods", || listed(&c.get_json("/api/v1/pods")).0.len() > 1);
+    let (_, c_head) = listed(&c.get_json("/api/v1/pods"));
+    c.stop();
+    let err = refused(&["--data-dir", data_c.to_str().unwrap()]);
+    assert!(err.contains("copy of an etcd log"), "{err}");
+
+    let a = std::sync::Arc::new(a);
+    let a_logs = a.clone();
+    let _logs = Dump(Box::new(move || eprintln!("A's log:\n{}", a_logs.logs())));
+    // A pod deleted through A, then retention compacts etcd past C's copy.
+    let (pods, _) = listed(&a.get_json("/api/v1/namespaces/default/pods"));
+    let doomed = pods.first().expect("a pod in default").0.clone();
+    let deleted = reqwest::blocking::Client::new().delete(format!("{}/api/v1/namespaces/default/pods/{doomed}", a.url)).send().unwrap();
+    assert!(deleted.status().is_success(), "delete {doomed}: {}", deleted.status());
+    wait_for(Duration::from_secs(30), "the deletion on A", || !listed(&a.get_json("/api/v1/pods")).0.iter().any(|(n, _)| n == &doomed));
+    wait_for(Duration::from_secs(90), "etcd compacted past C's head", || {
+        etcd_get(&etcd, "/kubefold/compacted").and_then(|f| f.parse::<u64>().ok()).is_some_and(|f| f > c_head)
+    });
+    let c = std::sync::Arc::new(Kubefold::serve(&data_c, &[], &["--etcd-servers", &etcd.url()]));
+    let c_logs = c.clone();
+    let _c_dump = Dump(Box::new(move || eprintln!("C's log:\n{}", c_logs.logs())));
+    wait_for(Duration::from_secs(10), "the stale copy moved aside", || c.logs().contains("moved aside"));
+    assert!(std::fs::read_dir(&data_c).unwrap().flatten().any(|e| e.file_name().to_string_lossy().starts_with("stale-")));
+    // The member settles (its controllers replace the pod): C then serves A's list.
+    let same = || {
+        let (code, body) = c.get("/api/v1/pods");
+        code == 200 && serde_json::from_str::<Value>(&body).is_ok_and(|l| listed(&l) == listed(&a.get_json("/api/v1/pods")))
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !same() {
+        assert!(Instant::now() < deadline, "C serves A's list at A's resourceVersion: C {:?}, A {:?}\nC: {}", listed(&c.get_json("/api/v1/pods")), listed(&a.get_json("/api/v1/pods")), c.logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (rebuilt, _) = listed(&c.get_json("/api/v1/pods"));
+    assert!(rebuilt.len() > 1 && !rebuilt.iter().any(|(n, _)| n == &doomed), "{doomed} is gone from the rebuilt copy: {rebuilt:?}");
+}
+
+/// Runs its closure when dropped while panicking (a failed test prints logs).
+struct Dump(Box<dyn Fn()>);
+
+impl Drop for Dump {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            (self.0)();
+        }
+    }
+}
