@@ -143,18 +143,31 @@ async fn protobuf_updates_and_subresources() {
     assert_eq!(response.status().as_u16(), 200, "{}", response.text().await.unwrap());
     let stored: Value = client().get(&url).send().await.unwrap().json().await.unwrap();
     assert_eq!(stored["spec"]["replicas"], 4);
-    // The status subresource.
-    let mut status = stored.clone();
-    status["status"]["observedGeneration"] = json!(99);
-    let response = client()
-        .put(format!("{url}/status"))
-        .header("content-type", PROTOBUF)
-        .body(kubefold_proto::encode(&status).unwrap())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 200, "{}", response.text().await.unwrap());
-    let stored: Value = client().get(&url).send().await.unwrap().json().await.unwrap();
+    // The status subresource. The simulator's deployment controller writes
+    // the status after the scale as well: a PUT that meets its write gets
+    // 409 Conflict and is sent again on the newer object, and the answer to
+    // the PUT (not a later read, which the controller may have overtaken)
+    // shows what was stored.
+    let mut answer = None;
+    for _ in 0..20 {
+        let mut status: Value = client().get(&url).send().await.unwrap().json().await.unwrap();
+        status["status"]["observedGeneration"] = json!(99);
+        let response = client()
+            .put(format!("{url}/status"))
+            .header("content-type", PROTOBUF)
+            .body(kubefold_proto::encode(&status).unwrap())
+            .send()
+            .await
+            .unwrap();
+        if response.status().as_u16() == 409 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        }
+        assert_eq!(response.status().as_u16(), 200, "{}", response.text().await.unwrap());
+        answer = Some(response.json::<Value>().await.unwrap());
+        break;
+    }
+    let stored = answer.expect("the status PUT stored within 20 tries");
     assert_eq!(stored["status"]["observedGeneration"], 99);
     // Bytes that are not protobuf: 400, nothing stored.
     let response = client().post(format!("{}/api/v1/namespaces/default/configmaps", sim.url())).header("content-type", PROTOBUF).body("k8s\0\x0a\x05").send().await.unwrap();
