@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::http::Method;
-use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
+use actix_web::{web, HttpMessage, HttpRequest, HttpResponse, ResponseError};
 use bytes::{Bytes, BytesMut};
 use chrono::Utc;
 use futures::StreamExt;
@@ -42,7 +42,12 @@ const RV_WAIT: Duration = Duration::from_secs(3);
 
 /// The one handler of the simulator's HTTP server.
 pub async fn dispatch(req: HttpRequest, payload: web::Payload, shared: web::Data<Arc<Shared>>) -> HttpResponse {
-    let shared = shared.get_ref().clone();
+    serve_member(req, payload, shared.get_ref().clone()).await
+}
+
+/// Answers a request to the member `shared` (a fleet's server picks the
+/// member by the address the request came in on).
+pub async fn serve_member(req: HttpRequest, payload: web::Payload, shared: Arc<Shared>) -> HttpResponse {
     let query_string = req.query_string().to_string();
     let pairs: Vec<(String, String)> = web::Query::<Vec<(String, String)>>::from_query(&query_string)
         .map(|q| q.into_inner())
@@ -76,7 +81,9 @@ pub async fn dispatch(req: HttpRequest, payload: web::Payload, shared: web::Data
     };
     tracing::trace!(method = %record.method, path = %record.path, query = %record.query, "Request.");
     if !own {
-        if let Ok(mut log) = shared.requests.lock() {
+        if shared.config.fleet_member {
+            // A fleet's members keep no log: a thousand of them would hold it a thousand times.
+        } else if let Ok(mut log) = shared.requests.lock() {
             if log.len() >= REQUEST_LOG_LIMIT {
                 log.drain(..REQUEST_LOG_LIMIT / 10);
             }
@@ -195,7 +202,11 @@ fn write_options(req: &HttpRequest, query: &[(String, String)]) -> Result<WriteO
 
 /// The member's clock (the clock skew fault moves it).
 fn shared_now(req: &HttpRequest) -> chrono::DateTime<Utc> {
-    req.app_data::<web::Data<Arc<Shared>>>().map_or_else(Utc::now, |shared| shared.now())
+    if let Some(shared) = req.app_data::<web::Data<Arc<Shared>>>() {
+        return shared.now();
+    }
+    // A fleet's member, which its server put into the request.
+    req.extensions().get::<Arc<Shared>>().map_or_else(Utc::now, |shared| shared.now())
 }
 
 /// Waits until the store reaches `rv`, or 504 after 3 seconds (the watch
@@ -290,6 +301,11 @@ async fn faults_endpoint(method: &Method, payload: RequestBody, shared: &Shared)
         Method::PUT => {
             let faults: Faults = admin_body(payload).await?;
             faults.validate().map_err(ApiError::BadRequest)?;
+            if shared.config.fleet_member && faults.offline.is_some() {
+                return Err(ApiError::BadRequest(
+                    "the offline fault needs a simulator of its own (kubefold sim without --clusters): a fleet's members share one server".into(),
+                ));
+            }
             tracing::info!(cluster = %shared.config.name, faults = %serde_json::to_string(&faults).unwrap_or_default(), "Faults set.");
             shared.faults.replace(faults.clone());
             Ok(json_value(&serde_json::to_value(faults).unwrap_or_default()))
@@ -480,7 +496,7 @@ async fn resource(
                 let table = format.table(&[value], metadata, true, Utc::now());
                 return Ok(HttpResponse::Ok().content_type(table::CONTENT_TYPE).body(table.to_string()));
             }
-            Ok(protobuf::object_response(req, 200, object.bytes.clone()))
+            Ok(protobuf::object_response(req, 200, object.bytes()))
         }
         Method::PUT => {
             let body = read_body(payload).await?;
