@@ -298,6 +298,9 @@ pub fn run(
         let aggregator_arbiter = Arbiter::new();
         let retention = config.retention;
         let aggregator = Aggregator::start_in_arbiter(&aggregator_arbiter.handle(), move |_| Aggregator::new(publisher, retention));
+        // Bounds for many members: lists at once, members with series of their own.
+        kubefold_actors::relists::configure(config.relist_concurrency);
+        kubefold_actors::cluster_series::configure(config.metrics_cluster_series);
         // Members: the configured ones and those registered through the admin API.
         let mut clusters = config.clusters.clone();
         for spec in kubefold_api::admin::read_registry(&store).map_err(|s| anyhow::anyhow!(s.message))? {
