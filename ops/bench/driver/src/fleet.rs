@@ -196,7 +196,8 @@ pub async fn run(ctx: &Ctx, report: &mut Report, plan: &FleetPlan) -> Result<()>
     if status != 200 {
         bail!("kubefold list: HTTP {status}");
     }
-    let items = memchr::memmem::find_iter(&body, b"{\"metadata\":{\"name\":\"").count();
+    // Every pod carries one uid (load pods have no owner references).
+    let items = memchr::memmem::find_iter(&body, b"\"uid\":\"").count();
     let list_bytes = body.len();
     let (limit_addr, limit_task) = http::serve_bytes(body).await?;
     let mut limit_client = Client::new(limit_addr);
