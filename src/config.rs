@@ -145,6 +145,14 @@ pub struct Config {
     /// Threads that run the cluster watchers.
     #[serde(default = "default_watcher_threads")]
     pub watcher_threads: usize,
+    /// Member lists (initial syncs, relists) that run at once; the others
+    /// wait their turn (`kubefold_member_relists_waiting`).
+    #[serde(default = "default_relist_concurrency")]
+    pub relist_concurrency: usize,
+    /// Members whose metric series carry their own `cluster` label; the
+    /// members after them share `cluster="_other"`.
+    #[serde(default = "default_metrics_cluster_series")]
+    pub metrics_cluster_series: usize,
     /// HTTP worker threads.
     #[serde(default = "default_http_workers")]
     pub http_workers: usize,
@@ -255,6 +263,16 @@ pub fn default_compress_lists() -> bool {
 /// 2 threads.
 pub fn default_watcher_threads() -> usize {
     2
+}
+
+/// 32 lists.
+pub fn default_relist_concurrency() -> usize {
+    kubefold_actors::relists::DEFAULT_CONCURRENT_RELISTS
+}
+
+/// 100 members.
+pub fn default_metrics_cluster_series() -> usize {
+    kubefold_actors::cluster_series::DEFAULT_CLUSTER_SERIES
 }
 
 /// 2 threads.

@@ -63,6 +63,7 @@ fn private_files() {
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
 }
 
+use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use kubefold_actors::cluster::ClusterSpec;
 use kubefold_engine::names::NameStyle;
@@ -152,6 +153,11 @@ struct ServeArgs {
     /// A member: NAME=URL or NAME=KUBECONFIG[#CONTEXT]; repeatable.
     #[arg(long = "cluster")]
     clusters: Vec<String>,
+    /// A file of members, one NAME=URL or NAME=KUBECONFIG[#CONTEXT] a line
+    /// (what `kubefold sim --clusters N --urls-file FILE` writes); blank
+    /// lines and lines starting with `#` are skipped.
+    #[arg(long)]
+    clusters_file: Option<PathBuf>,
     /// qualified or original.
     #[arg(long)]
     name_style: Option<NameStyle>,
@@ -433,8 +439,26 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<Config> {
     for flag in &args.clusters {
         config.clusters.push(ClusterSpec::parse_flag(flag).map_err(anyhow::Error::msg)?);
     }
+    if let Some(path) = &args.clusters_file {
+        let text = std::fs::read_to_string(path).with_context(|| format!("--clusters-file {}", path.display()))?;
+        config.clusters.extend(cluster_lines(&text).with_context(|| format!("--clusters-file {}", path.display()))?);
+    }
     config.validate()?;
     Ok(config)
+}
+
+/// The members of a `--clusters-file`: one `--cluster` value a line.
+fn cluster_lines(text: &str) -> anyhow::Result<Vec<ClusterSpec>> {
+    let mut clusters = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let spec = ClusterSpec::parse_flag(line).map_err(|e| anyhow::anyhow!("line {}: {e}", i + 1))?;
+        clusters.push(spec);
+    }
+    Ok(clusters)
 }
 
 /// Runs the command; an error ends the process with one line on stderr
@@ -503,5 +527,20 @@ fn parse_seconds(text: &str) -> Result<u64, String> {
         "m" => Ok(n * 60),
         "h" => Ok(n * 3600),
         _ => Err(format!("{text:?} is not a duration (10s, 2m, 1h)")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clusters_file_gives_one_member_a_line_and_names_a_bad_line() {
+        let text = "# written by kubefold sim --clusters 2\nmember1=http://127.0.0.1:4001\n\n  member2=http://127.0.0.1:4002  \n";
+        let clusters = cluster_lines(text).unwrap();
+        let names: Vec<(&str, Option<&str>)> = clusters.iter().map(|c| (c.name.as_str(), c.url.as_deref())).collect();
+        assert_eq!(names, [("member1", Some("http://127.0.0.1:4001")), ("member2", Some("http://127.0.0.1:4002"))]);
+        let error = cluster_lines("member1=http://127.0.0.1:4001\nBad_Name=http://x\n").unwrap_err();
+        assert!(format!("{error:#}").starts_with("line 2: "), "{error:#}");
     }
 }

@@ -460,6 +460,9 @@ pub fn run(
         if let Some(replica) = &replica {
             replica.follow(aggregator.clone());
         }
+        // Bounds for many members: lists at once, members with series of their own.
+        kubefold_actors::relists::configure(config.relist_concurrency);
+        kubefold_actors::cluster_series::configure(config.metrics_cluster_series);
         // Members: the configured ones and those registered through the admin API.
         let mut clusters = config.clusters.clone();
         for spec in kubefold_api::admin::read_registry(&store).map_err(|s| anyhow::anyhow!(s.message))? {

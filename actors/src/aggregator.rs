@@ -249,7 +249,7 @@ impl Aggregator {
         }
         let count = commit.events.len();
         let index = self.reflector.index().clone();
-        metrics::counter!("kubefold_events_ingested_total", "cluster" => cluster.clone(), "resource" => resource.clone())
+        metrics::counter!("kubefold_events_ingested_total", "cluster" => crate::cluster_series::label(&cluster), "resource" => resource.clone())
             .increment(count as u64);
         metrics::histogram!("kubefold_commit_duration_seconds").record(started.elapsed().as_secs_f64());
         metrics::histogram!("kubefold_commit_batch_events").record(count as f64);

@@ -122,7 +122,14 @@ pub struct Prober {
     timeout: Duration,
     probe_dns_names: bool,
     tls: Option<TlsProbe>,
+    /// Probes that run at once: each DNS name is resolved on a blocking
+    /// thread (getaddrinfo), so a thousand members probed together would
+    /// take the runtime's 512 blocking threads.
+    running: Arc<tokio::sync::Semaphore>,
 }
+
+/// Probes that run at once (all clones of one [`Prober`] together).
+pub const CONCURRENT_PROBES: usize = 16;
 
 #[derive(Clone)]
 struct TlsProbe {
@@ -267,7 +274,7 @@ impl Prober {
                 Some(TlsProbe { connector: TlsConnector::from(Arc::new(config)), server_name })
             }
         };
-        Ok(Prober { timeout, probe_dns_names, tls })
+        Ok(Prober { timeout, probe_dns_names, tls, running: Arc::new(tokio::sync::Semaphore::new(CONCURRENT_PROBES)) })
     }
 
     /// The timeout of one address.
@@ -279,6 +286,8 @@ impl Prober {
     /// no address to probe.
     pub async fn probe(&self, addresses: &[String]) -> Option<Probe> {
         let first = addresses.first()?.clone();
+        // Never closed: this only ends with a permit.
+        let _turn = self.running.acquire().await.ok();
         let mut errors = Vec::new();
         let mut first_failure = None;
         let mut all_skipped = true;

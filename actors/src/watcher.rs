@@ -134,6 +134,7 @@ impl Actor for ClusterWatcher {
                 namespace,
                 heal_at: std::cell::Cell::new(None),
                 heals: std::cell::Cell::new(0),
+                relist_permit: std::cell::Cell::new(None),
             };
             if !matches!(target, WatchTarget::Known(_)) {
                 // Discovered types report from now on (readiness does not
@@ -332,6 +333,8 @@ struct Run {
     heal_at: std::cell::Cell<Option<tokio::time::Instant>>,
     /// Healing relists since one that met no bad object (doubles the wait).
     heals: std::cell::Cell<u32>,
+    /// This watcher's turn to list ([`crate::relists`]), held while it lists.
+    relist_permit: std::cell::Cell<Option<tokio::sync::OwnedSemaphorePermit>>,
 }
 
 /// First wait before a relist that recovers skipped member objects; it
@@ -416,6 +419,9 @@ impl Run {
                 tokio::time::sleep(action.delay).await;
             }
             if action.request == Request::List {
+                // Many members back at once: their lists take turns.
+                let permit = crate::relists::global().permit().await;
+                self.relist_permit.set(permit);
                 // A list from now on sees the member as restored.
                 restores.borrow_and_update();
                 self.list_started();
@@ -434,6 +440,8 @@ impl Run {
                 Request::Watch { rv } => self.watch(&client, &rv, &mut machine, restores.clone()).await,
                 Request::None => Input::WatchEnded,
             };
+            // The list is over (a streaming list gave its turn back when its initial events ended).
+            drop(self.relist_permit.take());
             action = machine.step(input);
         }
     }
@@ -445,7 +453,7 @@ impl Run {
 
     fn fail(&self, error: &str) {
         warn!(cluster = %self.spec.name, resource = %self.key, error, "Member request failed.");
-        metrics::counter!("kubefold_member_errors_total", "cluster" => self.spec.name.clone()).increment(1);
+        metrics::counter!("kubefold_member_errors_total", "cluster" => crate::cluster_series::label(&self.spec.name)).increment(1);
         self.update_status(|s| {
             s.last_error = Some(error.to_string());
             if s.state == SyncState::Synced {
@@ -477,7 +485,7 @@ impl Run {
     /// until the object changes again.
     fn bad_object(&self, reason: &str) {
         warn!(cluster = %self.spec.name, resource = %self.key, error = reason, "Member object skipped.");
-        metrics::counter!("kubefold_member_bad_objects_total", "cluster" => self.spec.name.clone()).increment(1);
+        metrics::counter!("kubefold_member_bad_objects_total", "cluster" => crate::cluster_series::label(&self.spec.name)).increment(1);
         if self.heal_at.get().is_none() {
             let delay = HEAL_DELAY.saturating_mul(1 << self.heals.get().min(10)).min(MAX_HEAL_DELAY);
             self.heal_at.set(Some(tokio::time::Instant::now() + delay));
@@ -572,7 +580,7 @@ impl Run {
             Ok(events) => {
                 let events = events + parts.events;
                 info!(cluster = %self.spec.name, resource = %self.key, objects = count, events, rv = %list_rv, "Initial list applied.");
-                metrics::counter!("kubefold_member_relists_total", "cluster" => self.spec.name.clone()).increment(1);
+                metrics::counter!("kubefold_member_relists_total", "cluster" => crate::cluster_series::label(&self.spec.name)).increment(1);
                 self.update_status(|s| {
                     s.state = SyncState::Synced;
                     s.relists += 1;
@@ -741,7 +749,7 @@ impl Run {
             Ok(events) => {
                 let events = events + parts.events;
                 info!(cluster = %self.spec.name, resource = %self.key, objects = count, events, rv = %end_rv, "Initial streaming list applied.");
-                metrics::counter!("kubefold_member_relists_total", "cluster" => self.spec.name.clone()).increment(1);
+                metrics::counter!("kubefold_member_relists_total", "cluster" => crate::cluster_series::label(&self.spec.name)).increment(1);
                 self.update_status(|s| {
                     s.state = SyncState::Synced;
                     s.relists += 1;
@@ -755,6 +763,7 @@ impl Run {
             }
         }
         // The machine now watches from the list's RV; the same stream goes on.
+        drop(self.relist_permit.take());
         machine.step(Input::Listed { rv: end_rv.clone() });
         Some(self.follow(lines, &end_rv, machine, restores).await)
     }

@@ -165,15 +165,87 @@ fn all_clusters(state: &ApiState) -> Result<Vec<(ClusterSpec, &'static str)>, St
     Ok(out)
 }
 
-/// `GET /admin/v1/clusters`.
-pub async fn list_clusters(state: web::Data<ApiState>) -> HttpResponse {
+/// `GET /admin/v1/clusters`: every member, in the order of their names;
+/// with `limit`, a page of at most that many and, when more follow,
+/// `metadata.continue` (pass it as `continue` for the next page) and
+/// `metadata.remainingItemCount`, as Kubernetes lists page.
+pub async fn list_clusters(state: web::Data<ApiState>, req: actix_web::HttpRequest) -> HttpResponse {
+    let page = match ClusterPage::parse(req.query_string()) {
+        Ok(page) => page,
+        Err(s) => return respond::status(&s),
+    };
     match all_clusters(&state) {
-        Ok(clusters) => {
+        Ok(mut clusters) => {
+            clusters.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+            let (clusters, metadata) = page.cut(&clusters);
             let items: Vec<Value> = clusters.iter().map(|(s, src)| cluster_json(&state, s, src)).collect();
-            respond::json(&json!({"items": items}))
+            respond::json(&json!({"metadata": metadata, "items": items}))
         }
         Err(s) => respond::status(&s),
     }
+}
+
+/// `limit` and `continue` of a list of members.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct ClusterPage {
+    /// At most this many (0: all).
+    limit: usize,
+    /// After this member's name.
+    after: Option<String>,
+}
+
+impl ClusterPage {
+    fn parse(query: &str) -> Result<ClusterPage, Status> {
+        let pairs = web::Query::<Vec<(String, String)>>::from_query(query)
+            .map_err(|e| Status::bad_request(format!("invalid query: {e}")))?
+            .into_inner();
+        let mut page = ClusterPage::default();
+        for (key, value) in pairs {
+            match key.as_str() {
+                "limit" => {
+                    page.limit = value
+                        .parse()
+                        .map_err(|_| Status::bad_request(format!("limit: {value:?} is not a non-negative integer")))?;
+                }
+                "continue" if !value.is_empty() => {
+                    let name = continue_name(&value)
+                        .ok_or_else(|| Status::bad_request("continue key is not valid: it is not one this server gave"))?;
+                    page.after = Some(name);
+                }
+                _ => {}
+            }
+        }
+        Ok(page)
+    }
+
+    /// The page of `sorted` (sorted by name) and the list's metadata.
+    fn cut<'a, T>(&self, sorted: &'a [(ClusterSpec, T)]) -> (&'a [(ClusterSpec, T)], Value) {
+        let start = match &self.after {
+            Some(after) => sorted.partition_point(|(s, _)| s.name.as_str() <= after.as_str()),
+            None => 0,
+        };
+        let rest = &sorted[start..];
+        if self.limit == 0 || rest.len() <= self.limit {
+            return (rest, json!({}));
+        }
+        let page = &rest[..self.limit];
+        let last = page.last().map(|(s, _)| s.name.as_str()).unwrap_or_default();
+        (page, json!({"continue": continue_token(last), "remainingItemCount": rest.len() - self.limit}))
+    }
+}
+
+/// The continue token after the member `name`: opaque to clients (base64url of `c1:<name>`).
+fn continue_token(name: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("c1:{name}"))
+}
+
+/// The member name of a continue token, when it is one.
+fn continue_name(token: &str) -> Option<String> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(token).ok()?;
+    let name = String::from_utf8(bytes).ok()?.strip_prefix("c1:")?.to_string();
+    kubefold_engine::names::is_valid_cluster_name(&name).then_some(name)
 }
 
 /// `GET /admin/v1/clusters/{name}`.
@@ -529,4 +601,54 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/admin/v1/stats", web::get().to(stats))
         .route("/admin/v1/compact", web::post().to(compact))
         .route("/admin/v1/backup", web::post().to(backup));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn members(n: usize) -> Vec<(ClusterSpec, ())> {
+        // Out of order and with names that sort differently as numbers.
+        (1..=n).rev().map(|i| (ClusterSpec::from_url(&format!("member{i}"), "http://127.0.0.1:1"), ())).collect()
+    }
+
+    fn names<T>(page: &[(ClusterSpec, T)]) -> Vec<&str> {
+        page.iter().map(|(s, _)| s.name.as_str()).collect()
+    }
+
+    #[test]
+    fn member_lists_page_with_limit_and_continue_until_every_member_was_seen_once() {
+        let mut all = members(12);
+        all.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+        let mut seen = Vec::new();
+        let mut query = "limit=5".to_string();
+        let mut pages = 0;
+        loop {
+            let page = ClusterPage::parse(&query).unwrap();
+            let (items, metadata) = page.cut(&all);
+            assert!(items.len() <= 5);
+            seen.extend(names(items).into_iter().map(str::to_string));
+            pages += 1;
+            match metadata["continue"].as_str() {
+                Some(token) => {
+                    assert_eq!(metadata["remainingItemCount"], json!(12 - seen.len()));
+                    query = format!("limit=5&continue={token}");
+                }
+                None => break,
+            }
+        }
+        assert_eq!(pages, 3);
+        let expected: Vec<String> = names(&all).into_iter().map(str::to_string).collect();
+        assert_eq!(seen, expected, "every member once, in name order");
+        let (everything, metadata) = ClusterPage::parse("").unwrap().cut(&all);
+        assert_eq!((everything.len(), metadata), (12, json!({})), "no limit: the whole list");
+    }
+
+    #[test]
+    fn bad_limits_and_continue_tokens_are_400() {
+        for query in ["limit=-1", "limit=x", "continue=member3", "continue=!!"] {
+            let status = ClusterPage::parse(query).unwrap_err();
+            assert_eq!((status.code, status.reason.as_str()), (400, "BadRequest"), "{query}");
+        }
+    }
 }

@@ -19,7 +19,7 @@
 //! `fieldValidation`, no schemas), which keeps kubectl's server-side
 //! validation working.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -249,6 +249,16 @@ async fn refresh(fleet: &Fleet, members: &mut BTreeMap<String, MemberDocuments>)
     let names: BTreeSet<String> = fleet.member_names().into_iter().collect();
     members.retain(|name, _| names.contains(name));
     let served: BTreeSet<String> = kubefold_engine::resources::served_group_versions(&fleet.catalog()).iter().map(|(g, v)| schemas::group_version_key(g, v)).collect();
+    // A document is named by its URL, whose `hash` is the hash of its
+    // content: members that publish the same URL share one copy, fetched
+    // once (a thousand members of one version are one document, not a
+    // thousand parsed copies of a few MB each).
+    let mut known: HashMap<(String, String), Arc<Value>> = HashMap::new();
+    for docs in members.values() {
+        for (key, (url, document)) in &docs.documents {
+            known.insert((key.clone(), url.clone()), document.clone());
+        }
+    }
     for cluster in names {
         let Some(index) = fetch(fleet, &cluster, "/openapi/v3").await else { continue };
         let entry = members.entry(cluster.clone()).or_default();
@@ -259,9 +269,16 @@ async fn refresh(fleet: &Fleet, members: &mut BTreeMap<String, MemberDocuments>)
             if entry.documents.get(key).is_some_and(|(fetched, _)| fetched == url) {
                 continue;
             }
+            let name = (key.clone(), url.to_string());
+            if let Some(document) = known.get(&name) {
+                entry.documents.insert(key.clone(), (url.to_string(), document.clone()));
+                continue;
+            }
             if let Some(document) = fetch(fleet, &cluster, url).await {
                 tracing::info!(%cluster, %key, "Fetched a member's OpenAPI document.");
-                entry.documents.insert(key.clone(), (url.to_string(), Arc::new(document)));
+                let document = Arc::new(document);
+                known.insert(name, document.clone());
+                entry.documents.insert(key.clone(), (url.to_string(), document));
             }
         }
     }

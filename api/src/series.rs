@@ -7,7 +7,10 @@
 //! object counts) are written at scrape time, so a removed member's series
 //! go with it.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
+
+use kubefold_actors::cluster_series::label;
 
 use kubefold_actors::fleet::{Fleet, SyncState};
 
@@ -72,6 +75,7 @@ pub const RECORDED: &[Family] = &[
     family("kubefold_member_errors_total", Kind::Counter, &["cluster"], "Failed requests to a member cluster."),
     family("kubefold_member_relists_total", Kind::Counter, &["cluster"], "Full lists of a member's types (initial and after 410)."),
     family("kubefold_member_bad_objects_total", Kind::Counter, &["cluster"], "Objects from a member that could not be ingested."),
+    family("kubefold_member_relists_waiting", Kind::Gauge, &[], "Member lists waiting for their turn (at most relistConcurrency run at once)."),
     family("kubefold_estimator_endpoints", Kind::Gauge, &["rule"], "Scheduler-estimator endpoints by the rule that resolved them."),
     family("kubefold_estimator_probe_failures_total", Kind::Counter, &["cluster"], "Failed probes of a member's scheduler-estimator endpoint."),
     family("kubefold_estimator_probe_duration_seconds", Kind::Histogram, &[], "Time of one scheduler-estimator probe."),
@@ -139,6 +143,7 @@ pub fn describe() {
 /// has now (a member added later gets its zeros at the next scrape).
 pub fn zero_member_series(fleet: &Fleet) {
     for (cluster, watchers) in fleet.status() {
+        let cluster = label(&cluster);
         for name in ["kubefold_member_errors_total", "kubefold_member_relists_total", "kubefold_member_bad_objects_total", "kubefold_estimator_probe_failures_total"] {
             metrics::counter!(name, "cluster" => cluster.clone()).increment(0);
         }
@@ -173,22 +178,32 @@ pub fn scrape_time(fleet: &Fleet) -> String {
     let mut status = fleet.status();
     status.retain(|cluster, _| members.contains(cluster));
     let snapshot = fleet.snapshot();
-    header(&mut out, "kubefold_objects");
+    // Per series label (a member's name, or `_other` for the members past
+    // the bound): objects summed, synced only when all are, the largest lag.
+    let mut objects: BTreeMap<(String, String), usize> = BTreeMap::new();
+    let mut synced: BTreeMap<(String, String), bool> = BTreeMap::new();
+    let mut lags: BTreeMap<String, std::time::Duration> = BTreeMap::new();
     for (cluster, watchers) in &status {
-        for resource in watchers.keys() {
-            let _ = writeln!(out, "kubefold_objects{{cluster=\"{}\",resource=\"{}\"}} {}", escape(cluster), escape(resource), snapshot.count_cluster(resource, cluster));
+        let series = label(cluster);
+        for (resource, watcher) in watchers {
+            *objects.entry((series.clone(), resource.clone())).or_default() += snapshot.count_cluster(resource, cluster);
+            let all = synced.entry((series.clone(), resource.clone())).or_insert(true);
+            *all &= watcher.state == SyncState::Synced;
         }
+        let lag = watchers.values().map(|w| w.lag()).max().unwrap_or_default();
+        let largest = lags.entry(series).or_default();
+        *largest = (*largest).max(lag);
+    }
+    header(&mut out, "kubefold_objects");
+    for ((cluster, resource), count) in &objects {
+        let _ = writeln!(out, "kubefold_objects{{cluster=\"{}\",resource=\"{}\"}} {count}", escape(cluster), escape(resource));
     }
     header(&mut out, "kubefold_member_synced");
-    for (cluster, watchers) in &status {
-        for (resource, watcher) in watchers {
-            let synced = u8::from(watcher.state == SyncState::Synced);
-            let _ = writeln!(out, "kubefold_member_synced{{cluster=\"{}\",resource=\"{}\"}} {synced}", escape(cluster), escape(resource));
-        }
+    for ((cluster, resource), all) in &synced {
+        let _ = writeln!(out, "kubefold_member_synced{{cluster=\"{}\",resource=\"{}\"}} {}", escape(cluster), escape(resource), u8::from(*all));
     }
     header(&mut out, "kubefold_member_lag_seconds");
-    for (cluster, watchers) in &status {
-        let lag = watchers.values().map(|w| w.lag()).max().unwrap_or_default();
+    for (cluster, lag) in &lags {
         let _ = writeln!(out, "kubefold_member_lag_seconds{{cluster=\"{}\"}} {:.3}", escape(cluster), lag.as_secs_f64());
     }
     if let Some(process) = ProcessFigures::read() {

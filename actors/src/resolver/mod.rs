@@ -364,7 +364,7 @@ impl Resolver {
             return;
         }
         if probe.failed() {
-            metrics::counter!("kubefold_estimator_probe_failures_total", "cluster" => cluster.to_string()).increment(1);
+            metrics::counter!("kubefold_estimator_probe_failures_total", "cluster" => crate::cluster_series::label(cluster)).increment(1);
         }
         let outcome_changed = row.probe.as_ref().is_none_or(|old| !old.same_outcome(&probe));
         if outcome_changed {

@@ -107,7 +107,7 @@ pub async fn resolve_once(config: &EstimatorConfig, members: &[String]) -> Resul
             if let Some(p) = &probe {
                 metrics::histogram!("kubefold_estimator_probe_duration_seconds").record(started.elapsed().as_secs_f64());
                 if p.failed() {
-                    metrics::counter!("kubefold_estimator_probe_failures_total", "cluster" => endpoint.cluster.clone()).increment(1);
+                    metrics::counter!("kubefold_estimator_probe_failures_total", "cluster" => crate::cluster_series::label(&endpoint.cluster)).increment(1);
                 }
             }
             EstimatorStatus { endpoint, probe }

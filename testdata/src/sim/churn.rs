@@ -204,7 +204,12 @@ pub async fn run(shared: Arc<Shared>) {
 
 /// Makes `rate` changes per second until cancelled by the caller.
 async fn churn_at(shared: &Shared, churn: &mut Churn, rate: f64) {
-    let tick = Duration::from_millis(20);
+    let mut tick = Duration::from_millis(20);
+    if shared.config.fleet_member && rate > 0.0 {
+        // A fleet's members churn slowly each: a timer per member at the
+        // pace of its own changes, not 50 wakeups a second a thousand times.
+        tick = Duration::from_secs_f64((1.0 / rate).clamp(0.02, 1.0));
+    }
     let mut interval = tokio::time::interval(tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut budget = 0.0f64;

@@ -158,7 +158,7 @@ pub fn perform(store: &mut Store, task: Task, now: DateTime<Utc>) {
         Task::RunPod { resource, key, uid } => run_pod(store, resource, &key, &uid, now),
         Task::StartEphemeralContainers { resource, key, uid } => super::ops::ephemeral::start(store, resource, &key, &uid, now),
         Task::FinishPodDeletion { resource, key, uid, .. } => {
-            let Some(pod) = store.get(resource, &key).filter(|p| p.uid == uid).cloned() else { return };
+            let Some(pod) = store.get(resource, &key).filter(|p| p.uid() == uid).cloned() else { return };
             let value = pod.value();
             if value["metadata"]["deletionTimestamp"].is_string()
                 && value["metadata"]["finalizers"].as_array().is_none_or(Vec::is_empty)
@@ -172,7 +172,7 @@ pub fn perform(store: &mut Store, task: Task, now: DateTime<Utc>) {
         }
         Task::ForegroundDeletion { resource, key, uid, namespace } => {
             collect_dependents(store, namespace.as_deref(), &uid, false, now);
-            let Some(owner) = store.get(resource, &key).filter(|o| o.uid == uid).cloned() else { return };
+            let Some(owner) = store.get(resource, &key).filter(|o| o.uid() == uid).cloned() else { return };
             let mut value = owner.value();
             if let Some(finalizers) = value.pointer_mut("/metadata/finalizers").and_then(Value::as_array_mut) {
                 finalizers.retain(|f| f != "foregroundDeletion");
@@ -187,7 +187,7 @@ pub fn perform(store: &mut Store, task: Task, now: DateTime<Utc>) {
         Task::SyncReplicaSet { resource, key } => rollout::sync_replica_set(store, resource, &key, now),
         Task::FinishNamespaceDeletion { name, uid } => {
             let Some(namespaces) = store.resource_index("", "v1", "namespaces") else { return };
-            if store.get(namespaces, &name).is_none_or(|ns| ns.uid != uid) {
+            if store.get(namespaces, &name).is_none_or(|ns| ns.uid() != uid) {
                 return;
             }
             let prefix = format!("{name}/");
@@ -210,7 +210,7 @@ pub fn perform(store: &mut Store, task: Task, now: DateTime<Utc>) {
 }
 
 fn schedule_pod(store: &mut Store, resource: usize, key: &str, uid: &str, now: DateTime<Utc>) {
-    let Some(pod) = store.get(resource, key).filter(|p| p.uid == uid).cloned() else { return };
+    let Some(pod) = store.get(resource, key).filter(|p| p.uid() == uid).cloned() else { return };
     let mut value = pod.value();
     if value["metadata"]["deletionTimestamp"].is_string() || value["status"]["phase"] != "Pending" {
         return;
@@ -244,7 +244,7 @@ fn schedule_pod(store: &mut Store, resource: usize, key: &str, uid: &str, now: D
 }
 
 fn run_pod(store: &mut Store, resource: usize, key: &str, uid: &str, now: DateTime<Utc>) {
-    let Some(pod) = store.get(resource, key).filter(|p| p.uid == uid).cloned() else { return };
+    let Some(pod) = store.get(resource, key).filter(|p| p.uid() == uid).cloned() else { return };
     let mut value = pod.value();
     if value["metadata"]["deletionTimestamp"].is_string() || value["status"]["phase"] != "Pending" {
         return;
@@ -299,7 +299,7 @@ fn collect_dependents(store: &mut Store, namespace: Option<&str>, owner_uid: &st
             continue;
         }
         for (key, object) in store.range(resource, &prefix) {
-            if object.owners.iter().any(|o| o == owner_uid) {
+            if object.owners().iter().any(|o| o == owner_uid) {
                 dependents.push((resource, key.clone(), object.value()));
             }
         }
@@ -406,7 +406,7 @@ mod tests {
         ops::delete(&mut store, deployments, Some("shop"), "cache", &orphan, &WriteOptions::at(Utc::now())).unwrap();
         settle(&mut store, &mut rx);
         let (_, rs) = store.range(replicasets, "shop/").find(|(k, _)| k.starts_with("shop/cache-")).unwrap();
-        assert!(rs.owners.is_empty());
+        assert!(rs.owners().is_empty());
     }
 
     #[test]

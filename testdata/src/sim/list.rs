@@ -173,7 +173,7 @@ impl ListOptions {
 
     /// Whether an object passes both selectors.
     pub fn matches(&self, object: &Object) -> bool {
-        self.label_selector.matches_pairs(&object.labels) && self.field_selector.matches_pairs(&object.fields)
+        self.label_selector.matches_pairs(&object.labels()) && self.field_selector.matches_pairs(&object.fields())
     }
 
     /// The version a list must wait for before it can be served: the `N`

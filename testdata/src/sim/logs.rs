@@ -319,7 +319,7 @@ pub fn stream(
                 .store
                 .read()
                 .ok()
-                .and_then(|store| store.get(s.resource, &s.key).map(|p| p.uid == s.source.pod_uid))
+                .and_then(|store| store.get(s.resource, &s.key).map(|p| p.uid() == s.source.pod_uid))
                 .unwrap_or(false);
             if !alive {
                 return None;

@@ -159,7 +159,7 @@ fn pods(store: &Store, namespace: Option<&str>, name: Option<&str>, query: &[(St
     let (labels, fields) = selectors(query)?;
     let items = store
         .range(index, &store::prefix(namespace))
-        .filter(|(_, o)| labels.matches_pairs(&o.labels))
+        .filter(|(_, o)| labels.matches_pairs(&o.labels()))
         .filter_map(|(_, o)| {
             let pod = o.value();
             let meta = &pod["metadata"];
@@ -215,7 +215,7 @@ fn nodes(store: &Store, name: Option<&str>, query: &[(String, String)], now: Dat
     let (labels, fields) = selectors(query)?;
     let items = store
         .range(node_index, &store::prefix(None))
-        .filter(|(_, o)| labels.matches_pairs(&o.labels))
+        .filter(|(_, o)| labels.matches_pairs(&o.labels()))
         .map(|(_, o)| o.value())
         .filter(|node| fields.matches_pairs(&[("metadata.name".into(), node["metadata"]["name"].as_str().unwrap_or_default().into())]))
         .map(|node| metrics(&node))

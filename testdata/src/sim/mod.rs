@@ -22,6 +22,8 @@
 //! - [`versions`]: HorizontalPodAutoscalers in autoscaling/v2 and v1 over one storage.
 //! - [`reviews`]: access reviews, `SelfSubjectReview`, service account tokens, evictions.
 //! - [`churn`]: background changes and bursts; [`logs`]: pod logs; [`table`]: Tables.
+//! - [`fleet`]: many members in one process (`kubefold sim --clusters N`),
+//!   one HTTP server over all their ports, their load pods compact.
 //! - [`faults`]: fault injection (latency, errors, resets, offline, 410
 //!   storms, corrupt events, clock skew), switchable at runtime.
 //! - [`metrics`]: the resource metrics API (`metrics.k8s.io`, `kubectl top`).
@@ -62,6 +64,7 @@ pub mod discovery;
 pub mod exec;
 pub mod faults;
 pub mod fields;
+pub mod fleet;
 pub mod list;
 pub mod logs;
 pub mod managed;
@@ -173,6 +176,22 @@ pub struct SimArgs {
     /// lines: user, impersonatedUser, verb, objectRef, responseStatus).
     #[arg(long)]
     pub audit_log_path: Option<std::path::PathBuf>,
+    /// Simulate N member clusters in this one process, `{name-prefix}1` ..
+    /// `{name-prefix}N`, each on its own port of --listen's address (port 0:
+    /// any free ports; port P: P to P+N-1) with its own resource versions,
+    /// watches and discovery; --pods and --churn-per-sec are then totals over
+    /// them. Prints one `NAME=URL` line per member once all listen.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub clusters: Option<u32>,
+    /// With --clusters: also write the `NAME=URL` lines into this file (whole, once all listen).
+    #[arg(long, requires = "clusters")]
+    pub urls_file: Option<std::path::PathBuf>,
+    /// With --clusters: the members' names are this prefix and a number.
+    #[arg(long, default_value = "member")]
+    pub name_prefix: String,
+    /// With --clusters: HTTP worker threads shared by all members.
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
 }
 
 fn parse_faults(text: &str) -> Result<Faults, String> {
@@ -214,6 +233,15 @@ pub struct SimConfig {
     pub authz_file: Option<std::path::PathBuf>,
     /// The audit log file ([`audit`]); `None`: no audit log.
     pub audit_log_path: Option<std::path::PathBuf>,
+    /// Keep the load pods compact: each is its index, its body rendered
+    /// from the template when served ([`store::LoadPods`]); a pod that is
+    /// edited is then stored whole. What lets a fleet of members hold
+    /// millions of pods (`kubefold sim --clusters N`).
+    pub compact: bool,
+    /// One member of a fleet ([`fleet`]): served by the fleet's shared
+    /// HTTP server, so the `offline` fault is refused (its port cannot be
+    /// closed alone) and requests are not logged.
+    pub fleet_member: bool,
 }
 
 impl Default for SimConfig {
@@ -233,6 +261,8 @@ impl Default for SimConfig {
             karmada: false,
             authz_file: None,
             audit_log_path: None,
+            compact: false,
+            fleet_member: false,
         }
     }
 }
@@ -254,6 +284,8 @@ impl From<SimArgs> for SimConfig {
             karmada: args.karmada,
             authz_file: args.authz_file,
             audit_log_path: args.audit_log_path,
+            compact: false,
+            fleet_member: false,
         }
     }
 }
@@ -334,6 +366,11 @@ fn first_rv(name: &str) -> u64 {
 /// Builds the initial state directly (not through HTTP): the workload, then
 /// the load pods generated and encoded on all cores.
 pub fn build_store(config: &SimConfig) -> Store {
+    build_store_in(config, catalog(config))
+}
+
+/// The resource types a simulator with `config` serves.
+pub fn catalog(config: &SimConfig) -> Arc<[ResourceType]> {
     let mut types = kubefold_engine::resources::builtin();
     // Pods are also evicted (`pods/eviction`, as kube-apiserver serves it).
     if let Some(pods) = types.iter_mut().find(|r| r.group.is_empty() && r.plural == "pods") {
@@ -349,7 +386,11 @@ pub fn build_store(config: &SimConfig) -> Store {
     if config.karmada {
         types.extend(workload::karmada_types(!config.crds));
     }
-    let catalog: Arc<[ResourceType]> = types.into();
+    types.into()
+}
+
+/// [`build_store`] with the catalog given (members of a fleet share one).
+pub fn build_store_in(config: &SimConfig, catalog: Arc<[ResourceType]>) -> Store {
     let mut store = Store::new(catalog, config.history, first_rv(&config.name), config.seed);
     let cluster = workload::Cluster {
         name: config.name.clone(),
@@ -380,7 +421,11 @@ pub fn build_store(config: &SimConfig) -> Store {
     }
     if config.pods > 0 {
         let started = std::time::Instant::now();
-        load_pods(&mut store, &cluster, config.pods);
+        if config.compact {
+            compact_load_pods(&mut store, &cluster, config.pods);
+        } else {
+            load_pods(&mut store, &cluster, config.pods);
+        }
         tracing::info!(cluster = %config.name, pods = config.pods, elapsed_ms = started.elapsed().as_millis() as u64, "Load pods generated.");
     }
     store.finish_load();
@@ -428,6 +473,19 @@ fn load_pods(store: &mut Store, cluster: &workload::Cluster, count: usize) {
         handles.into_iter().map(|h| h.join().unwrap_or_default()).collect()
     });
     store.load_encoded(pods, encoded.into_iter().flatten());
+}
+
+/// Loads `count` load pods as template and index ([`SimConfig::compact`]).
+fn compact_load_pods(store: &mut Store, cluster: &workload::Cluster, count: usize) {
+    let Some(pods) = store.resource_index("", "v1", "pods") else { return };
+    let source = Arc::new(store::LoadPods { cluster: cluster.clone(), resource: store.resource(pods).clone() });
+    let base = store.rv() + 1;
+    let objects = (0..count).map(|i| {
+        let key = store::key(Some(&workload::load_namespace(i)), &workload::load_pod_name(i));
+        (key, Object::generated(source.clone(), i as u32, base + i as u64))
+    });
+    let objects: Vec<_> = objects.collect();
+    store.load_encoded(pods, objects);
 }
 
 /// A running simulator. Dropping it stops it.
@@ -600,6 +658,31 @@ struct Running {
     task: tokio::task::JoinHandle<io::Result<()>>,
 }
 
+/// The state of one member around its built `store`, and the receiving end
+/// of its controllers' queue.
+fn new_shared(
+    config: SimConfig,
+    mut store: Store,
+    started: std::time::Instant,
+    policy: Option<access::Policy>,
+    audit: Option<audit::AuditLog>,
+) -> (Arc<Shared>, tokio::sync::mpsc::UnboundedReceiver<controllers::Task>) {
+    let (tasks_tx, tasks_rx) = tokio::sync::mpsc::unbounded_channel();
+    store.tasks = Some(tasks_tx);
+    let shared = Arc::new(Shared {
+        store: RwLock::new(store),
+        requests: Arc::new(Mutex::new(Vec::new())),
+        faults: FaultState::new(config.faults.clone()),
+        churn_rate: tokio::sync::watch::channel(config.churn_per_sec.max(0.0)).0,
+        config,
+        shutdown: CancellationToken::new(),
+        started,
+        policy,
+        audit,
+    });
+    (shared, tasks_rx)
+}
+
 /// Binds and runs the HTTP server on `listen`.
 fn run_server(shared: &Arc<Shared>, listen: SocketAddr) -> io::Result<(SocketAddr, Running)> {
     let data = web::Data::new(shared.clone());
@@ -635,21 +718,9 @@ async fn serve(
             return;
         }
     };
-    let mut store = build_store(&config);
-    let (tasks_tx, tasks_rx) = tokio::sync::mpsc::unbounded_channel();
-    store.tasks = Some(tasks_tx);
+    let store = build_store(&config);
     let objects: usize = (0..store.catalog().len()).map(|i| store.count(i)).sum();
-    let shared = Arc::new(Shared {
-        store: RwLock::new(store),
-        requests: Arc::new(Mutex::new(Vec::new())),
-        config: config.clone(),
-        shutdown: CancellationToken::new(),
-        faults: FaultState::new(config.faults.clone()),
-        churn_rate: tokio::sync::watch::channel(config.churn_per_sec.max(0.0)).0,
-        started,
-        policy,
-        audit,
-    });
+    let (shared, tasks_rx) = new_shared(config.clone(), store, started, policy, audit);
     let (addr, running) = match run_server(&shared, config.listen) {
         Ok(bound) => bound,
         Err(error) => {
@@ -754,11 +825,22 @@ async fn stay_up(
 
 /// Runs `kubefold sim` in the foreground until Ctrl-C or SIGTERM.
 pub fn run_cli(args: SimArgs) -> io::Result<()> {
+    if args.clusters.is_some() {
+        return fleet::run_cli(args);
+    }
     let config = SimConfig::from(args);
     let name = config.name.clone();
     let handle = start(config)?;
     println!("kubefold sim: cluster {name} listening on {}", handle.url());
     println!("try: kubectl --server {} get pods -A", handle.url());
+    wait_for_signal()?;
+    tracing::info!(cluster = %name, "Stopping.");
+    handle.stop();
+    Ok(())
+}
+
+/// Waits for Ctrl-C or SIGTERM.
+pub(crate) fn wait_for_signal() -> io::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
         #[cfg(unix)]
@@ -772,8 +854,5 @@ pub fn run_cli(args: SimArgs) -> io::Result<()> {
         #[cfg(not(unix))]
         tokio::signal::ctrl_c().await?;
         io::Result::Ok(())
-    })?;
-    tracing::info!(cluster = %name, "Stopping.");
-    handle.stop();
-    Ok(())
+    })
 }

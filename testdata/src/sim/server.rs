@@ -46,7 +46,13 @@ const RV_WAIT: Duration = Duration::from_secs(3);
 /// or an audit log, each request is admitted ([`access`]) and recorded
 /// ([`audit`]) around [`serve`].
 pub async fn dispatch(req: HttpRequest, payload: web::Payload, shared: web::Data<Arc<Shared>>) -> HttpResponse {
-    let shared = shared.get_ref().clone();
+    serve_member(req, payload, shared.get_ref().clone()).await
+}
+
+/// Answers a request to the member `shared` (a fleet's server picks the
+/// member by the address the request came in on): admitted and recorded
+/// as [`dispatch`] says, then served.
+pub async fn serve_member(req: HttpRequest, payload: web::Payload, shared: Arc<Shared>) -> HttpResponse {
     if req.path().starts_with("/sim/") || (shared.policy.is_none() && shared.audit.is_none()) {
         return serve(req, payload, shared).await;
     }
@@ -128,7 +134,9 @@ async fn serve(req: HttpRequest, payload: web::Payload, shared: Arc<Shared>) -> 
     };
     tracing::trace!(method = %record.method, path = %record.path, query = %record.query, "Request.");
     if !own {
-        if let Ok(mut log) = shared.requests.lock() {
+        if shared.config.fleet_member {
+            // A fleet's members keep no log: a thousand of them would hold it a thousand times.
+        } else if let Ok(mut log) = shared.requests.lock() {
             if log.len() >= REQUEST_LOG_LIMIT {
                 log.drain(..REQUEST_LOG_LIMIT / 10);
             }
@@ -247,7 +255,11 @@ fn write_options(req: &HttpRequest, query: &[(String, String)]) -> Result<WriteO
 
 /// The member's clock (the clock skew fault moves it).
 fn shared_now(req: &HttpRequest) -> chrono::DateTime<Utc> {
-    req.app_data::<web::Data<Arc<Shared>>>().map_or_else(Utc::now, |shared| shared.now())
+    if let Some(shared) = req.app_data::<web::Data<Arc<Shared>>>() {
+        return shared.now();
+    }
+    // A fleet's member, which its server put into the request.
+    req.extensions().get::<Arc<Shared>>().map_or_else(Utc::now, |shared| shared.now())
 }
 
 /// Waits until the store reaches `rv`, or 504 after 3 seconds (the watch
@@ -352,6 +364,11 @@ async fn faults_endpoint(method: &Method, payload: RequestBody, shared: &Shared)
         Method::PUT => {
             let faults: Faults = admin_body(payload).await?;
             faults.validate().map_err(ApiError::BadRequest)?;
+            if shared.config.fleet_member && faults.offline.is_some() {
+                return Err(ApiError::BadRequest(
+                    "the offline fault needs a simulator of its own (kubefold sim without --clusters): a fleet's members share one server".into(),
+                ));
+            }
             tracing::info!(cluster = %shared.config.name, faults = %serde_json::to_string(&faults).unwrap_or_default(), "Faults set.");
             shared.faults.replace(faults.clone());
             Ok(json_value(&serde_json::to_value(faults).unwrap_or_default()))
@@ -563,7 +580,7 @@ async fn resource_request(
                 let table = format.table(&[value], metadata, true, Utc::now());
                 return Ok(HttpResponse::Ok().content_type(table::CONTENT_TYPE).body(table.to_string()));
             }
-            Ok(protobuf::object_response(req, 200, object.bytes.clone()))
+            Ok(protobuf::object_response(req, 200, object.bytes()))
         }
         Method::PUT => {
             let body = read_body(payload).await?;

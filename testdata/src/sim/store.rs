@@ -10,6 +10,7 @@
 //! the history no longer reaches back (then 410 Expired, like a compacted
 //! etcd).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
 use std::sync::Arc;
@@ -22,27 +23,48 @@ use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, watch};
 
 use super::controllers::Task;
+use crate::workload;
 
-/// One stored object: its JSON bytes and what selectors need, computed once.
+/// One stored object: its JSON bytes and what selectors need, computed once;
+/// or, for a generated load pod of a compact member ([`LoadPods`]), only
+/// its index, its body rendered from the template each time it is served.
 #[derive(Debug)]
 pub struct Object {
-    /// The object's JSON, `kind` and `apiVersion` first, then the other
-    /// fields, with `metadata.resourceVersion`.
-    pub bytes: Bytes,
-    /// Where the fields after `kind` and `apiVersion` start in `bytes`: a
-    /// list item (which kube-apiserver sends without them) is `{` followed by
-    /// `bytes[list_offset..]`.
-    pub list_offset: usize,
     /// `metadata.resourceVersion`.
     pub rv: u64,
-    /// `metadata.uid`.
-    pub uid: String,
-    /// `metadata.labels`.
-    pub labels: Vec<(String, String)>,
-    /// The selectable fields of its type ([`super::fields`]).
-    pub fields: Vec<(String, String)>,
-    /// The uids of its `ownerReferences`.
-    pub owners: Vec<String>,
+    body: Body,
+}
+
+#[derive(Debug)]
+enum Body {
+    /// Encoded when written.
+    Stored(Box<Stored>),
+    /// Load pod `index` of `source`, rendered when served.
+    Generated { source: Arc<LoadPods>, index: u32 },
+}
+
+#[derive(Debug)]
+struct Stored {
+    /// `kind` and `apiVersion` first, then the other fields, with `metadata.resourceVersion`.
+    bytes: Bytes,
+    /// Where the fields after `kind` and `apiVersion` start in `bytes`.
+    list_offset: usize,
+    uid: String,
+    labels: Vec<(String, String)>,
+    fields: Vec<(String, String)>,
+    owners: Vec<String>,
+}
+
+/// The template of a compact member's load pods: every pod's body is a
+/// function of the cluster (name, seed, clock), the pod's index and its
+/// resource version ([`workload::load_pod_json`]), so a member stores only
+/// the index (about 100 bytes a pod with its key instead of 3 to 5 KB).
+#[derive(Debug)]
+pub struct LoadPods {
+    /// The cluster the pods are rendered for.
+    pub cluster: workload::Cluster,
+    /// The pods' type (for their selectable fields).
+    pub resource: ResourceType,
 }
 
 impl Object {
@@ -58,15 +80,15 @@ impl Object {
             .as_array()
             .map(|refs| refs.iter().filter_map(|r| r["uid"].as_str().map(str::to_string)).collect())
             .unwrap_or_default();
-        Object {
+        let stored = Stored {
             bytes,
             list_offset,
-            rv,
             uid: meta["uid"].as_str().unwrap_or_default().to_string(),
             labels,
             fields: super::fields::extract(&resource.group, &resource.plural, value),
             owners,
-        }
+        };
+        Object { rv, body: Body::Stored(Box::new(stored)) }
     }
 
     /// An object already encoded as `{"kind":..,"apiVersion":..,<rest>}`
@@ -78,35 +100,114 @@ impl Object {
         labels: Vec<(String, String)>,
         fields: Vec<(String, String)>,
     ) -> Object {
-        // The rest starts after the second top-level comma: `{"kind":"K","apiVersion":"V",`.
-        let list_offset = bytes
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| **b == b',')
-            .nth(1)
-            .map_or(bytes.len(), |(i, _)| i + 1);
-        Object { bytes, list_offset, rv, uid, labels, fields, owners: Vec::new() }
+        let list_offset = list_offset(&bytes);
+        Object { rv, body: Body::Stored(Box::new(Stored { bytes, list_offset, uid, labels, fields, owners: Vec::new() })) }
+    }
+
+    /// Load pod `index` of `source` at `rv`, rendered when served.
+    pub fn generated(source: Arc<LoadPods>, index: u32, rv: u64) -> Object {
+        Object { rv, body: Body::Generated { source, index } }
+    }
+
+    /// The same object at another resource version (a restore renumbering it).
+    pub fn renumbered(&self, resource: &ResourceType, rv: u64) -> Object {
+        match &self.body {
+            Body::Generated { source, index } => Object::generated(source.clone(), *index, rv),
+            Body::Stored(_) => {
+                let mut value = self.value();
+                value["metadata"]["resourceVersion"] = Value::String(rv.to_string());
+                Object::encode(resource, &value, rv)
+            }
+        }
+    }
+
+    /// Whether the body is rendered from a template when served.
+    pub fn is_generated(&self) -> bool {
+        matches!(self.body, Body::Generated { .. })
+    }
+
+    /// The object's JSON, `kind` and `apiVersion` first, then the other
+    /// fields, with `metadata.resourceVersion`.
+    pub fn bytes(&self) -> Bytes {
+        match &self.body {
+            Body::Stored(s) => s.bytes.clone(),
+            Body::Generated { source, index } => {
+                Bytes::from(workload::load_pod_json(&source.cluster, *index as usize, Some(self.rv)))
+            }
+        }
     }
 
     /// The object as a list item: without `kind` and `apiVersion`, as
     /// kube-apiserver lists built-in types (kubernetes/kubernetes#3030).
     pub fn write_list_item(&self, out: &mut BytesMut) {
-        if self.list_offset >= self.bytes.len() {
-            out.put_slice(b"{}");
-        } else {
-            out.put_u8(b'{');
-            out.put_slice(&self.bytes[self.list_offset..]);
+        match &self.body {
+            Body::Stored(s) => write_item(out, &s.bytes, s.list_offset),
+            Body::Generated { .. } => {
+                let bytes = self.bytes();
+                write_item(out, &bytes, list_offset(&bytes));
+            }
+        }
+    }
+
+    /// `metadata.uid`.
+    pub fn uid(&self) -> Cow<'_, str> {
+        match &self.body {
+            Body::Stored(s) => Cow::Borrowed(&s.uid),
+            Body::Generated { source, index } => Cow::Owned(workload::load_pod_uid(&source.cluster, *index as usize)),
+        }
+    }
+
+    /// `metadata.labels`.
+    pub fn labels(&self) -> Cow<'_, [(String, String)]> {
+        match &self.body {
+            Body::Stored(s) => Cow::Borrowed(&s.labels),
+            Body::Generated { index, .. } => Cow::Owned(workload::load_pod_labels(*index as usize)),
+        }
+    }
+
+    /// The selectable fields of its type ([`super::fields`]).
+    pub fn fields(&self) -> Cow<'_, [(String, String)]> {
+        match &self.body {
+            Body::Stored(s) => Cow::Borrowed(&s.fields),
+            Body::Generated { source, index } => Cow::Owned(super::fields::extract(
+                &source.resource.group,
+                &source.resource.plural,
+                &workload::load_pod_selectable(&source.cluster, *index as usize),
+            )),
+        }
+    }
+
+    /// The uids of its `ownerReferences` (load pods have none).
+    pub fn owners(&self) -> &[String] {
+        match &self.body {
+            Body::Stored(s) => &s.owners,
+            Body::Generated { .. } => &[],
         }
     }
 
     /// The object decoded.
     pub fn value(&self) -> Value {
-        serde_json::from_slice(&self.bytes).unwrap_or(Value::Null)
+        serde_json::from_slice(&self.bytes()).unwrap_or(Value::Null)
     }
 
-    /// The object's name and namespace from its `fields`.
-    pub fn field(&self, name: &str) -> Option<&str> {
-        self.fields.iter().find(|(f, _)| f == name).map(|(_, v)| v.as_str())
+    /// The value of one of its selectable fields.
+    pub fn field(&self, name: &str) -> Option<String> {
+        self.fields().iter().find(|(f, _)| f == name).map(|(_, v)| v.clone())
+    }
+}
+
+/// Where the fields after `kind` and `apiVersion` start in an object encoded
+/// as `{"kind":"K","apiVersion":"V",<rest>}`: after the second top-level comma.
+fn list_offset(bytes: &[u8]) -> usize {
+    bytes.iter().enumerate().filter(|(_, b)| **b == b',').nth(1).map_or(bytes.len(), |(i, _)| i + 1)
+}
+
+fn write_item(out: &mut BytesMut, bytes: &[u8], list_offset: usize) {
+    if list_offset >= bytes.len() {
+        out.put_slice(b"{}");
+    } else {
+        out.put_u8(b'{');
+        out.put_slice(&bytes[list_offset..]);
     }
 }
 
@@ -252,7 +353,7 @@ impl Store {
             tables: catalog.iter().map(|_| BTreeMap::new()).collect(),
             catalog,
             rv: first_rv.saturating_sub(1),
-            history: VecDeque::with_capacity(history_limit.min(100_000)),
+            history: VecDeque::with_capacity(history_limit.min(1024)),
             history_limit,
             compacted: first_rv.saturating_sub(1),
             changes,
@@ -416,7 +517,7 @@ impl Store {
             resource,
             key: key.to_string(),
             change_type,
-            frame: frame(change_type.as_str(), &object.bytes),
+            frame: frame(change_type.as_str(), &object.bytes()),
             object,
             previous,
         });
@@ -515,9 +616,7 @@ impl Store {
         for (_, resource, key) in objects {
             let Some(object) = self.tables[resource].get(&key) else { continue };
             rv += 1;
-            let mut value = object.value();
-            value["metadata"]["resourceVersion"] = Value::String(rv.to_string());
-            let renumbered = Object::encode(&self.catalog[resource], &value, rv);
+            let renumbered = object.renumbered(&self.catalog[resource], rv);
             self.tables[resource].insert(key, Arc::new(renumbered));
         }
         self.rv = rv;
@@ -553,7 +652,7 @@ mod tests {
     }
 
     fn names(items: &[(String, Arc<Object>)]) -> Vec<String> {
-        items.iter().map(|(k, o)| format!("{k}@{}", o.labels[0].1)).collect()
+        items.iter().map(|(k, o)| format!("{k}@{}", o.labels()[0].1)).collect()
     }
 
     #[test]
@@ -578,7 +677,7 @@ mod tests {
         let value = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a", "resourceVersion": "7"}});
         let object = Object::encode(&catalog[0], &value, 7);
         assert_eq!(
-            std::str::from_utf8(&object.bytes).unwrap(),
+            std::str::from_utf8(&object.bytes()).unwrap(),
             r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a","resourceVersion":"7"}}"#
         );
         let mut item = BytesMut::new();
@@ -602,8 +701,7 @@ mod tests {
             crate::workload::load_pod_labels(5),
             crate::sim::fields::extract("", "pods", &crate::workload::load_pod_selectable(&cluster, 5)),
         );
-        assert_eq!(fast.list_offset, slow.list_offset);
-        assert_eq!(fast.fields, slow.fields);
+        assert_eq!(fast.fields(), slow.fields());
         let (mut a, mut b) = (BytesMut::new(), BytesMut::new());
         fast.write_list_item(&mut a);
         slow.write_list_item(&mut b);
@@ -674,7 +772,7 @@ mod tests {
         assert_eq!(s.get(pods, "a/2").unwrap().rv, 300, "the older object keeps the lower version");
         let one = s.get(pods, "a/1").unwrap();
         assert_eq!((one.rv, one.value()["metadata"]["resourceVersion"].clone()), (301, json!("301")));
-        assert_eq!(one.labels[0].1, "9", "objects keep their content");
+        assert_eq!(one.labels()[0].1, "9", "objects keep their content");
         assert_eq!(s.changes_after(301).unwrap().count(), 0);
         assert!(s.changes_after(299).is_err());
         assert_eq!(s.put(pods, "a/3", pod("a", "3", "x")).rv, 302);

@@ -58,7 +58,7 @@ impl WatchFilter {
         let previous = change.previous.as_ref().is_some_and(|p| self.options.matches(p));
         match (current, previous) {
             (true, true) => Some(change.frame.clone()),
-            (true, false) => Some(store::frame("ADDED", &change.object.bytes)),
+            (true, false) => Some(store::frame("ADDED", &change.object.bytes())),
             (false, true) => match change.change_type {
                 ChangeType::Deleted => Some(change.frame.clone()),
                 // The previous state with the change's version, as the watch cache sends it.
@@ -296,7 +296,7 @@ impl Watcher {
         let mut out = BytesMut::new();
         while out.len() < CHUNK {
             let frame = if let Some(object) = self.initial.pop_front() {
-                store::frame("ADDED", &object.bytes)
+                store::frame("ADDED", &object.bytes())
             } else if let Some(rv) = self.end_bookmark.take() {
                 self.bookmark(rv, true)
             } else if let Some(frame) = self.pending.pop_front() {

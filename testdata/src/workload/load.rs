@@ -174,6 +174,11 @@ pub fn load_pod_selectable(cluster: &Cluster, index: usize) -> Value {
     })
 }
 
+/// The uid of load pod `index` (the first random draw of [`load_pod_json`]).
+pub fn load_pod_uid(cluster: &Cluster, index: usize) -> String {
+    cluster.rng(mix(4, index as u64)).uid()
+}
+
 /// The labels of load pod `index`.
 pub fn load_pod_labels(index: usize) -> Vec<(String, String)> {
     vec![

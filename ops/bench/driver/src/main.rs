@@ -6,6 +6,7 @@
 //! records batch-inserted into a raw sled tree). Prints one table and
 //! writes it as JSON.
 //!
+//! - [`fleet`]: `--fleet`, kubefold over many members of one simulator.
 //! - [`procs`]: child processes, /proc measurements, cleanup.
 //! - [`http`]: the HTTP/1.1 client and the in-memory "limit" server.
 //! - [`load`]: open- and closed-loop gets, watch clients, marker writes.
@@ -14,6 +15,7 @@
 //! - [`sledref`]: the raw-sled reference, in child processes.
 //! - [`stats`]: percentiles of samples.
 
+mod fleet;
 mod http;
 mod load;
 mod phases;
@@ -69,6 +71,8 @@ pub struct Plan {
     pub watch_pause_ms: f64,
     /// Which processes that pause stops: kubefold, members, driver or all.
     pub watch_pause_of: String,
+    /// `--fleet`: the fleet run instead of the size steps and the watch phase.
+    pub fleet: Option<fleet::FleetPlan>,
 }
 
 impl Plan {
@@ -93,6 +97,7 @@ impl Plan {
             budget_secs: 110.0,
             watch_pause_ms: 0.0,
             watch_pause_of: "kubefold".into(),
+            fleet: None,
         }
     }
 
@@ -117,6 +122,7 @@ impl Plan {
             budget_secs: 840.0,
             watch_pause_ms: 0.0,
             watch_pause_of: "kubefold".into(),
+            fleet: None,
         }
     }
 
@@ -165,7 +171,8 @@ fn usage() -> ! {
     eprintln!(
         "usage: kubefold-bench --kubefold PATH [--quick] [--out DIR] [--budget-secs S] [--sizes N,N,..] [--sims N]\n\
          \x20                     [--watchers N] [--watch-settle-secs S] [--no-watch] [--only-watch] [--no-restart] [--command TEXT]\n\
-         \x20                     [--watch-pause-ms MS [--watch-pause-of kubefold|members|driver|all]]"
+         \x20                     [--watch-pause-ms MS [--watch-pause-of kubefold|members|driver|all]]\n\
+         \x20                     [--fleet [--fleet-members N] [--fleet-pods N]]"
     );
     std::process::exit(2)
 }
@@ -184,6 +191,7 @@ fn parse_args() -> Result<Args> {
     let mut kubefold = None;
     let mut out = PathBuf::from("ops/bench/results");
     let mut command = String::from("ops/bench/run");
+    let (mut fleet_members, mut fleet_pods): (Option<usize>, Option<usize>) = (None, None);
     let mut it = argv.into_iter();
     while let Some(arg) = it.next() {
         let mut value = || it.next().unwrap_or_else(|| usage());
@@ -208,12 +216,31 @@ fn parse_args() -> Result<Args> {
             "--no-watch" => plan.watch = false,
             "--only-watch" => plan.sizes.clear(),
             "--no-restart" => plan.restart = false,
+            "--fleet" => {
+                plan.fleet = Some(if quick { fleet::FleetPlan::quick() } else { fleet::FleetPlan::full() });
+            }
+            "--fleet-members" => fleet_members = Some(value().parse().context("--fleet-members")?),
+            "--fleet-pods" => fleet_pods = Some(value().replace('_', "").parse().context("--fleet-pods")?),
             "--command" => command = value(),
             "-h" | "--help" => usage(),
             other => bail!("unknown argument {other:?}"),
         }
     }
     let Some(kubefold) = kubefold else { usage() };
+    if let Some(fleet) = plan.fleet.as_mut() {
+        if let Some(m) = fleet_members {
+            fleet.members = m.max(1);
+            fleet.restored = fleet.restored.min(fleet.members).max(1);
+        }
+        if let Some(p) = fleet_pods {
+            fleet.pods = p;
+        }
+        if fleet.pods < fleet.members {
+            bail!("--fleet-pods must be at least --fleet-members");
+        }
+    } else if fleet_members.is_some() || fleet_pods.is_some() {
+        bail!("--fleet-members and --fleet-pods go with --fleet");
+    }
     if plan.sims == 0 || plan.sims > 99 {
         bail!("--sims must be 1..99");
     }
@@ -270,7 +297,10 @@ fn main() -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let mut report = report::Report::new(&ctx, &args.command);
     // The phases run on this (the main) thread: children are spawned from it.
-    let outcome = runtime.block_on(phases::run(&ctx, &mut report));
+    let outcome = match ctx.plan.fleet.clone() {
+        Some(fleet) => runtime.block_on(fleet::run(&ctx, &mut report, &fleet)),
+        None => runtime.block_on(phases::run(&ctx, &mut report)),
+    };
     if let Err(e) = &outcome {
         report.note(format!("run stopped early: {e:#}"));
     }

@@ -347,7 +347,7 @@ fn file_reference(path: &Path, records: &[Bytes], n: usize, batch: usize) -> Res
     Ok(FileRef { seconds, records: n, bytes })
 }
 
-fn ms_summary(v: &[f64]) -> Summary {
+pub fn ms_summary(v: &[f64]) -> Summary {
     summary(v.to_vec())
 }
 

@@ -74,6 +74,15 @@ impl Figure {
         self.note = Some(text.into());
         self
     }
+
+    /// With `text` added to its note.
+    pub fn note_more(mut self, text: &str) -> Figure {
+        self.note = Some(match self.note.take() {
+            Some(note) => format!("{note}; {text}"),
+            None => text.to_string(),
+        });
+        self
+    }
 }
 
 /// The whole report.

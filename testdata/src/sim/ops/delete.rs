@@ -23,9 +23,9 @@ pub(super) fn pod_grace_period(pod: &Value, options: &DeleteOptions) -> i64 {
 /// whose registry does not return the deleted object.
 pub(super) fn deleted_body(rt: &ResourceType, object: &Object, name: &str) -> Bytes {
     if returns_deleted_object(rt) {
-        return object.bytes.clone();
+        return object.bytes();
     }
-    let mut details = json!({"name": name, "kind": rt.plural, "uid": object.uid});
+    let mut details = json!({"name": name, "kind": rt.plural, "uid": object.uid()});
     if !rt.group.is_empty() {
         details["group"] = json!(rt.group);
     }
@@ -56,14 +56,14 @@ pub fn delete(
     let being_deleted = meta["deletionTimestamp"].is_string();
     let finalizers = meta["finalizers"].as_array().is_some_and(|f| !f.is_empty());
     let grace = if is(&rt, "", "pods") { pod_grace_period(&object, options) } else { 0 };
-    let uid = existing.uid.clone();
+    let uid = existing.uid().into_owned();
     if being_deleted {
         // A repeated delete: a graceful pod deletion can be shortened to 0 (force).
         if is(&rt, "", "pods") && grace == 0 && !finalizers {
             let change = store.remove(resource, &key, object).ok_or_else(|| ApiError::Internal("object vanished".into()))?;
             return Ok(Written { code: 200, body: deleted_body(&rt, &change.object, name) });
         }
-        return Ok(Written { code: 200, body: existing.bytes.clone() });
+        return Ok(Written { code: 200, body: existing.bytes() });
     }
     let namespace_object = is(&rt, "", "namespaces");
     let foreground = options.propagation == Propagation::Foreground;
@@ -94,7 +94,7 @@ pub fn delete(
             let after = KUBELET_DELETE_DELAY.min(Duration::from_secs(grace as u64));
             store.schedule(Task::FinishPodDeletion { resource, key, uid, after });
         }
-        return Ok(Written { code: 200, body: change.object.bytes.clone() });
+        return Ok(Written { code: 200, body: change.object.bytes() });
     }
     let change = store.remove(resource, &key, object).ok_or_else(|| ApiError::Internal("object vanished".into()))?;
     store.schedule(Task::CollectDependents {

@@ -93,7 +93,7 @@ pub(super) fn validate(rt: &ResourceType, name: &str, old: &Value, new: &Value) 
 /// each is running from `now` (its command is not run; exec and attach
 /// reach it as any container).
 pub fn start(store: &mut Store, resource: usize, key: &str, uid: &str, now: DateTime<Utc>) {
-    let Some(pod) = store.get(resource, key).filter(|p| p.uid == uid).cloned() else { return };
+    let Some(pod) = store.get(resource, key).filter(|p| p.uid() == uid).cloned() else { return };
     let mut value = pod.value();
     if value["metadata"]["deletionTimestamp"].is_string() {
         return;

@@ -315,7 +315,7 @@ fn create_inner(
         }
     }
     if opts.dry_run {
-        return Ok(Written { code: 201, body: Object::encode(&rt, &body, 0).bytes });
+        return Ok(Written { code: 201, body: Object::encode(&rt, &body, 0).bytes() });
     }
     let change = store.put(resource, &key, body);
     if is(&rt, "", "pods") {
@@ -323,7 +323,7 @@ fn create_inner(
     } else {
         schedule_controller(store, &rt, resource, &key);
     }
-    Ok(Written { code: 201, body: change.object.bytes.clone() })
+    Ok(Written { code: 201, body: change.object.bytes() })
 }
 
 /// PUT of an object or its status.
@@ -404,7 +404,7 @@ fn update_inner(
     }
     let written = finish_update(store, resource, &key, &old, new, opts)?;
     if subresource == Subresource::EphemeralContainers && !opts.dry_run {
-        store.schedule(Task::StartEphemeralContainers { resource, key, uid: existing.uid.clone() });
+        store.schedule(Task::StartEphemeralContainers { resource, key, uid: existing.uid().into_owned() });
     }
     Ok(written)
 }
@@ -419,11 +419,11 @@ fn check_preconditions(
     stale_message: bool,
 ) -> Result<()> {
     if let Some(uid) = uid {
-        if uid != existing.uid {
+        if uid != existing.uid() {
             return Err(ApiError::Conflict {
                 resource: Resource::of(rt),
                 name: name.into(),
-                detail: format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", existing.uid),
+                detail: format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", existing.uid()),
             });
         }
     }
@@ -581,7 +581,7 @@ fn finish_update(
         meta_mut(&mut new).insert("generation".into(), json!(generation));
     }
     if managed::without_timestamps(&new) == managed::without_timestamps(old) {
-        let existing = store.get(resource, key).map(|o| o.bytes.clone()).unwrap_or_default();
+        let existing = store.get(resource, key).map(|o| o.bytes()).unwrap_or_default();
         return Ok(Written { code: 200, body: existing });
     }
     let being_deleted = new["metadata"]["deletionTimestamp"].is_string();
@@ -589,20 +589,20 @@ fn finish_update(
     let zero_grace = old["metadata"]["deletionGracePeriodSeconds"].as_i64() == Some(0);
     if opts.dry_run {
         let rv = parse_rv(meta_str(old, "resourceVersion").unwrap_or("0")).unwrap_or(0);
-        return Ok(Written { code: 200, body: Object::encode(&rt, &new, rv).bytes });
+        return Ok(Written { code: 200, body: Object::encode(&rt, &new, rv).bytes() });
     }
     if being_deleted && !finalizers_left && zero_grace {
         let uid = meta_str(&new, "uid").unwrap_or_default().to_string();
         let namespace = meta_str(&new, "namespace").map(str::to_string);
         let change = store.remove(resource, key, new).ok_or_else(|| ApiError::Internal("object vanished".into()))?;
         store.schedule(Task::CollectDependents { namespace, owner_uid: uid, orphan: false });
-        return Ok(Written { code: 200, body: change.object.bytes.clone() });
+        return Ok(Written { code: 200, body: change.object.bytes() });
     }
     let change = store.put(resource, key, new);
     if spec_changed {
         schedule_controller(store, &rt, resource, key);
     }
-    Ok(Written { code: 200, body: change.object.bytes.clone() })
+    Ok(Written { code: 200, body: change.object.bytes() })
 }
 
 /// Queues the controller of a Deployment or ReplicaSet whose spec was

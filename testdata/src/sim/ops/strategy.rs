@@ -62,7 +62,7 @@ pub(super) fn check_namespace(store: &Store, resource: &ResourceType, namespace:
             resource: Resource { group: String::new(), plural: "namespaces".into() },
             name: namespace.into(),
         }),
-        Some(ns) if ns.field("status.phase") == Some("Terminating") => Err(ApiError::Forbidden {
+        Some(ns) if ns.field("status.phase").as_deref() == Some("Terminating") => Err(ApiError::Forbidden {
             resource: Resource::of(resource),
             name: name.into(),
             message: format!(
@@ -261,7 +261,7 @@ pub(super) fn allocate_cluster_ip(store: &mut Store) -> String {
     let services = store.resource_index("", "v1", "services");
     loop {
         let ip = format!("10.96.{}.{}", store.rng.random_range(1..255), store.rng.random_range(1..255));
-        let taken = services.is_some_and(|s| store.range(s, "").any(|(_, o)| o.field("spec.clusterIP") == Some(ip.as_str())));
+        let taken = services.is_some_and(|s| store.range(s, "").any(|(_, o)| o.field("spec.clusterIP").as_deref() == Some(ip.as_str())));
         if !taken {
             return ip;
         }
