@@ -298,3 +298,76 @@ fn a_hundred_thousand_results_are_paged() {
     drop(browser);
     kf.stop();
 }
+
+/// A fleet of 1,000 live members (one simulator process's fleet, 10,000
+/// pods): the fleet page counts and pages them all Synced, the filter finds
+/// one among the thousand, a member that churns is followed, and a search
+/// over two named clusters lists only theirs.
+#[test]
+fn a_thousand_live_members_in_the_console() {
+    use kubefold_testdata::sim::fleet::{self, FleetConfig};
+    if let Some(missing) = webdriver::missing() {
+        eprintln!("skipped: {missing}");
+        return;
+    }
+    const MEMBERS: usize = 1_000;
+    let fleet = fleet::start(FleetConfig {
+        clusters: MEMBERS,
+        pods: 10_000,
+        member: kubefold_testdata::SimConfig { workload: kubefold_testdata::Workload::Empty, ..Default::default() },
+        ..FleetConfig::default()
+    })
+    .expect("the fleet starts");
+    let (tmp, data) = data_dir();
+    let members_file = tmp.path().join("members");
+    std::fs::write(&members_file, fleet.url_lines()).unwrap();
+    let (_config_dir, config) = config_file("resources:\n  - resourceSelectors:\n      - {apiVersion: v1, kind: Pod}\n");
+    let kf = Kubefold::serve(&data, &[], &["--config", &config, "--clusters-file", members_file.to_str().unwrap()]);
+    wait_for(Duration::from_secs(600), "kubefold synced with 1,000 members", || kf.get("/readyz").0 == 200);
+
+    // Rendered on the server: ten pages of 100, in the order of the names
+    // (member1, member10, member100, member1000, member101, ...).
+    let (code, page) = kf.get("/ui/fleet?page=10");
+    assert_eq!(code, 200);
+    assert!(page.contains("Page 10 of 10") && page.contains("data-member=\"member999\"") && !page.contains("data-member=\"member1000\""), "{}", &page[..page.len().min(2000)]);
+    assert!(page.contains("<dd data-stat=\"synced\">1000</dd>"), "every member Synced");
+
+    let browser = Browser::start(1280, 860);
+    browser.open(&format!("{}/ui", kf.url));
+    browser.wait(Duration::from_secs(60), "the first page of 1,000 members", |b| b.text("#member-pager").contains("1000 members · page 1 of 10"));
+    let phases: Vec<String> = browser.texts("#members tbody tr .phase");
+    assert_eq!(phases.len(), 100);
+    assert!(phases.iter().all(|p| p == "Synced"), "{phases:?}");
+    browser.type_into("#member-filter", "member777");
+    browser.wait(Duration::from_secs(20), "one member among the thousand", |b| b.texts("#members tbody tr").len() == 1);
+    assert_eq!(phase(&browser, "member777"), "Synced");
+    let counts = browser.texts("#members tr[data-member=member777] td.types");
+    assert!(counts[0].contains("pods 10"), "member777 holds its 10 pods: {counts:?}");
+
+    // A search over two of the thousand lists their pods only.
+    browser.open(&format!("{}/ui/search?type=pods&clusters=member500,member999", kf.url));
+    browser.wait(Duration::from_secs(60), "the pods of two members", |b| b.texts("#results tbody tr").len() == 20);
+    let keys: Vec<String> = browser
+        .script("return [...document.querySelectorAll('#results tbody tr')].map((r) => r.dataset.key);", json!([]))
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert!(keys.iter().all(|k| k.ends_with("_member500") || k.ends_with("_member999")), "{keys:?}");
+
+    // A pod created in one member of the thousand appears without a reload.
+    browser.script("window.searchLoaded = true;", json!([]));
+    let member = &fleet.members()[998];
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "console-fleet-pod", "namespace": "default"},
+        "spec": {"containers": [{"name": "c", "image": "nginx"}]}
+    });
+    let created = reqwest::blocking::Client::new().post(format!("{}/api/v1/namespaces/default/pods", member.url())).json(&pod).send().unwrap();
+    assert!(created.status().is_success(), "create: {}", created.text().unwrap_or_default());
+    browser.wait(Duration::from_secs(60), "the new pod listed", |b| b.texts("#results tbody tr").iter().any(|r| r.contains("console-fleet-pod")));
+    assert_eq!(browser.script("return window.searchLoaded === true;", json!([])), json!(true), "the page was not reloaded");
+    drop(browser);
+    kf.stop();
+}

@@ -398,5 +398,26 @@ fn what_kubefolds_rules_do_not_allow_is_asked_of_the_control_plane_with_the_clus
     let (code, _, _) = send(&kf, ADMIN, "GET", "/api/v1/namespaces/kube-system/pods", None, &[]);
     assert_eq!(code, 200);
     assert!(reviews().iter().all(|r| r["spec"]["user"] != "admin"));
+
+    // `kubectl auth can-i` (a SelfSubjectAccessReview) says what a request
+    // would meet: the control plane's answer where kubefold's rules refuse.
+    let can_i = |verb: &str, namespace: &str| {
+        let review = json!({
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": {"verb": verb, "resource": "pods", "namespace": namespace}}
+        });
+        let (code, _, body) = send(&kf, "carol-token", "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", Some(review), &[]);
+        assert_eq!(code, 201, "{body}");
+        body["status"].clone()
+    };
+    let status = can_i("list", "default");
+    assert_eq!(status["allowed"], true, "{status}");
+    assert!(status["reason"].as_str().unwrap_or_default().contains("control plane"), "{status}");
+    assert_eq!(can_i("list", "kube-system")["allowed"], false);
+    assert_eq!(can_i("delete", "default")["allowed"], false);
+    for path in ["/api", "/apis", "/api/v1"] {
+        let (code, _, body) = send(&kf, "carol-token", "GET", path, None, &[]);
+        assert_eq!(code, 200, "GET {path} as carol: {body}");
+    }
     kf.stop();
 }

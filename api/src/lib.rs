@@ -381,7 +381,7 @@ async fn route(req: &HttpRequest, state: &Arc<ApiState>, info: &RequestInfo, bod
             .or_else(|| karmada_path::resource_list(&group, &version))
             .map(|d| respond::json(&d))
             .ok_or_else(Status::path_not_found),
-        ApiPath::Resource(path) if reviews::is_review(&path) => reviews::serve(req, state, &path, body),
+        ApiPath::Resource(path) if reviews::is_review(&path) => reviews::serve(req, state, &path, body).await,
         ApiPath::Resource(path) => {
             // Protobuf at the edge: a body decoded to JSON first, the JSON answer encoded last.
             let Some(served_type) = resources::find(catalog, &path.group, &path.version, &path.resource).cloned() else {

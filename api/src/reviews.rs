@@ -93,7 +93,7 @@ pub fn is_review(path: &ResourcePath) -> bool {
 }
 
 /// Answers a review request (`is_review(path)` holds).
-pub fn serve(req: &HttpRequest, state: &ApiState, path: &ResourcePath, body: &[u8]) -> Result<HttpResponse, Status> {
+pub async fn serve(req: &HttpRequest, state: &ApiState, path: &ResourcePath, body: &[u8]) -> Result<HttpResponse, Status> {
     if req.method() != Method::POST || path.name.is_some() {
         return Err(Status::method_not_allowed(format!(
             "{} is not supported on {}: reviews are created (POST) and not stored",
@@ -110,10 +110,10 @@ pub fn serve(req: &HttpRequest, state: &ApiState, path: &ResourcePath, body: &[u
     let cluster = path.cluster.as_deref();
     let answer = match path.resource.as_str() {
         "selfsubjectreviews" => self_subject_review(&user, &path.version),
-        "selfsubjectaccessreviews" => access_review(auth, &user, &review, cluster, &kind)?,
+        "selfsubjectaccessreviews" => access_review(auth, &user, &review, cluster, &kind).await?,
         "subjectaccessreviews" => {
             let subject = subject_of(&review)?;
-            access_review(auth, &subject, &review, cluster, &kind)?
+            access_review(auth, &subject, &review, cluster, &kind).await?
         }
         _ => rules_review(auth, state, &user, &review, cluster),
     };
@@ -275,19 +275,37 @@ fn attributes_of(review: &Value, cluster: Option<&str>, kind: &str) -> Result<Re
 }
 
 /// A SelfSubjectAccessReview or SubjectAccessReview about `user`.
-fn access_review(auth: &Auth, user: &User, review: &Value, cluster: Option<&str>, kind: &str) -> Result<Value, Status> {
+/// Answered as a request is authorized: kubefold's own rules, then, for
+/// what they refuse, the control plane's access review when authorization
+/// is delegated (`--authorization-kubeconfig`), so that `kubectl auth
+/// can-i` says what a request would meet.
+async fn access_review(auth: &Auth, user: &User, review: &Value, cluster: Option<&str>, kind: &str) -> Result<Value, Status> {
     let attributes = attributes_of(review, cluster, kind)?;
-    let allowed = auth.allows(user, &attributes);
+    let mut allowed = auth.allows(user, &attributes);
+    let mut evaluation_error = None;
     let reason = if auth.is_open() {
         "no authenticator is configured: kubefold allows every request".to_string()
     } else if allowed {
         format!("kubefold allows user {:?} in groups {:?}", user.name, user.groups)
     } else {
-        String::new()
+        match auth.delegated_allows(user, &attributes).await {
+            Some(Ok(true)) => {
+                allowed = true;
+                "allowed by the control plane's SubjectAccessReview".to_string()
+            }
+            Some(Ok(false)) | None => String::new(),
+            Some(Err(error)) => {
+                evaluation_error = Some(format!("the control plane's SubjectAccessReview failed: {error}"));
+                String::new()
+            }
+        }
     };
     let mut status = json!({"allowed": allowed});
     if !reason.is_empty() {
         status["reason"] = Value::String(reason);
+    }
+    if let Some(error) = evaluation_error {
+        status["evaluationError"] = Value::String(error);
     }
     let mut answer = review.clone();
     answer["apiVersion"] = json!(format!("{AUTHORIZATION_GROUP}/v1"));
@@ -401,6 +419,9 @@ fn rules_review(auth: &Auth, state: &ApiState, user: &User, review: &Value, clus
         let mut why = "kubefold lists the types it serves, common built-in types and the reviews; a member may serve more types, reachable under /clusters/<cluster>".to_string();
         if cluster.is_none() && auth.has_cluster_limited_rules(user) {
             why.push_str("; some rules of this user are limited to member clusters: ask under /clusters/<cluster> for what they allow there");
+        }
+        if auth.delegates_authorization() {
+            why.push_str("; authorization is also delegated to a control plane, which may allow more: ask with a SelfSubjectAccessReview (kubectl auth can-i VERB RESOURCE)");
         }
         status["evaluationError"] = json!(why);
     }

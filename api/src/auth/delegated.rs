@@ -27,6 +27,7 @@ use serde_json::{json, Value};
 
 use super::authn::User;
 use super::authz::{RequestAttributes, Target};
+use super::requestheader::Extra;
 use super::{Error, Result};
 
 /// The extra attribute of a SubjectAccessReview naming the member cluster
@@ -49,7 +50,7 @@ pub struct TokenReviewer {
     kubeconfig: PathBuf,
     success_ttl: Duration,
     failure_ttl: Duration,
-    cache: Mutex<HashMap<String, (Option<User>, Instant)>>,
+    cache: Mutex<HashMap<String, (Option<(User, Extra)>, Instant)>>,
 }
 
 /// 10 seconds, as aggregated API servers cache delegated answers.
@@ -63,9 +64,10 @@ impl TokenReviewer {
         Ok(TokenReviewer { kubeconfig: kubeconfig.to_path_buf(), success_ttl, failure_ttl, cache: Mutex::new(HashMap::new()) })
     }
 
-    /// Who `token` is: `Ok(None)` when the API server says it
-    /// authenticates nobody, an error when it could not be asked.
-    pub async fn review(&self, token: &str) -> Result<Option<User>, String> {
+    /// Who `token` is, with the user's extra attributes: `Ok(None)` when
+    /// the API server says it authenticates nobody, an error when it could
+    /// not be asked.
+    pub async fn review(&self, token: &str) -> Result<Option<(User, Extra)>, String> {
         let now = Instant::now();
         if let Some((user, expires)) = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(token) {
             if *expires > now {
@@ -177,15 +179,20 @@ pub fn review_spec(user: &User, attributes: &RequestAttributes) -> Value {
     spec
 }
 
-/// The user of a TokenReview's `status`, `None` unless authenticated.
-pub fn user_of(status: &Value) -> Option<User> {
+/// The user of a TokenReview's `status` and the user's extra attributes
+/// (`user.extra`, which edits carry to members as `Impersonate-Extra-*`),
+/// `None` unless authenticated.
+pub fn user_of(status: &Value) -> Option<(User, Extra)> {
     if status["authenticated"] != true {
         return None;
     }
     let user = &status["user"];
     let name = user["username"].as_str().filter(|n| !n.is_empty())?;
-    let groups = user["groups"].as_array().map(|g| g.iter().filter_map(|g| g.as_str().map(str::to_string)).collect()).unwrap_or_default();
-    Some(User::authenticated(name.to_string(), user["uid"].as_str().unwrap_or_default().to_string(), groups))
+    let strings = |v: &Value| -> Vec<String> { v.as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect()).unwrap_or_default() };
+    let groups = strings(&user["groups"]);
+    let mut extra: Extra = user["extra"].as_object().map(|m| m.iter().map(|(k, v)| (k.clone(), strings(v))).collect()).unwrap_or_default();
+    extra.sort();
+    Some((User::authenticated(name.to_string(), user["uid"].as_str().unwrap_or_default().to_string(), groups), extra))
 }
 
 /// The client of `kubeconfig` for this thread.
@@ -231,7 +238,10 @@ mod tests {
 
     #[test]
     fn only_an_authenticated_review_names_a_user() {
-        let user = user_of(&json!({"authenticated": true, "user": {"username": "carol", "uid": "7", "groups": ["team-a"]}})).unwrap();
+        let (user, extra) = user_of(&json!({"authenticated": true, "user": {"username": "carol", "uid": "7", "groups": ["team-a"]}})).unwrap();
+        assert!(extra.is_empty());
+        let (_, extra) = user_of(&json!({"authenticated": true, "user": {"username": "dave", "extra": {"scopes": ["a", "b"], "dept": ["x"]}}})).unwrap();
+        assert_eq!(extra, vec![("dept".to_string(), vec!["x".to_string()]), ("scopes".to_string(), vec!["a".to_string(), "b".to_string()])]);
         assert_eq!((user.name.as_str(), user.uid.as_str()), ("carol", "7"));
         assert_eq!(user.groups, ["team-a", "system:authenticated"]);
         assert_eq!(user_of(&json!({"authenticated": false, "error": "invalid bearer token"})), None);

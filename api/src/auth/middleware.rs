@@ -169,6 +169,19 @@ impl Auth {
         self.inner.open || authorize(user, attributes, &self.inner.rules)
     }
 
+    /// The control plane's answer for what kubefold's own rules refuse
+    /// (`--authorization-kubeconfig`, [`super::delegated`]): `None` without
+    /// one, `Err` when the review failed.
+    pub async fn delegated_allows(&self, user: &User, attributes: &RequestAttributes) -> Option<Result<bool, String>> {
+        let reviewer = self.inner.access_reviewer.as_ref()?;
+        Some(reviewer.allows(user, attributes).await)
+    }
+
+    /// Whether authorization is also delegated to a control plane.
+    pub fn delegates_authorization(&self) -> bool {
+        self.inner.access_reviewer.is_some()
+    }
+
     /// Whether an extra rule that applies to `user` is limited to some
     /// clusters: what it allows then depends on the cluster a request
     /// names, which a list of rules without a cluster cannot say.
@@ -202,10 +215,10 @@ impl Auth {
 
     /// [`Auth::authenticate`], then, for a bearer token it does not know,
     /// the control plane's review ([`super::delegated`]).
-    async fn authenticate_delegated(&self, req: &ServiceRequest) -> Result<User, Rejection> {
-        let local = self.authenticate(req);
+    async fn authenticate_delegated(&self, req: &ServiceRequest) -> Result<(User, super::requestheader::Extra), Rejection> {
+        let local = self.authenticate(req).map(|user| (user, Vec::new()));
         let Some(reviewer) = &self.inner.token_reviewer else { return local };
-        if local.as_ref().is_ok_and(|u| !u.is_anonymous()) {
+        if local.as_ref().is_ok_and(|(u, _)| !u.is_anonymous()) {
             return local;
         }
         let Some(token) = super::authn::bearer_token(req.headers()) else { return local };
@@ -333,7 +346,7 @@ where
         Box::pin(async move {
             let user = match auth.front_proxied(&req) {
                 Some(proxied) => proxied,
-                None => auth.authenticate_delegated(&req).await.map(|user| (user, Vec::new())),
+                None => auth.authenticate_delegated(&req).await,
             };
             match auth.admit(&req, user).await {
                 Ok(Admitted { user, attributes, slot, long_running, client, impersonator, extra }) => {
