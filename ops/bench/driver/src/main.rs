@@ -23,6 +23,7 @@ mod procs;
 mod report;
 mod sledref;
 mod stats;
+mod watch;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
