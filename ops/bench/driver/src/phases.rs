@@ -781,3 +781,24 @@ async fn size_step(ctx: &Ctx, report: &mut Report, n: usize, restart: bool, curv
         restart_s,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::sustained_rate;
+
+    #[test]
+    fn sustained_rate_counts_the_middle_of_a_sync() {
+        // 1,000 events: nothing for 0.5 s, then 100 per 0.1 s, then a slow tail.
+        let samples = [(0.0, 0), (0.5, 0), (0.6, 100), (0.7, 200), (0.8, 300), (0.9, 400), (1.0, 500), (1.1, 600), (1.2, 700), (1.3, 800), (1.4, 900), (3.0, 1000)];
+        let (rate, from, to) = sustained_rate(&samples, 1000).unwrap();
+        assert!((from - 0.6).abs() < 1e-9 && (to - 1.4).abs() < 1e-9, "{from} {to}");
+        assert!((rate - 1000.0).abs() < 1e-6, "{rate}");
+        // Between samples: 90 % (900) is passed half way from 1.3 to 1.5.
+        let samples = [(0.0, 0), (0.2, 200), (1.3, 800), (1.5, 1000)];
+        let (_, from, to) = sustained_rate(&samples, 1000).unwrap();
+        assert!((from - 0.1).abs() < 1e-9 && (to - 1.4).abs() < 1e-9, "{from} {to}");
+        // Everything in one step: no span to measure.
+        assert_eq!(sustained_rate(&[(0.0, 0), (0.3, 1000)], 1000), None);
+        assert_eq!(sustained_rate(&[], 1000), None);
+    }
+}
