@@ -47,6 +47,8 @@ async fn core_and_group_discovery() {
         [
             "apps", "discovery.k8s.io", "rbac.authorization.k8s.io", "batch", "scheduling.k8s.io", "policy",
             "networking.k8s.io", "autoscaling", "authorization.k8s.io", "authentication.k8s.io",
+            // The resource metrics API, as metrics-server registers it.
+            "metrics.k8s.io",
         ]
     );
     // autoscaling/v2 preferred, v1 served too, as kube-apiserver.
