@@ -29,6 +29,17 @@ fn screenshot(browser: &Browser, name: &str) {
     }
 }
 
+/// The keys (`namespace/name`) of the search's result rows, in order.
+fn result_keys(browser: &Browser) -> Vec<String> {
+    browser
+        .script("return [...document.querySelectorAll('#results tbody tr')].map((r) => r.dataset.key);", json!([]))
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect()
+}
+
 #[test]
 fn the_console_signs_in_shows_the_fleet_live_and_searches_every_cluster() {
     if let Some(missing) = webdriver::missing() {
@@ -134,14 +145,7 @@ fn the_console_signs_in_shows_the_fleet_live_and_searches_every_cluster() {
     assert_eq!(browser.script("return window.searchLoaded === true;", json!([])), json!(true), "the page was not reloaded");
 
     // Many results are paged with continue tokens, 50 rows a page.
-    let names = |b: &Browser| -> Vec<String> {
-        b.script("return [...document.querySelectorAll('#results tbody tr')].map((r) => r.dataset.key);", json!([]))
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_str().unwrap().to_string())
-            .collect()
-    };
+    let names = result_keys;
     browser.open(&format!("{}/ui/search?type=events", kf.url));
     browser.wait(Duration::from_secs(30), "a page of events", |b| b.texts("#results tbody tr").len() == 50);
     let listed: serde_json::Value = client.get(format!("{}/api/v1/events", kf.url)).bearer_auth(ADMIN_TOKEN).send().unwrap().json().unwrap();
@@ -256,14 +260,7 @@ fn a_hundred_thousand_results_are_paged() {
     let remaining = listed["metadata"]["remainingItemCount"].as_u64().expect("remainingItemCount");
     assert!(remaining >= 99_999, "kubefold holds the 100,000 load pods: {listed}");
 
-    let keys = |b: &Browser| -> Vec<String> {
-        b.script("return [...document.querySelectorAll('#results tbody tr')].map((r) => r.dataset.key);", json!([]))
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_str().unwrap().to_string())
-            .collect()
-    };
+    let keys = result_keys;
     let browser = Browser::start(1280, 860);
     browser.open(&format!("{}/ui/search?type=pods&labels=app%3Dload", kf.url));
     browser.wait(Duration::from_secs(60), "the first page of 100,000 pods", |b| b.text("#search-status").contains("page 1"));
@@ -347,13 +344,7 @@ fn a_thousand_live_members_in_the_console() {
     // A search over two of the thousand lists their pods only.
     browser.open(&format!("{}/ui/search?type=pods&clusters=member500,member999", kf.url));
     browser.wait(Duration::from_secs(60), "the pods of two members", |b| b.texts("#results tbody tr").len() == 20);
-    let keys: Vec<String> = browser
-        .script("return [...document.querySelectorAll('#results tbody tr')].map((r) => r.dataset.key);", json!([]))
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap().to_string())
-        .collect();
+    let keys = result_keys(&browser);
     assert!(keys.iter().all(|k| k.ends_with("_member500") || k.ends_with("_member999")), "{keys:?}");
 
     // A pod created in one member of the thousand appears without a reload.
