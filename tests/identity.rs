@@ -18,6 +18,20 @@ fn write(dir: &std::path::Path, name: &str, text: &str) -> String {
     path.to_str().unwrap().to_string()
 }
 
+/// A simulator as the control plane, deciding by the access policy in the
+/// file `policy`, and a kubeconfig for it as `auth-token` (the identity
+/// kubefold reviews tokens and access with).
+fn control_plane(dir: &std::path::Path, policy: &str) -> (kubefold_testdata::SimHandle, String) {
+    let control_plane = kubefold_testdata::start(kubefold_testdata::SimConfig { name: "control-plane".into(), authz_file: Some(policy.into()), ..kubefold_testdata::SimConfig::default() })
+        .expect("simulator starts");
+    let kubeconfig = write(
+        dir,
+        "control-plane.kubeconfig",
+        &format!("apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters: [{{name: c, cluster: {{server: \"{}\"}}}}]\nusers: [{{name: u, user: {{token: auth-token}}}}]\ncontexts: [{{name: c, context: {{cluster: c, user: u}}}}]\n", control_plane.url()),
+    );
+    (control_plane, kubeconfig)
+}
+
 fn send(kf: &Kubefold, token: &str, method: &str, path: &str, body: Option<Value>, headers: &[(&str, &str)]) -> (u16, String, Value) {
     let client = reqwest::blocking::Client::new();
     let mut request = client.request(method.parse().unwrap(), format!("{}{path}", kf.url)).bearer_auth(token);
@@ -272,13 +286,7 @@ fn bearer_tokens_kubefold_does_not_know_are_reviewed_by_the_control_plane_and_ca
          rules:\n\
          - {users: [kubefold-auth], verbs: [create], apiGroups: [authentication.k8s.io], resources: [tokenreviews]}\n",
     );
-    let control_plane = kubefold_testdata::start(kubefold_testdata::SimConfig { name: "control-plane".into(), authz_file: Some(policy.into()), ..kubefold_testdata::SimConfig::default() })
-        .expect("simulator starts");
-    let kubeconfig = write(
-        tmp.path(),
-        "authn.kubeconfig",
-        &format!("apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters: [{{name: c, cluster: {{server: \"{}\"}}}}]\nusers: [{{name: u, user: {{token: auth-token}}}}]\ncontexts: [{{name: c, context: {{cluster: c, user: u}}}}]\n", control_plane.url()),
-    );
+    let (control_plane, kubeconfig) = control_plane(tmp.path(), &policy);
     let tokens = write(tmp.path(), "tokens.csv", &format!("{ADMIN},admin,1001,\"kubefold:admins\"\n"));
     let members = demo_members(1, 0.0);
     let kf = Kubefold::serve(
@@ -342,13 +350,7 @@ fn what_kubefolds_rules_do_not_allow_is_asked_of_the_control_plane_with_the_clus
          - {users: [kubefold-auth], verbs: [create], resources: [tokenreviews, subjectaccessreviews]}\n\
          - {groups: [team-a], verbs: [get, list, watch], apiGroups: [''], resources: [pods], namespaces: [default]}\n",
     );
-    let control_plane = kubefold_testdata::start(kubefold_testdata::SimConfig { name: "control-plane".into(), authz_file: Some(policy.into()), ..kubefold_testdata::SimConfig::default() })
-        .expect("simulator starts");
-    let kubeconfig = write(
-        tmp.path(),
-        "control-plane.kubeconfig",
-        &format!("apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters: [{{name: c, cluster: {{server: \"{}\"}}}}]\nusers: [{{name: u, user: {{token: auth-token}}}}]\ncontexts: [{{name: c, context: {{cluster: c, user: u}}}}]\n", control_plane.url()),
-    );
+    let (control_plane, kubeconfig) = control_plane(tmp.path(), &policy);
     let tokens = write(tmp.path(), "tokens.csv", &format!("{ADMIN},admin,1001,\"kubefold:admins\"\n"));
     let members = demo_members(1, 0.0);
     let kf = Kubefold::serve(
