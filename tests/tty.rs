@@ -13,7 +13,7 @@ use common::*;
 use serde_json::Value;
 
 /// Runs the command after `--` under a pseudo-terminal of 33 rows and 101
-/// columns; types `stty size`, resizes to 40x120 (and signals kubectl, as a
+/// columns; types `stty size` until that size shows, resizes to 40x120 (and signals kubectl, as a
 /// terminal does), types `stty size` until the new size shows, then
 /// `exit $EXIT_CODE` (5 by default). Prints a JSON report: what each step
 /// saw and the exit code.
@@ -48,8 +48,14 @@ def read_until(text, limit):
 
 report = {}
 report["prompt"] = read_until(b"# ", 20)
-os.write(master, b"stty size\r")
-report["first_size"] = read_until(b"33 101", 10)
+# kubectl sends the first size from its own goroutine, racing with the
+# first typed line; ask until it has arrived (no resize has happened yet).
+report["first_size"] = False
+for _ in range(20):
+    os.write(master, b"stty size\r")
+    if read_until(b"33 101", 0.5):
+        report["first_size"] = True
+        break
 set_size(master, 40, 120)
 os.kill(child.pid, signal.SIGWINCH)
 report["second_size"] = False
