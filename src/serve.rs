@@ -492,6 +492,8 @@ pub fn run(
             .collect();
         let supervisor =
             Supervisor::new(supervision, aggregator.clone(), config.watcher_threads, recovered.checkpoints).start();
+        // Objects lost to storage damage while serving are rebuilt by lists of their members.
+        aggregator.do_send(kubefold_actors::aggregator::SetRelister(supervisor.clone().recipient()));
         for cluster in removed {
             // A cluster that left the configuration is removed: its objects become DELETED events.
             warn!(cluster = %cluster, "Cluster is no longer configured; removing its objects.");
