@@ -384,3 +384,43 @@ fn an_object_whose_current_record_is_damaged_is_rebuilt_from_its_member() {
     kf.stop();
 }
 
+/// A damaged index snapshot (bytes flipped; truncated) is moved into a
+/// quarantine directory named in the log, not silently ignored; the index
+/// is rebuilt from the log, losing nothing: the history before it still
+/// answers watches.
+#[test]
+fn a_damaged_index_snapshot_is_quarantined_and_the_index_rebuilt_from_the_log() {
+    let members = demo_members(1, 0.0);
+    let damages: [(&str, fn(&mut Vec<u8>)); 2] = [
+        ("bytes flipped", |bytes| {
+            let at = bytes.len() / 2;
+            bytes[at] ^= 0x5a;
+        }),
+        ("truncated", |bytes| bytes.truncate(bytes.len() * 2 / 3)),
+    ];
+    for (what, damage) in damages {
+        let (_tmp, data) = data_dir();
+        let kf = Kubefold::serve(&data, &cluster_flags(&members), &[]);
+        kf.wait_ready();
+        let head = settled_rv(&kf);
+        let objects = pod_count(&kf);
+        kf.stop();
+        let file = data.join("index.snapshot");
+        let mut bytes = std::fs::read(&file).unwrap();
+        damage(&mut bytes);
+        std::fs::write(&file, &bytes).unwrap();
+
+        let kf = Kubefold::serve(&data, &cluster_flags(&members), &[]);
+        kf.wait_ready();
+        let quarantine = quarantines(&data);
+        assert_eq!(quarantine.len(), 1, "{what}");
+        assert_eq!(std::fs::read(quarantine[0].join("index.snapshot")).unwrap(), bytes, "{what}: the damaged snapshot is kept");
+        let logs = kf.logs();
+        assert!(logs.contains("The index snapshot is damaged") && logs.contains(&*quarantine[0].to_string_lossy()), "{what}: {logs}");
+        assert_eq!(pod_count(&kf), objects, "{what}");
+        assert!(list_rv(&kf) >= head, "{what}");
+        let lines = watch(&kf, head - 1, Duration::from_secs(10));
+        assert!(lines.iter().all(|l| l["type"] != "ERROR"), "{what}: the history is kept: {lines:?}");
+        kf.stop();
+    }
+}
