@@ -466,6 +466,9 @@ impl Actor for Aggregator {
             let shared = this.shared.clone();
             let wait = tokio::task::spawn_blocking(move || {
                 let stats = store.compact(floor, &live)?;
+                // A damaged record waiting for a compaction past it (an
+                // object deleted before its rebuild) is gone now.
+                store.settle_damage()?;
                 // The shared log's events up to the same floor go too, but
                 // for those this copy kept (live versions, and the versions
                 // before retained events, which rewinds read).

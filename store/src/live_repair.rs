@@ -120,16 +120,24 @@ impl Store {
     }
 
     /// Forgets the damaged records the log no longer holds (compaction
-    /// removed them) and writes the damage mark for the lowest left, or
-    /// removes it when none is: a start after a repair done while serving
-    /// repairs nothing. Returns the damaged records the log still holds.
+    /// removed them) and, when it forgot any, writes the damage mark for the
+    /// lowest left, or removes it when none is: a start after a repair done
+    /// while serving repairs nothing. Cheap when nothing changed (called
+    /// after every compaction). Returns the damaged records the log still
+    /// holds.
     pub fn settle_damage(&self) -> Result<Vec<u64>> {
         let mut found = self.health.found.lock().unwrap_or_else(|e| e.into_inner());
         let held: Vec<u64> = found.unrepaired.iter().copied().collect();
-        for rv in held {
-            if !self.holds(rv)? {
-                found.unrepaired.remove(&rv);
+        let mut repaired = false;
+        for rv in &held {
+            if !self.holds(*rv)? {
+                found.unrepaired.remove(rv);
+                repaired = true;
             }
+        }
+        if !repaired {
+            // The mark note_damage wrote stands.
+            return Ok(held);
         }
         let tree = self.tree()?;
         match found.unrepaired.first() {
