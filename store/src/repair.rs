@@ -167,7 +167,8 @@ impl Store {
             marked_for_repair = marked.is_ok(),
             "A record of the event log is damaged: requests that need it answer 410 (watches from before it list again); \
              kubefold repairs it while serving (the segment copied into a quarantine directory, the compaction floor moved past it, \
-             the object re-listed from its member when it was an object's current version). Check the disk."
+             the object re-listed from its member when it was an object's current version; a replica over etcd repairs it at its next start). \
+             Check the disk."
         );
     }
 
