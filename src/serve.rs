@@ -107,6 +107,11 @@ async fn reload_estimator(path: &Path, resolver: &Addr<Resolver>) {
 /// OS error: 28 no space, 30 read-only, 5 I/O error).
 const INJECT_FAULT_VAR: &str = "KUBEFOLD_INJECT_STORE_FAULT";
 
+/// The environment variable that makes the reading of the data dir at
+/// start panic, as sled does on damage it does not expect: for the test that
+/// kubefold then prints one line, not the panic.
+const INJECT_PANIC_VAR: &str = "KUBEFOLD_INJECT_STORE_PANIC";
+
 /// The fault [`INJECT_FAULT_VAR`] asks for, if any.
 fn injected_store_fault() -> anyhow::Result<Option<kubefold_store::Fault>> {
     let Ok(value) = std::env::var(INJECT_FAULT_VAR) else { return Ok(None) };
@@ -186,7 +191,7 @@ fn recover_or_repair(
          Clients holding an older resourceVersion get 410 and list again. (store.onCorruption: refuse keeps the damaged data dir and does not start.)"
     );
     let store = Store::open(data_dir, options)?;
-    let old_head = match store.salvage_settings(&quarantine) {
+    let old_head = match catch_damage(|| store.salvage_settings(&quarantine)) {
         Ok((copied, head)) => {
             info!(settings = copied, "Settings copied from the damaged data dir (registered members, resource selection).");
             head
@@ -211,7 +216,7 @@ fn recover_or_repair(
 /// watches and lists, the lost ones answer 410, and the store continues
 /// above `ceiling`. False when the damage is not in the record log.
 fn repair_record_log(data_dir: &Path, options: &Options, quarantine: &Path, ceiling: u64, damage: &anyhow::Error) -> anyhow::Result<bool> {
-    let Ok(store) = Store::open(data_dir, options) else { return Ok(false) };
+    let Ok(store) = catch_damage(|| Store::open(data_dir, options)) else { return Ok(false) };
     let found = match catch_damage(|| store.find_damage()) {
         Ok(Some(found)) => found,
         Ok(None) if store.damage_mark().ok().flatten().is_some() => {
@@ -255,12 +260,47 @@ fn repair_record_log(data_dir: &Path, options: &Options, quarantine: &Path, ceil
     Ok(true)
 }
 
+thread_local! {
+    /// This thread reads a data dir that may be damaged: a panic is caught
+    /// and reported as damage, in one line, not printed.
+    static READING_DATA_DIR: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Threads reading a data dir that may be damaged ([`READING_DATA_DIR`]).
+static READING_DATA_DIRS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Installs (once) a panic hook that keeps quiet about a panic of sled
+/// meeting damage while a data dir is read at start (on the reading thread,
+/// or on one of sled's own threads meanwhile): kubefold reports it as
+/// damage in one line ([`catch_damage`]). Every other panic is printed as
+/// before.
+fn quiet_damage_panics() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let on_sled_thread = std::thread::current().name().is_some_and(|n| n.starts_with("sled"));
+            let reading = READING_DATA_DIR.with(|r| r.get());
+            if reading || (on_sled_thread && READING_DATA_DIRS.load(std::sync::atomic::Ordering::Acquire) > 0) {
+                return;
+            }
+            previous(info);
+        }));
+    });
+}
+
 /// Runs `f`, a panic in it (sled meeting damage it does not expect) made a
-/// damage error.
-fn catch_damage<T>(f: impl FnOnce() -> kubefold_store::Result<T>) -> kubefold_store::Result<T> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+/// damage error; the panic is not printed ([`quiet_damage_panics`]).
+fn catch_damage<T, E: From<kubefold_store::Error>>(f: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
+    quiet_damage_panics();
+    READING_DATA_DIRS.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    let was = READING_DATA_DIR.with(|r| r.replace(true));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    READING_DATA_DIR.with(|r| r.set(was));
+    READING_DATA_DIRS.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    result.unwrap_or_else(|panic| {
         let what = panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
-        Err(kubefold_store::Error::Corrupt { what: format!("sled failed reading the data dir: {what}") })
+        Err(kubefold_store::Error::Corrupt { what: format!("sled failed reading the data dir: {what}") }.into())
     })
 }
 
@@ -270,10 +310,7 @@ fn recover_caught(
     options: &Options,
     progress: &kubefold_api::starting::StartProgress,
 ) -> anyhow::Result<(Store, kubefold_store::Recovered)> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| recover(data_dir, options, progress))).unwrap_or_else(|panic| {
-        let what = panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
-        Err(kubefold_store::Error::Corrupt { what: format!("sled failed reading {}: {what}", data_dir.display()) }.into())
-    })
+    catch_damage(|| recover(data_dir, options, progress))
 }
 
 /// A replica's data dir that cannot be used as the log's copy (`why`) is
@@ -323,6 +360,9 @@ fn recover(
 ) -> anyhow::Result<(Store, kubefold_store::Recovered)> {
     let opening = std::time::Instant::now();
     let store = Store::open(data_dir, options)?;
+    if std::env::var_os(INJECT_PANIC_VAR).is_some() {
+        panic!("injected ({INJECT_PANIC_VAR}): a page of the data dir does not decode");
+    }
     restrict_permissions(data_dir);
     let opened = opening.elapsed().as_secs_f64();
     progress.set("replaying the event log");
@@ -492,6 +532,8 @@ pub fn run(
             .collect();
         let supervisor =
             Supervisor::new(supervision, aggregator.clone(), config.watcher_threads, recovered.checkpoints).start();
+        // Objects lost to storage damage while serving are rebuilt by lists of their members.
+        aggregator.do_send(kubefold_actors::aggregator::SetRelister(supervisor.clone().recipient()));
         for cluster in removed {
             // A cluster that left the configuration is removed: its objects become DELETED events.
             warn!(cluster = %cluster, "Cluster is no longer configured; removing its objects.");

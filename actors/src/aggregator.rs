@@ -4,7 +4,8 @@
 //! events numbered with the next global resource versions, stamps them,
 //! commits them (events, checkpoints, head RV) atomically, and then
 //! publishes the new snapshot and the events. It also owns the log's upkeep
-//! (compaction, index snapshots, backups), which runs off its thread.
+//! (compaction, index snapshots, backups, the repair of damage found while
+//! serving), which runs off its thread.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -22,7 +23,9 @@ use crate::fleet::{Fleet, Publisher};
 pub use crate::messages::{Backup, Compact};
 use crate::messages::{Ingest, IngestError, Prune, RemoveCluster};
 
+mod damage;
 mod replica;
+pub use damage::SetRelister;
 pub use replica::{ApplyReplicated, CatchUp};
 
 /// Errors of the aggregator's requests.
@@ -127,6 +130,12 @@ pub struct Aggregator {
     applied_revision: u64,
     /// Events applied from the shared log since the last index snapshot.
     applied_since_snapshot: u64,
+    /// A repair of damaged records is running (see [`damage`]).
+    repairing: bool,
+    /// Objects whose current version was damaged, waiting to be rebuilt.
+    rebuilding: Vec<damage::Rebuilding>,
+    /// Where members' types are listed again (the supervisor).
+    relister: Option<actix::Recipient<crate::messages::Relist>>,
 }
 
 impl Aggregator {
@@ -146,6 +155,9 @@ impl Aggregator {
             shared: fleet.shared().cloned(),
             applied_revision: kubefold_store::shared::revision_of(fleet.snapshot().head_rv()),
             applied_since_snapshot: 0,
+            repairing: false,
+            rebuilding: Vec::new(),
+            relister: None,
             fleet,
         }
     }
@@ -454,6 +466,9 @@ impl Actor for Aggregator {
             let shared = this.shared.clone();
             let wait = tokio::task::spawn_blocking(move || {
                 let stats = store.compact(floor, &live)?;
+                // A damaged record waiting for a compaction past it (an
+                // object deleted before its rebuild) is gone now.
+                store.settle_damage()?;
                 // The shared log's events up to the same floor go too, but
                 // for those this copy kept (live versions, and the versions
                 // before retained events, which rewinds read).
@@ -480,6 +495,7 @@ impl Actor for Aggregator {
                 }),
             );
         });
+        ctx.run_interval(damage::DAMAGE_CHECK_EVERY, |this, ctx| this.check_damage(ctx));
         ctx.run_interval(SNAPSHOT_CHECK_EVERY, |this, ctx| {
             if this.snapshot_due() {
                 this.start_snapshot(ctx);

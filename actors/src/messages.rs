@@ -112,6 +112,18 @@ pub struct ListClusters;
 #[rtype(result = "Result<usize, crate::supervisor::Error>")]
 pub struct SetSelection(pub ResourceSelection);
 
+/// Lists one type of a member again from scratch (its watcher restarted
+/// without its checkpoint): objects whose stored version was lost to
+/// storage damage are rebuilt from the member.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct Relist {
+    /// The member cluster.
+    pub cluster: String,
+    /// The resource type key (`v1/pods`).
+    pub resource: String,
+}
+
 // To the resolver.
 
 /// Sets the member clusters whose endpoints are kept.

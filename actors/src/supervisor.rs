@@ -18,7 +18,7 @@ use tracing::info;
 use crate::aggregator::Aggregator;
 use crate::cluster::ClusterSpec;
 use crate::fleet::{Fleet, Supervision, WatchScope};
-pub use crate::messages::{AddCluster, DropCluster, ListClusters, SetSelection};
+pub use crate::messages::{AddCluster, DropCluster, ListClusters, Relist, SetSelection};
 use crate::messages::{Prune, RemoveCluster, ScopeTicket, Stop};
 use crate::watcher::{ClusterWatcher, WatchTarget};
 
@@ -285,6 +285,25 @@ impl Handler<AddCluster> for Supervisor {
 
     fn handle(&mut self, msg: AddCluster, _ctx: &mut Self::Context) {
         self.add_cluster(msg.0);
+    }
+}
+
+impl Handler<Relist> for Supervisor {
+    type Result = ();
+
+    /// Restarts the watcher of the type without its checkpoint: it lists
+    /// the member again (the checkpoint is forgotten in the store too, so a
+    /// restart before the list ends lists as well).
+    fn handle(&mut self, msg: Relist, _ctx: &mut Self::Context) {
+        let Some(spec) = self.clusters.get(&msg.cluster).cloned() else { return };
+        let fleet = self.fleet.clone();
+        let running = self.watchers.get(&msg.cluster).and_then(|watchers| {
+            watchers.iter().find(|(type_ref, _)| fleet.known_type(type_ref).is_some_and(|r| r.key() == msg.resource))
+        });
+        let Some((type_ref, running)) = running.map(|(t, r)| (t.clone(), r.namespaces.clone())) else { return };
+        self.stop_watcher(&msg.cluster, &type_ref);
+        self.start_watcher(&spec, type_ref, running, false);
+        info!(cluster = %msg.cluster, resource = %msg.resource, "Listing the member's type again to rebuild objects lost to storage damage.");
     }
 }
 

@@ -55,7 +55,7 @@ pub const RECORDED: &[Family] = &[
     family("kubefold_index_snapshot_duration_seconds", Kind::Histogram, &[], "Time to write an index snapshot."),
     family("kubefold_store_bytes", Kind::Gauge, &[], "Bytes of the data dir on disk."),
     family("kubefold_store_pinned_reads", Kind::Gauge, &[], "Reads holding log segments against compaction."),
-    family("kubefold_store_damaged_records_total", Kind::Counter, &[], "Event log records found damaged while reading them (each is logged; the next start repairs the log)."),
+    family("kubefold_store_damaged_records_total", Kind::Counter, &[], "Event log records found damaged while reading them (each is logged, counted once, and repaired while serving)."),
     family("kubefold_watches", Kind::Gauge, &[], "Open watch streams."),
     family("kubefold_watch_slow_closed_total", Kind::Counter, &["reason"], "Watches closed because their client read too slowly (reason: `watch_bound`, the watch's own 1,024 events or 4 MiB, or `client_budget`, its client's budget over all its watches)."),
     family("kubefold_watch_client_closed_total", Kind::Counter, &[], "Watches ended because their client closed the connection."),

@@ -157,6 +157,8 @@ pub(crate) struct Health {
     pub(crate) damaged_below: std::sync::atomic::AtomicU64,
     /// Damaged records found while reading.
     pub(crate) damaged_records: std::sync::atomic::AtomicU64,
+    /// Which records were found damaged, and which wait for their repair.
+    pub(crate) found: std::sync::Mutex<crate::live_repair::Found>,
     /// sled's `Db` fails every write (an injected [`Fault::Wedge`]) until reopened.
     pub(crate) wedged: std::sync::atomic::AtomicBool,
     /// Times sled was opened again after a failed write.

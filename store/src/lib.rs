@@ -48,6 +48,7 @@
 //! - `recover`: rebuilding the index at start;
 //! - `repair`: a damaged record log cut to its intact prefix, the lost
 //!   history that answers 410;
+//! - `live_repair`: damage found while serving, repaired while serving;
 //! - `snapshot`: the index snapshot file;
 //! - `ceiling`: the resourceVersion ceiling kept beside sled;
 //! - `compact`: retention and compaction;
@@ -65,6 +66,7 @@ mod commit;
 mod compact;
 mod fault;
 mod keys;
+mod live_repair;
 pub mod log;
 mod lz4;
 mod migrate;
@@ -97,6 +99,7 @@ use record::*;
 
 pub use ceiling::{read_ceiling, CEILING_FILE, CEILING_STEP};
 pub use fault::{Cause, Fault};
+pub use live_repair::{create_quarantine_dir, DAMAGE_NOTE};
 pub use pin::ReadPin;
 pub use record::{decode_event, encode_event};
 pub use repair::{Damage, Truncated};

@@ -51,6 +51,10 @@ pub(crate) fn open_sled(path: &Path, options: &Options, segment_size: usize) -> 
     loop {
         let failed = match sled_config(path, options, segment_size).open() {
             Ok(db) => return Ok(db),
+            // Said in words: sled's own text of it is a debug dump.
+            Err(sled::Error::Corruption { .. }) => {
+                return Err(Error::Corrupt { what: format!("sled cannot read its files in {}: they hold damaged data", path.display()) })
+            }
             Err(source) => source,
         };
         let locked = failed.to_string().contains("could not acquire lock");

@@ -2,6 +2,7 @@
 //! or from a replay of the whole retained log.
 
 use super::*;
+use crate::snapshot::Unused;
 
 impl Store {
     /// Reads the merged index, the checkpoints and the compaction floor.
@@ -30,10 +31,31 @@ impl Store {
             }
             // The snapshot is written after the log is flushed: sled's
             // tree lost commits (damaged files it read up to the damage).
-            Err(reason) if reason.contains(crate::snapshot::SNAPSHOT_AHEAD) => {
+            Err(Unused::Ahead(reason)) => {
                 return Err(Error::Corrupt { what: format!("sled's tree is behind the index snapshot: {reason}") });
             }
-            Err(reason) => {
+            // Never silently ignored: set aside where the operator finds it.
+            Err(Unused::Damaged(reason)) => {
+                let reason = match self.quarantine_snapshot(&reason) {
+                    Ok(quarantine) => {
+                        tracing::error!(
+                            quarantine = %quarantine.display(),
+                            damage = %reason,
+                            "The index snapshot is damaged: it was moved into the quarantine directory (keep it for analysis, delete it when done); \
+                             the index is rebuilt from the record log, nothing is lost. Check the disk."
+                        );
+                        format!("{reason}; moved into {}", quarantine.display())
+                    }
+                    Err(e) => {
+                        tracing::error!(damage = %reason, error = %e, "The index snapshot is damaged and could not be moved aside; the index is rebuilt from the record log.");
+                        reason
+                    }
+                };
+                let mut index = Index::at(head);
+                self.replay_into(&mut index, 0, head, report)?;
+                (index, RecoveryPath::Replay { reason })
+            }
+            Err(Unused::Stale(reason)) => {
                 let mut index = Index::at(head);
                 self.replay_into(&mut index, 0, head, report)?;
                 (index, RecoveryPath::Replay { reason })

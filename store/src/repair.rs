@@ -138,26 +138,26 @@ impl Store {
     }
 
     /// Records that the record of the event at `rv` was found damaged
-    /// while reading it: logged (once per event), counted
-    /// ([`Store::damaged_records`]), requests that need it answer 410 from
-    /// now on ([`Store::in_lost_history`]), and the data dir is marked so
-    /// that the next start repairs the log from it on (the history is cut
-    /// there; a running kubefold keeps its index, which does not depend on
-    /// the history).
+    /// while reading it: logged and counted ([`Store::damaged_records`])
+    /// once per record, requests that need it answer 410 from now on
+    /// ([`Store::in_lost_history`]), the data dir is marked so that a start
+    /// before its repair repairs the log from it on, and it is handed to
+    /// the repair done while serving ([`Store::take_damaged`]).
     pub(crate) fn note_damage(&self, rv: u64, what: &str) {
         use std::sync::atomic::Ordering;
-        if self.health.damaged_below.fetch_max(rv.saturating_add(1), Ordering::AcqRel) > rv {
-            // Known already (or one after it is).
-            return;
-        }
+        self.health.damaged_below.fetch_max(rv.saturating_add(1), Ordering::AcqRel);
+        let lowest = {
+            let mut found = self.health.found.lock().unwrap_or_else(|e| e.into_inner());
+            if !found.seen.insert(rv) {
+                return;
+            }
+            found.unrepaired.insert(rv);
+            found.pending.push((rv, what.to_string()));
+            found.unrepaired.first().copied().unwrap_or(rv)
+        };
         self.health.damaged_records.fetch_add(1, Ordering::AcqRel);
         let marked = (|| {
-            let tree = self.tree()?;
-            let lowest = match tree.get(meta_key(DAMAGED))? {
-                Some(v) => read_u64(&v, "damaged rv")?.min(rv),
-                None => rv,
-            };
-            tree.insert(meta_key(DAMAGED), &lowest.to_be_bytes()[..])?;
+            self.tree()?.insert(meta_key(DAMAGED), &lowest.to_be_bytes()[..])?;
             self.db()?.flush()?;
             Ok::<_, Error>(())
         })();
@@ -166,8 +166,9 @@ impl Store {
             damage = what,
             marked_for_repair = marked.is_ok(),
             "A record of the event log is damaged: requests that need it answer 410 (watches from before it list again); \
-             the next start repairs the log (store.onCorruption: repair keeps the events before it and lists the members again). \
-             Restart kubefold when convenient; check the disk."
+             kubefold repairs it while serving (the segment copied into a quarantine directory, the compaction floor moved past it, \
+             the object re-listed from its member when it was an object's current version; a replica over etcd repairs it at its next start). \
+             Check the disk."
         );
     }
 

@@ -293,3 +293,45 @@ fn sled_is_opened_again_after_a_write_it_keeps_failing() {
     assert_eq!(recovered.index.head_rv(), 203);
     assert_eq!(contents(&recovered.index), contents(&index));
 }
+
+/// A record found damaged while serving is handed out once for its repair
+/// while serving; the event that superseded it is found, its segment copied
+/// into a quarantine directory with a note; once a compaction past that
+/// event removed it, the damage mark goes and a reopened store replays its
+/// whole log without meeting it.
+#[test]
+fn a_record_found_damaged_while_serving_is_settled_by_a_compaction_past_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, states) = filled(dir.path());
+    // Event N changes pod p{(N-1) % 40}: 100 is p19's, superseded by 140.
+    damage_record(&store, 100);
+    assert!(store.event(100).is_err());
+    assert!(store.event(100).is_err());
+    assert_eq!(store.damaged_records(), 1, "counted once");
+    assert_eq!(store.damage_mark().unwrap(), Some(100));
+    let damaged = store.take_damaged();
+    assert_eq!(damaged.iter().map(|d| d.rv).collect::<Vec<_>>(), vec![100]);
+    assert!(store.take_damaged().is_empty(), "handed out once");
+    assert_eq!(store.superseded_by(100).unwrap(), Some(140));
+    assert_eq!(store.superseded_by(190).unwrap(), None, "the object's last event");
+
+    let quarantine = store.create_quarantine().unwrap();
+    let copy = store.quarantine_damage(&damaged[0], 140, &quarantine).unwrap().expect("the segment copied");
+    assert_eq!(std::fs::read(&copy).unwrap(), std::fs::read(damaged[0].segment.as_ref().unwrap()).unwrap());
+    let note = std::fs::read_to_string(quarantine.join(DAMAGE_NOTE)).unwrap();
+    assert!(note.contains("event 100") && note.contains("resourceVersion 140"), "{note}");
+
+    assert_eq!(store.settle_damage().unwrap(), vec![100], "still in the log");
+    let live = states.last().unwrap();
+    store.compact(140, live).unwrap();
+    assert!(!store.holds(100).unwrap());
+    assert!(store.settle_damage().unwrap().is_empty());
+    assert_eq!(store.damage_mark().unwrap(), None);
+    drop(store);
+
+    let store = Store::open(dir.path(), &Options::default()).unwrap();
+    let recovered = store.recover().unwrap();
+    assert!(matches!(recovered.path, RecoveryPath::Replay { .. }));
+    assert_eq!(contents(&recovered.index), contents(live));
+    assert_eq!(recovered.compacted_rv, 140);
+}

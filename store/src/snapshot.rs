@@ -25,6 +25,21 @@ const OLD_SNAPSHOT_MAGIC: &[u8; 24] = b"kubefold-index-snapshot\n";
 /// sled's head: sled lost commits it had made durable (damage).
 pub(crate) const SNAPSHOT_AHEAD: &str = "is ahead of the log's head";
 
+/// Why [`Store::read_snapshot`] did not use the snapshot file.
+#[derive(Debug)]
+pub(crate) enum Unused {
+    /// There is none, or it cannot be used with this log (another store's,
+    /// another format's, older than the compaction floor): the log is
+    /// replayed instead.
+    Stale(String),
+    /// It is damaged (unreadable, a checksum mismatch, undecodable): it is
+    /// quarantined and the log replayed instead.
+    Damaged(String),
+    /// It is ahead of sled's head: sled lost commits it had made durable
+    /// (damage of sled's tree).
+    Ahead(String),
+}
+
 /// Objects per chunk of an index snapshot (chunks are decoded in parallel).
 pub(crate) const SNAPSHOT_CHUNK: usize = 32 * 1024;
 
@@ -200,55 +215,66 @@ impl Store {
 
     /// The index of the snapshot file, when it can be used with a log at
     /// `head` compacted to `compacted`; otherwise why not.
-    pub(crate) fn read_snapshot(&self, head: u64, compacted: u64) -> Result<Index, String> {
+    pub(crate) fn read_snapshot(&self, head: u64, compacted: u64) -> Result<Index, Unused> {
         let path = self.dir.join(SNAPSHOT_FILE);
+        let damaged = |what: &str| Unused::Damaged(what.to_string());
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err("no snapshot".into()),
-            Err(e) => return Err(format!("snapshot unreadable: {e}")),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Unused::Stale("no snapshot".into())),
+            Err(e) => return Err(Unused::Damaged(format!("snapshot unreadable: {e}"))),
         };
         if bytes.starts_with(OLD_SNAPSHOT_MAGIC) {
-            return Err("snapshot of an older store format".into());
+            return Err(Unused::Stale("snapshot of an older store format".into()));
         }
         if bytes.len() < SNAPSHOT_MAGIC.len() + 4 || &bytes[..SNAPSHOT_MAGIC.len()] != SNAPSHOT_MAGIC {
-            return Err("snapshot is not an index snapshot".into());
+            return Err(damaged("snapshot is not an index snapshot (its first bytes are damaged, or it is truncated)"));
         }
         let (body, sum) = bytes.split_at(bytes.len() - 4);
         if crc32fast::hash(body).to_le_bytes() != sum {
-            return Err("snapshot checksum mismatch".into());
+            return Err(damaged("snapshot checksum mismatch (bytes changed, or truncated)"));
         }
         let mut r = Reader::new(&body[SNAPSHOT_MAGIC.len()..]);
-        let bad = || "snapshot undecodable: damaged header".to_string();
+        let bad = || damaged("snapshot undecodable: damaged header");
         let header = SnapshotHeader::read(&mut r).ok_or_else(bad)?;
         if header.format != FORMAT {
-            return Err(format!("snapshot of format {:?}", header.format));
+            return Err(Unused::Stale(format!("snapshot of format {:?}", header.format)));
         }
-        if header.store_id != self.store_id().map_err(|e| e.to_string())? {
-            return Err("snapshot of another store".into());
+        if header.store_id != self.store_id().map_err(|e| Unused::Stale(e.to_string()))? {
+            return Err(Unused::Stale("snapshot of another store".into()));
         }
         if header.head_rv > head {
-            return Err(format!("snapshot at RV {} {SNAPSHOT_AHEAD} {head}", header.head_rv));
+            return Err(Unused::Ahead(format!("snapshot at RV {} {SNAPSHOT_AHEAD} {head}", header.head_rv)));
         }
         if header.head_rv < compacted {
-            return Err(format!("snapshot at RV {} is older than the compaction floor {compacted}", header.head_rv));
+            return Err(Unused::Stale(format!("snapshot at RV {} is older than the compaction floor {compacted}", header.head_rv)));
         }
         // Chunk headers first, then the chunks decoded on every core.
         let mut chunks = Vec::new();
         for _ in 0..header.chunks {
             let (resource, count, len) = (|| Some((r.str()?.to_string(), r.u64()?, r.u64()?)))().ok_or_else(bad)?;
             let at = SNAPSHOT_MAGIC.len() + r.position();
-            let end = at.checked_add(len as usize).filter(|end| *end <= body.len()).ok_or("snapshot chunk past its end")?;
+            let end = at.checked_add(len as usize).filter(|end| *end <= body.len()).ok_or_else(|| damaged("snapshot chunk past its end"))?;
             chunks.push((resource, count, at..end));
             r.take(end - at).ok_or_else(bad)?;
         }
         if !r.is_done() {
-            return Err("snapshot has trailing bytes".into());
+            return Err(damaged("snapshot has trailing bytes"));
         }
-        let decoded = decode_chunks(body, &chunks)?;
+        let decoded = decode_chunks(body, &chunks).map_err(Unused::Damaged)?;
         let mut index = Index::at(header.head_rv);
         for ((resource, _, _), entries) in chunks.iter().zip(decoded) {
             index.load_all(resource, entries);
         }
         Ok(index)
+    }
+
+    /// Moves a damaged index snapshot file into a new quarantine directory
+    /// (with a [`crate::DAMAGE_NOTE`] saying why); returns the directory.
+    pub(crate) fn quarantine_snapshot(&self, reason: &str) -> Result<PathBuf> {
+        let quarantine = self.create_quarantine()?;
+        std::fs::rename(self.dir.join(SNAPSHOT_FILE), quarantine.join(SNAPSHOT_FILE)).map_err(io_error)?;
+        let note = format!("the index snapshot is damaged: {reason}\nthe index was rebuilt from the record log (nothing of the history is lost)\n");
+        std::fs::write(quarantine.join(crate::DAMAGE_NOTE), note).map_err(io_error)?;
+        Ok(quarantine)
     }
 }

@@ -302,7 +302,7 @@ fn recovery_uses_a_valid_snapshot_and_replays_the_log_after_it() {
 }
 
 #[test]
-fn snapshots_that_cannot_be_trusted_are_ignored() {
+fn snapshots_that_cannot_be_trusted_are_ignored_and_damaged_ones_quarantined() {
     let dir = tempfile::tempdir().unwrap();
     let opts = Options::default();
     let mut index = Index::at(0);
@@ -312,15 +312,35 @@ fn snapshots_that_cannot_be_trusted_are_ignored() {
     let file = dir.path().join(SNAPSHOT_FILE);
     let good = std::fs::read(&file).unwrap();
 
-    // Damaged: checksum mismatch.
-    let mut damaged = good.clone();
-    let at = damaged.len() / 2;
-    damaged[at] ^= 1;
-    std::fs::write(&file, &damaged).unwrap();
-    assert!(matches!(snapshot_path(&store), RecoveryPath::Replay { reason } if reason.contains("checksum")));
-    // Truncated.
-    std::fs::write(&file, &good[..good.len() - 9]).unwrap();
-    assert!(matches!(snapshot_path(&store), RecoveryPath::Replay { .. }));
+    // Damaged (a bit flipped in the middle, in the magic, truncated): moved
+    // into a new quarantine directory with a note, the index rebuilt from
+    // the log all the same.
+    let quarantines = |dir: &Path| -> Vec<PathBuf> {
+        let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("quarantine-"))
+            .collect();
+        found.sort();
+        found
+    };
+    let mut flipped = good.clone();
+    flipped[good.len() / 2] ^= 1;
+    let mut magic = good.clone();
+    magic[3] ^= 0x20;
+    let damages = [("checksum", flipped), ("first bytes", magic), ("truncated", good[..good.len() - 9].to_vec())];
+    for (n, (what, damaged)) in damages.into_iter().enumerate() {
+        std::fs::write(&file, &damaged).unwrap();
+        let recovered = store.recover().unwrap();
+        assert!(matches!(&recovered.path, RecoveryPath::Replay { reason } if reason.contains(what) && reason.contains("quarantine-")), "{}", recovered.path);
+        assert_eq!(index_contents(&recovered.index), index_contents(&index), "{what}");
+        assert!(!file.exists(), "{what}: the damaged snapshot is moved aside");
+        let quarantine = quarantines(dir.path());
+        assert_eq!(quarantine.len(), n + 1, "{what}");
+        let moved = quarantine.iter().find(|q| std::fs::read(q.join(SNAPSHOT_FILE)).is_ok_and(|b| b == damaged));
+        let moved = moved.unwrap_or_else(|| panic!("{what}: the damaged bytes are in a quarantine directory"));
+        assert!(std::fs::read_to_string(moved.join(DAMAGE_NOTE)).unwrap().contains("index snapshot is damaged"), "{what}");
+    }
 
     // Of another store (same format and RVs).
     let other_dir = tempfile::tempdir().unwrap();
@@ -332,6 +352,8 @@ fn snapshots_that_cannot_be_trusted_are_ignored() {
     }
     std::fs::copy(other_dir.path().join(SNAPSHOT_FILE), &file).unwrap();
     assert!(matches!(snapshot_path(&store), RecoveryPath::Replay { reason } if reason.contains("another store")));
+    assert!(file.exists(), "not damage: left where it is");
+    assert_eq!(quarantines(dir.path()).len(), 3);
 
     // Older than the compaction floor: the events after it may be gone.
     std::fs::write(&file, &good).unwrap();
