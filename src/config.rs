@@ -28,6 +28,19 @@ pub struct EtcdConfig {
     /// Client key (`--etcd-keyfile`).
     #[serde(default)]
     pub key_file: Option<PathBuf>,
+    /// Seconds of the replica's lease (`--etcd-lease-ttl`, 15 by default):
+    /// how long its members wait for another owner after it dies.
+    #[serde(default = "default_etcd_lease_ttl", rename = "leaseTTLSeconds")]
+    pub lease_ttl_seconds: u64,
+    /// The replica's id among those of the prefix (`--etcd-replica-id`;
+    /// by default the host name and the listener's port).
+    #[serde(default)]
+    pub replica_id: Option<String>,
+}
+
+/// 15 s, as kube-controller-manager's leader election.
+pub fn default_etcd_lease_ttl() -> u64 {
+    15
 }
 
 /// `/kubefold`, as kube-apiserver's `/registry`.
