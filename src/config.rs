@@ -404,6 +404,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_etcd_section_takes_a_lease_ttl_and_a_replica_id() {
+        let config: Config = serde_saphyr::from_str("etcd:\n  servers: [http://127.0.0.1:2379]\n  leaseTTLSeconds: 3\n  replicaId: kubefold-a\n").unwrap();
+        let etcd = config.etcd.unwrap();
+        assert_eq!((etcd.lease_ttl_seconds, etcd.replica_id.as_deref(), etcd.prefix.as_str()), (3, Some("kubefold-a"), "/kubefold"));
+        let config: Config = serde_saphyr::from_str("etcd:\n  servers: [http://127.0.0.1:2379]\n").unwrap();
+        assert_eq!(config.etcd.unwrap().lease_ttl_seconds, 15, "15 s by default");
+    }
+
+    #[test]
     fn example_config_parses_and_defaults_hold() {
         let text = include_str!("../ops/kubefold.example.yaml");
         let config: Config = serde_saphyr::from_str(text).unwrap();

@@ -391,8 +391,16 @@ fn members_are_owned_through_leases_and_taken_over_when_a_replica_dies() {
     let c = Kubefold::serve(&data_c, &[], &["--etcd-servers", &etcd.url(), "--etcd-replica-id", "c"]);
     let logs = [a.log_handle(), b.log_handle()];
     let _dump = Dump(Box::new(move || eprintln!("A's log:\n{}\nB's log:\n{}", logs[0].lock().unwrap(), logs[1].lock().unwrap())));
-    wait_for(Duration::from_secs(60), "every member owned by a or b", || names.iter().all(|m| matches!(owner_of(&etcd, m).as_deref(), Some("a" | "b"))));
-    let owners: Vec<String> = names.iter().map(|m| owner_of(&etcd, m).unwrap()).collect();
+    // Settled: every member owned by a or b, the same over two lease renewals
+    // (a may take them all before b registers, then hand b its share).
+    let mut owners: Vec<String> = Vec::new();
+    wait_for(Duration::from_secs(60), "every member owned by a or b, settled", || {
+        let now: Vec<String> = names.iter().filter_map(|m| owner_of(&etcd, m)).filter(|o| o == "a" || o == "b").collect();
+        let settled = now.len() == names.len() && now == owners;
+        owners = now;
+        std::thread::sleep(Duration::from_secs(2));
+        settled
+    });
     // Each replica watches exactly the members it owns.
     for (member, owner) in names.iter().zip(&owners) {
         let (mine, other) = if owner == "a" { (&a, &b) } else { (&b, &a) };
@@ -411,6 +419,19 @@ fn members_are_owned_through_leases_and_taken_over_when_a_replica_dies() {
         assert_eq!(owned, expected, "{r}");
         assert!(r["leaseRemainingSeconds"].as_u64().is_some_and(|s| s <= 15) && r["address"].as_str().is_some_and(|a| a.starts_with("127.0.0.1:")), "{r}");
         assert!(r["appliedRevision"].as_u64().is_some(), "{r}");
+    }
+    // The same as a table: `kubefold admin replicas`.
+    let table = Command::new(env!("CARGO_BIN_EXE_kubefold")).args(["admin", "--server", &c.url, "replicas"]).output().unwrap();
+    assert!(table.status.success(), "{}", String::from_utf8_lossy(&table.stderr));
+    let table = String::from_utf8(table.stdout).unwrap();
+    let rows: Vec<&str> = table.lines().collect();
+    assert!(rows[0].starts_with("ID") && rows[0].contains("LEASE") && rows[0].contains("APPLIED-REVISION") && rows[0].contains("MEMBERS"), "{table}");
+    for (id, row) in ["a", "b", "c"].iter().zip(&rows[1..]) {
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cells[0], *id, "{table}");
+        let mine: Vec<&str> = names.iter().zip(&owners).filter(|(_, o)| o == id).map(|(m, _)| m.as_str()).collect();
+        let expected = if mine.is_empty() { vec!["0".to_string()] } else { vec![mine.len().to_string(), mine.join(",")] };
+        assert_eq!(cells[cells.len() - expected.len()..], expected[..], "{table}");
     }
     let metrics = a.get("/metrics").1;
     let owned_by_a = owners.iter().filter(|o| *o == "a").count();

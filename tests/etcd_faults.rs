@@ -56,12 +56,16 @@ fn assert_same_lists(replicas: &[&Kubefold]) {
     }
 }
 
-/// The owner (replica id) of each member, once every member has one.
+/// The owner (replica id) of each member, once every member has one and
+/// they stayed the same over two lease renewals.
 fn owners(etcd: &Etcd, names: &[String]) -> Vec<String> {
-    let mut out = Vec::new();
-    wait_for(Duration::from_secs(60), "every member owned", || {
-        out = names.iter().filter_map(|m| etcd_get(etcd, &format!("/kubefold/owners/{m}"))).collect();
-        out.len() == names.len()
+    let mut out: Vec<String> = Vec::new();
+    wait_for(Duration::from_secs(60), "every member owned, settled", || {
+        let now: Vec<String> = names.iter().filter_map(|m| etcd_get(etcd, &format!("/kubefold/owners/{m}"))).collect();
+        let settled = now.len() == names.len() && now == out;
+        out = now;
+        std::thread::sleep(Duration::from_secs(2));
+        settled
     });
     out
 }
