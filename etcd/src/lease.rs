@@ -24,6 +24,7 @@
 //! them (watchers stopped, then the key deleted) and it takes them.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -315,7 +316,8 @@ async fn run(log: Arc<EtcdLog>, options: MembershipOptions, control: Arc<dyn Mem
     let replica_key = log.key(&format!("replicas/{}", options.id));
     // The lease held and when the request that last renewed it was sent
     // (etcd's expiry is at least a TTL after that).
-    let mut lease: Option<(i64, Instant)> = None;
+    let mut lease: Option<(i64, Arc<Renewal>)> = None;
+    let mut keepers: Vec<tokio::task::JoinHandle<()>> = Vec::new();
     let mut written: Option<ReplicaRecord> = None;
     // The members whose watchers run here (a commit refused by the fence
     // forgets the member's key at once; its watchers stop here).
@@ -323,11 +325,16 @@ async fn run(log: Arc<EtcdLog>, options: MembershipOptions, control: Arc<dyn Mem
     let mut settled = false;
     loop {
         let started = Instant::now();
-        let Some((id, renewed)) = lease else {
+        let Some((id, renewal)) = lease.as_ref().map(|(id, r)| (*id, r.clone())) else {
             match register(&client, ttl_seconds, &replica_key, &record(&options, control.applied_revision())).await {
                 Ok(id) => {
                     info!(replica = %options.id, lease = format!("{id:016x}"), ttl_seconds, "Registered as a replica in etcd.");
-                    lease = Some((id, started));
+                    // Renewed by a task of its own: slow takes or releases
+                    // here never delay a renewal.
+                    let renewal = Arc::new(Renewal { renewed: Mutex::new(started), gone: AtomicBool::new(false) });
+                    let keeper = tokio::spawn(keep_alive(client.clone(), id, tick, renewal.clone()));
+                    lease = Some((id, renewal));
+                    keepers.push(keeper);
                     *lease_slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(id);
                     written = Some(record(&options, control.applied_revision()));
                 }
@@ -338,42 +345,21 @@ async fn run(log: Arc<EtcdLog>, options: MembershipOptions, control: Arc<dyn Mem
             }
             continue;
         };
-        // Renew the lease; one that etcd no longer knows, or one not renewed
-        // in time, is lost: every member's watchers stop before another
-        // replica can take them.
-        let renewal = async {
-            // The client reads the first answer itself: an error when etcd
-            // no longer knows the lease (TTL 0).
-            match client.lease_client().keep_alive(id).await {
-                Ok(_) => Ok(1),
-                Err(etcd_client::Error::LeaseKeepAliveError(e)) if e.contains("not found") => Ok(0),
-                Err(e) => Err(unavailable(e)),
-            }
-        };
-        let lost = match tokio::time::timeout(tick, renewal).await {
-            Ok(Ok(ttl)) if ttl > 0 => {
-                lease = Some((id, started));
-                false
-            }
-            Ok(Ok(_)) => {
-                warn!(lease = format!("{id:016x}"), "This replica's lease expired in etcd: its members' watchers stop.");
-                true
-            }
-            failed => {
-                let expired = renewed.elapsed() + tick >= options.ttl;
-                let error = match failed {
-                    Ok(Err(e)) => e.to_string(),
-                    _ => "no answer in time".to_string(),
-                };
-                if expired {
-                    warn!(lease = format!("{id:016x}"), error, "This replica's lease was not renewed in time: its members' watchers stop.");
-                } else {
-                    warn!(lease = format!("{id:016x}"), error, "Renewing this replica's lease failed; trying again.");
-                }
-                expired
-            }
+        // A lease etcd no longer knows, or one not renewed in time, is lost:
+        // every member's watchers stop before another replica can take them.
+        let lost = if renewal.gone.load(Ordering::SeqCst) {
+            warn!(lease = format!("{id:016x}"), "This replica's lease expired in etcd: its members' watchers stop.");
+            true
+        } else if renewal.renewed.lock().unwrap_or_else(|e| e.into_inner()).elapsed() + tick >= options.ttl {
+            warn!(lease = format!("{id:016x}"), "This replica's lease was not renewed in time: its members' watchers stop.");
+            true
+        } else {
+            false
         };
         if lost {
+            for keeper in keepers.drain(..) {
+                keeper.abort();
+            }
             log.fences().held.clear();
             for member in std::mem::take(&mut running) {
                 control.release(member).await;
@@ -397,6 +383,33 @@ async fn run(log: Arc<EtcdLog>, options: MembershipOptions, control: Arc<dyn Mem
             Err(e) => warn!(error = %e, "Reading the members' owners from etcd failed; trying again."),
         }
         tokio::time::sleep(tick.saturating_sub(started.elapsed())).await;
+    }
+}
+
+/// When the lease was last renewed (when the renewal that succeeded was
+/// sent: etcd's expiry is at least a TTL after that), and whether etcd said
+/// it no longer knows it.
+struct Renewal {
+    renewed: Mutex<Instant>,
+    gone: AtomicBool,
+}
+
+/// Renews lease `id` every `tick` until etcd no longer knows it.
+async fn keep_alive(client: etcd_client::Client, id: i64, tick: Duration, renewal: Arc<Renewal>) {
+    loop {
+        let sent = Instant::now();
+        // The client reads the first answer itself: an error when etcd no
+        // longer knows the lease (TTL 0).
+        match tokio::time::timeout(tick, client.lease_client().keep_alive(id)).await {
+            Ok(Ok(_)) => *renewal.renewed.lock().unwrap_or_else(|e| e.into_inner()) = sent,
+            Ok(Err(etcd_client::Error::LeaseKeepAliveError(e))) if e.contains("not found") => {
+                renewal.gone.store(true, Ordering::SeqCst);
+                return;
+            }
+            Ok(Err(e)) => warn!(lease = format!("{id:016x}"), error = %e, "Renewing this replica's lease failed; trying again."),
+            Err(_) => warn!(lease = format!("{id:016x}"), "Renewing this replica's lease got no answer in time; trying again."),
+        }
+        tokio::time::sleep(tick.saturating_sub(sent.elapsed())).await;
     }
 }
 
