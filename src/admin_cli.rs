@@ -98,6 +98,9 @@ enum AdminCommand {
     },
     /// Table of the members' scheduler-estimator endpoints and their last probe.
     Estimators,
+    /// On etcd: table of the replicas, their leases, applied revision, lag
+    /// and the members each owns.
+    Replicas,
 }
 
 /// `kubefold admin resources ...`.
@@ -244,6 +247,10 @@ pub fn run(args: AdminArgs) -> anyhow::Result<()> {
         AdminCommand::Estimators => {
             let rows: Vec<EstimatorRow> = api.get(&["estimators"])?;
             write!(stdout, "{}", estimators_table(&rows))?;
+        }
+        AdminCommand::Replicas => {
+            let replicas: Replicas = api.get(&["replicas"])?;
+            write!(stdout, "{}", replicas_table(&replicas))?;
         }
     }
     stdout.flush()?;
@@ -526,6 +533,25 @@ struct CompactResult {
     kept: u64,
 }
 
+/// `GET /admin/v1/replicas`.
+#[derive(Deserialize)]
+struct Replicas {
+    items: Vec<ReplicaRow>,
+}
+
+/// One replica of `GET /admin/v1/replicas`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ReplicaRow {
+    id: String,
+    address: String,
+    lease: String,
+    lease_remaining_seconds: u64,
+    applied_revision: u64,
+    lag_revisions: u64,
+    owned: Vec<String>,
+}
+
 /// One row of `GET /admin/v1/estimators`.
 #[derive(Deserialize)]
 pub(crate) struct EstimatorRow {
@@ -637,6 +663,25 @@ pub(crate) fn stats_table(stats: &Stats) -> String {
         out.push_str(&table(&["USER-AGENT", "WATCHES"], &rows));
     }
     out
+}
+
+fn replicas_table(replicas: &Replicas) -> String {
+    let rows: Vec<Vec<String>> = replicas
+        .items
+        .iter()
+        .map(|r| {
+            vec![
+                r.id.clone(),
+                r.address.clone(),
+                format!("{} ({}s)", r.lease, r.lease_remaining_seconds),
+                r.applied_revision.to_string(),
+                r.lag_revisions.to_string(),
+                r.owned.len().to_string(),
+                r.owned.join(","),
+            ]
+        })
+        .collect();
+    table(&["ID", "ADDRESS", "LEASE", "APPLIED-REVISION", "LAG", "OWNS", "MEMBERS"], &rows)
 }
 
 pub(crate) fn estimators_table(rows: &[EstimatorRow]) -> String {

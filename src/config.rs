@@ -28,6 +28,19 @@ pub struct EtcdConfig {
     /// Client key (`--etcd-keyfile`).
     #[serde(default)]
     pub key_file: Option<PathBuf>,
+    /// Seconds of the replica's lease (`--etcd-lease-ttl`, 15 by default):
+    /// how long its members wait for another owner after it dies.
+    #[serde(default = "default_etcd_lease_ttl", rename = "leaseTTLSeconds")]
+    pub lease_ttl_seconds: u64,
+    /// The replica's id among those of the prefix (`--etcd-replica-id`;
+    /// by default the host name and the listener's port).
+    #[serde(default)]
+    pub replica_id: Option<String>,
+}
+
+/// 15 s, as kube-controller-manager's leader election.
+pub fn default_etcd_lease_ttl() -> u64 {
+    15
 }
 
 /// `/kubefold`, as kube-apiserver's `/registry`.
@@ -389,6 +402,15 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_etcd_section_takes_a_lease_ttl_and_a_replica_id() {
+        let config: Config = serde_saphyr::from_str("etcd:\n  servers: [http://127.0.0.1:2379]\n  leaseTTLSeconds: 3\n  replicaId: kubefold-a\n").unwrap();
+        let etcd = config.etcd.unwrap();
+        assert_eq!((etcd.lease_ttl_seconds, etcd.replica_id.as_deref(), etcd.prefix.as_str()), (3, Some("kubefold-a"), "/kubefold"));
+        let config: Config = serde_saphyr::from_str("etcd:\n  servers: [http://127.0.0.1:2379]\n").unwrap();
+        assert_eq!(config.etcd.unwrap().lease_ttl_seconds, 15, "15 s by default");
+    }
 
     #[test]
     fn example_config_parses_and_defaults_hold() {

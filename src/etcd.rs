@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use actix::Addr;
 use kubefold_actors::aggregator::Aggregator;
+use kubefold_actors::cluster::ClusterSpec;
 use kubefold_actors::fleet::Fleet;
+use kubefold_actors::supervisor::Supervisor;
 
 use crate::config::EtcdConfig;
 
@@ -16,6 +18,12 @@ use crate::config::EtcdConfig;
 pub struct Replica {
     #[cfg(feature = "etcd")]
     log: Arc<kubefold_etcd::EtcdLog>,
+    /// The lease's time to live and the replica's id, if set.
+    lease_ttl: std::time::Duration,
+    replica_id: Option<String>,
+    /// The ownership loop, once the members are known.
+    #[cfg(feature = "etcd")]
+    membership: std::sync::Mutex<Option<kubefold_etcd::Membership>>,
 }
 
 /// The store metadata naming the shared log a data dir is a copy of.
@@ -32,13 +40,18 @@ pub fn connect(config: &EtcdConfig) -> anyhow::Result<Replica> {
         key_file: config.key_file.clone(),
     };
     let log = kubefold_etcd::EtcdLog::connect(&options)?;
-    Ok(Replica { log })
+    Ok(Replica {
+        log,
+        lease_ttl: std::time::Duration::from_secs(config.lease_ttl_seconds),
+        replica_id: config.replica_id.clone(),
+        membership: std::sync::Mutex::new(None),
+    })
 }
 
 /// Without the `etcd` feature: the one line that says how to get it.
 #[cfg(not(feature = "etcd"))]
-pub fn connect(_config: &EtcdConfig) -> anyhow::Result<Replica> {
-    supported().map(|()| Replica {})
+pub fn connect(config: &EtcdConfig) -> anyhow::Result<Replica> {
+    supported().map(|()| Replica { lease_ttl: std::time::Duration::from_secs(config.lease_ttl_seconds), replica_id: config.replica_id.clone() })
 }
 
 /// Whether the data dir can be used as this log's copy: `Ok(None)` yes,
@@ -152,4 +165,106 @@ impl Replica {
         #[cfg(not(feature = "etcd"))]
         let _ = aggregator;
     }
+    /// Takes part in the ownership of `members` (this replica's configured
+    /// members; all replicas are normally given the same list): registers
+    /// under its lease and starts the watchers of the members it owns,
+    /// taking over those of replicas that die and handing members to
+    /// replicas that join. `address` is where it serves, for operators.
+    pub fn own_members(&self, members: Vec<ClusterSpec>, address: std::net::SocketAddr, fleet: Arc<Fleet>, supervisor: Addr<Supervisor>, aggregator: Addr<Aggregator>) {
+        #[cfg(feature = "etcd")]
+        {
+            let id = self.replica_id.clone().unwrap_or_else(|| format!("{}-{}", host_name(), address.port()));
+            let options = kubefold_etcd::MembershipOptions {
+                id: id.clone(),
+                address: address.to_string(),
+                ttl: self.lease_ttl,
+                members: members.iter().map(|m| m.name.clone()).collect(),
+            };
+            tracing::info!(replica = %id, members = members.len(), lease_ttl_seconds = self.lease_ttl.as_secs(), "Members are owned through etcd leases.");
+            let control = Arc::new(Control { members: members.into_iter().map(|m| (m.name.clone(), m)).collect(), fleet, supervisor, aggregator });
+            let membership = kubefold_etcd::Membership::start(&self.log, options, control);
+            *self.membership.lock().unwrap_or_else(|e| e.into_inner()) = Some(membership);
+        }
+        #[cfg(not(feature = "etcd"))]
+        let _ = (members, address, fleet, supervisor, aggregator, self.lease_ttl, &self.replica_id);
+    }
+
+    /// At shutdown: stops the owned members' watchers and revokes the
+    /// lease, so that the other replicas take them over at once.
+    pub async fn resign(&self) {
+        #[cfg(feature = "etcd")]
+        {
+            let membership = self.membership.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(membership) = membership {
+                membership.resign().await;
+            }
+        }
+    }
 }
+
+/// The host's name (`/proc/sys/kernel/hostname`, else `$HOSTNAME`).
+#[cfg(feature = "etcd")]
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "kubefold".to_string())
+}
+
+/// The members' watchers as the ownership loop starts and stops them.
+#[cfg(feature = "etcd")]
+struct Control {
+    members: std::collections::BTreeMap<String, ClusterSpec>,
+    fleet: Arc<Fleet>,
+    supervisor: Addr<Supervisor>,
+    aggregator: Addr<Aggregator>,
+}
+
+#[cfg(feature = "etcd")]
+impl kubefold_etcd::MemberControl for Control {
+    fn take(&self, member: String) -> futures::future::BoxFuture<'static, ()> {
+        let spec = self.members.get(&member).cloned();
+        let (fleet, supervisor, aggregator) = (self.fleet.clone(), self.supervisor.clone(), self.aggregator.clone());
+        Box::pin(async move {
+            let Some(spec) = spec else { return };
+            use kubefold_actors::aggregator::CatchUp;
+            // Everything the previous owner committed is applied first: its
+            // last checkpoints are where the watchers resume.
+            let mut delay = std::time::Duration::from_millis(100);
+            loop {
+                match aggregator.send(CatchUp).await {
+                    Ok(Ok(_)) => break,
+                    Ok(Err(e)) => {
+                        tracing::warn!(cluster = %member, error = %e, "Catching up before taking a member over failed; trying again.");
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(std::time::Duration::from_secs(2));
+                    }
+                    Err(_) => return,
+                }
+            }
+            let checkpoints = match fleet.store().checkpoints_of(&member) {
+                Ok(checkpoints) => checkpoints,
+                Err(e) => {
+                    tracing::error!(cluster = %member, error = %e, "Cannot read the member's checkpoints; its watchers list afresh.");
+                    Default::default()
+                }
+            };
+            tracing::info!(cluster = %member, checkpoints = checkpoints.len(), "Starting the watchers of a member this replica owns.");
+            let _ = supervisor.send(kubefold_actors::supervisor::TakeCluster { spec, checkpoints }).await;
+        })
+    }
+
+    fn release(&self, member: String) -> futures::future::BoxFuture<'static, ()> {
+        let supervisor = self.supervisor.clone();
+        Box::pin(async move {
+            let _ = supervisor.send(kubefold_actors::supervisor::ReleaseCluster(member)).await;
+        })
+    }
+
+    fn applied_revision(&self) -> u64 {
+        self.fleet.shared_applied_revision()
+    }
+}
+

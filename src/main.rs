@@ -185,6 +185,12 @@ struct ServeArgs {
     /// Client key (PEM) for etcd.
     #[arg(long, value_name = "FILE", requires = "etcd_certfile")]
     etcd_keyfile: Option<PathBuf>,
+    /// Seconds of this replica's lease in etcd: its members are taken over by the other replicas this long after it dies or is cut off (default 15).
+    #[arg(long, value_name = "SECONDS")]
+    etcd_lease_ttl: Option<u64>,
+    /// This replica's id among those sharing the etcd prefix (default: the host name and the listener's port).
+    #[arg(long, value_name = "ID")]
+    etcd_replica_id: Option<String>,
     /// Serve resourceVersions above N only: for a data dir started empty on purpose (a new disk, a restore of an older backup) while clients may hold resourceVersions up to N.
     #[arg(long, value_name = "N")]
     min_resource_version: Option<u64>,
@@ -348,15 +354,20 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<Config> {
         config.min_resource_version = n;
     }
     if !args.etcd_servers.is_empty() {
-        config.etcd = Some(config::EtcdConfig { servers: args.etcd_servers, prefix: config::default_etcd_prefix(), ca_file: None, cert_file: None, key_file: None });
+        config.etcd = Some(config::EtcdConfig { servers: args.etcd_servers, prefix: config::default_etcd_prefix(), ca_file: None, cert_file: None, key_file: None, lease_ttl_seconds: config::default_etcd_lease_ttl(), replica_id: None });
     }
     if let Some(etcd) = config.etcd.as_mut() {
         etcd.prefix = args.etcd_prefix.unwrap_or(std::mem::take(&mut etcd.prefix));
         etcd.ca_file = args.etcd_cafile.or(etcd.ca_file.take());
         etcd.cert_file = args.etcd_certfile.or(etcd.cert_file.take());
         etcd.key_file = args.etcd_keyfile.or(etcd.key_file.take());
-    } else if args.etcd_prefix.is_some() || args.etcd_cafile.is_some() || args.etcd_certfile.is_some() {
-        anyhow::bail!("--etcd-prefix, --etcd-cafile, --etcd-certfile and --etcd-keyfile need --etcd-servers (or `etcd.servers` in the config file)");
+        etcd.lease_ttl_seconds = args.etcd_lease_ttl.unwrap_or(etcd.lease_ttl_seconds);
+        etcd.replica_id = args.etcd_replica_id.or(etcd.replica_id.take());
+        if etcd.lease_ttl_seconds < 2 {
+            anyhow::bail!("--etcd-lease-ttl (etcd.leaseTTLSeconds) is at least 2 seconds, as etcd's shortest lease");
+        }
+    } else if args.etcd_prefix.is_some() || args.etcd_cafile.is_some() || args.etcd_certfile.is_some() || args.etcd_lease_ttl.is_some() || args.etcd_replica_id.is_some() {
+        anyhow::bail!("--etcd-prefix, --etcd-cafile, --etcd-certfile, --etcd-keyfile, --etcd-lease-ttl and --etcd-replica-id need --etcd-servers (or `etcd.servers` in the config file)");
     }
     if config.etcd.is_some() {
         etcd::supported()?;

@@ -512,7 +512,9 @@ pub fn run(
                 clusters.push(spec);
             }
         }
-        // readyz lists every member (Connecting) before any is contacted.
+        // readyz lists every member (Connecting) before any is contacted
+        // (over etcd, until the first round of ownership leaves those
+        // owned by other replicas to them).
         for cluster in &clusters {
             supervision.set_member(cluster.clone());
             for type_ref in fleet.selection().plan(&cluster.name, &cluster.labels).keys() {
@@ -590,9 +592,15 @@ pub fn run(
         let addr = addrs.first().copied().context("the API listener has no address")?;
         info!(listen = %addr, "Serving the Kubernetes API.");
         on_listening(addr);
-        // Members are contacted only after reads are served from the store.
-        for cluster in &clusters {
-            supervisor.do_send(AddCluster(cluster.clone()));
+        // Members are contacted only after reads are served from the store;
+        // over etcd, those this replica owns through its lease.
+        match &replica {
+            Some(replica) => replica.own_members(clusters.clone(), addr, fleet.clone(), supervisor.clone(), aggregator.clone()),
+            None => {
+                for cluster in &clusters {
+                    supervisor.do_send(AddCluster(cluster.clone()));
+                }
+            }
         }
         let karmada = config.karmada.clone().map(|karmada| {
             let configured = clusters.iter().map(|c| c.name.clone()).collect();
@@ -602,6 +610,9 @@ pub fn run(
         let server_task = actix::spawn(server);
         shutdown.await;
         info!("Shutting down.");
+        if let Some(replica) = &replica {
+            replica.resign().await;
+        }
         handle.stop(true).await;
         let _ = server_task.await;
         if let Some(reloader) = reloader {

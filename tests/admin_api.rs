@@ -259,6 +259,7 @@ fn the_contract_is_well_formed_and_its_validator_can_fail() {
         ("/admin/v1/resources", "get"),
         ("/admin/v1/resources", "put"),
         ("/admin/v1/stats", "get"),
+        ("/admin/v1/replicas", "get"),
         ("/admin/v1/compact", "post"),
         ("/admin/v1/backup", "post"),
         ("/admin/v1/estimators", "get"),
@@ -517,6 +518,9 @@ fn every_admin_operation_answers_as_the_contract_says() {
     assert_eq!(status["message"], "forbidden: User \"viewer\" cannot get path \"/admin/v1/clusters\"");
     let (code, _) = Admin::new(&kf, Some(VIEWER), &contract).call("POST", "/admin/v1/backup", "/admin/v1/backup", None);
     assert_eq!(code, 403, "viewers take no backups");
+    // Without etcd there are no replicas to list (tests/etcd.rs lists them).
+    let (code, status) = admin.get("/admin/v1/replicas", "/admin/v1/replicas");
+    assert_eq!((code, status["reason"].as_str()), (404, Some("NotFound")), "{status}");
 
     // The configured members.
     let list = admin.get_ok("/admin/v1/clusters", "/admin/v1/clusters");

@@ -9,107 +9,14 @@
 #![cfg(feature = "etcd")]
 
 mod common;
+mod etcd_support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
+use etcd_support::*;
 use serde_json::Value;
-
-/// One etcd member on free loopback ports in a temporary dir, killed when dropped.
-struct Etcd {
-    child: Option<Child>,
-    dir: tempfile::TempDir,
-    client_port: u16,
-    peer_port: u16,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-impl Etcd {
-    /// Starts etcd, or `None` (the test skips) when there is no etcd binary.
-    fn start() -> Option<Etcd> {
-        if Command::new("etcd").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
-            eprintln!("skipped: no `etcd` binary (Debian's etcd-server package; .ci/run installs it)");
-            return None;
-        }
-        let mut etcd = Etcd { child: None, dir: tempfile::tempdir().unwrap(), client_port: free_port(), peer_port: free_port() };
-        etcd.run();
-        Some(etcd)
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
-    }
-
-    /// Starts (or starts again) the member on its data dir and ports, and
-    /// waits until it answers `/health`.
-    fn run(&mut self) {
-        let (client, peer) = (format!("http://127.0.0.1:{}", self.client_port), format!("http://127.0.0.1:{}", self.peer_port));
-        let child = Command::new("etcd")
-            .args(["--name", "e1", "--data-dir"])
-            .arg(self.dir.path().join("etcd"))
-            .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
-            .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
-            .args(["--initial-cluster", &format!("e1={peer}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("etcd starts");
-        self.child = Some(child);
-        wait_for(Duration::from_secs(30), "etcd healthy", || http_get(&format!("{client}/health")).1.contains("true"));
-    }
-
-    /// Kills the member (SIGKILL) and waits for it.
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// Names and kubefold resourceVersions of a list's items, and the list's resourceVersion.
-fn listed(list: &Value) -> (Vec<(String, String)>, u64) {
-    let items = list["items"].as_array().unwrap().iter().map(|o| {
-        (o["metadata"]["name"].as_str().unwrap().to_string(), o["metadata"]["resourceVersion"].as_str().unwrap().to_string())
-    });
-    (items.collect(), list["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap())
-}
-
-/// Reads watch events (type, name, resourceVersion) from `url` until `n`
-/// arrived or `limit` passed.
-fn watch_events(url: &str, n: usize, limit: Duration) -> Vec<(String, String, u64)> {
-    let client = reqwest::blocking::Client::builder().timeout(limit).build().unwrap();
-    let response = client.get(url).send().expect("watch starts");
-    assert_eq!(response.status().as_u16(), 200, "watch {url}");
-    let deadline = Instant::now() + limit;
-    let mut events = Vec::new();
-    for line in BufReader::new(response).lines() {
-        let Ok(line) = line else { break };
-        let event: Value = serde_json::from_str(&line).unwrap();
-        let kind = event["type"].as_str().unwrap().to_string();
-        if kind == "BOOKMARK" {
-            continue;
-        }
-        assert_ne!(kind, "ERROR", "watch {url}: {event}");
-        let object = &event["object"]["metadata"];
-        events.push((kind, object["name"].as_str().unwrap().to_string(), object["resourceVersion"].as_str().unwrap().parse().unwrap()));
-        if events.len() >= n || Instant::now() >= deadline {
-            break;
-        }
-    }
-    events
-}
 
 /// One replica on etcd syncs two members; a second start on an empty data
 /// dir rebuilds the same state from etcd alone, at the same resourceVersion.
@@ -279,17 +186,6 @@ fn the_etcd_log_splits_batches_fences_writers_and_reads_back_in_order() {
     assert_eq!(watched.0, watched.1[1..].to_vec());
 }
 
-/// A key of etcd as text, read through etcd's JSON gateway.
-fn etcd_get(etcd: &Etcd, key: &str) -> Option<String> {
-    use base64::Engine as _;
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let body = serde_json::json!({ "key": b64.encode(key) }).to_string();
-    let response = reqwest::blocking::Client::new().post(format!("{}/v3/kv/range", etcd.url())).body(body).send().ok()?;
-    let answer: Value = response.json().ok()?;
-    let value = answer["kvs"].as_array()?.first()?["value"].as_str()?.to_string();
-    String::from_utf8(b64.decode(value).ok()?).ok()
-}
-
 /// Runs `kubefold serve ARGS` that must refuse to start: its exit status
 /// and what it printed on stderr (killed, and the test failed, after 60 s).
 fn refused(args: &[&str]) -> String {
@@ -372,13 +268,229 @@ fn copies_are_checked_against_etcd_and_a_stale_one_is_rebuilt() {
     assert!(rebuilt.len() > 1 && !rebuilt.iter().any(|(n, _)| n == &doomed), "{doomed} is gone from the rebuilt copy: {rebuilt:?}");
 }
 
-/// Runs its closure when dropped while panicking (a failed test prints logs).
-struct Dump(Box<dyn Fn()>);
+/// What the ownership loop asked of a test's members.
+#[derive(Default)]
+struct Recorded {
+    taken: std::sync::Mutex<Vec<String>>,
+    released: std::sync::Mutex<Vec<String>>,
+}
 
-impl Drop for Dump {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            (self.0)();
-        }
+impl kubefold_etcd::MemberControl for Recorded {
+    fn take(&self, member: String) -> futures::future::BoxFuture<'static, ()> {
+        self.taken.lock().unwrap().push(member);
+        Box::pin(async {})
+    }
+
+    fn release(&self, member: String) -> futures::future::BoxFuture<'static, ()> {
+        self.released.lock().unwrap().push(member);
+        Box::pin(async {})
+    }
+
+    fn applied_revision(&self) -> u64 {
+        0
+    }
+}
+
+/// etcd's JSON gateway: `POST path body`, the answer as JSON.
+fn etcd_post(etcd: &Etcd, path: &str, body: Value) -> Value {
+    reqwest::blocking::Client::new().post(format!("{}{path}", etcd.url())).body(body.to_string()).send().unwrap().json().unwrap()
+}
+
+/// A member's changes are written only by the replica holding its owner
+/// key under its lease: once that lease is gone (revoked here, as etcd does
+/// when it expires) the old owner's next commit is refused by etcd itself,
+/// before its own loop has noticed, and writes nothing; the ownership loop
+/// then stops the member's watchers, and another replica takes it.
+#[test]
+fn a_member_is_written_only_under_its_owners_lease() {
+    use kubefold_engine::event::{EventType, StoredEvent};
+    use kubefold_engine::{object, resources};
+    use kubefold_store::shared::{SharedError, SharedLog};
+    let Some(etcd) = Etcd::start() else { return };
+    let options = kubefold_etcd::EtcdOptions { servers: vec![etcd.url()], prefix: "/fence".into(), ..Default::default() };
+    let (one, two) = (kubefold_etcd::EtcdLog::connect(&options).unwrap(), kubefold_etcd::EtcdLog::connect(&options).unwrap());
+    let pods = resources::find(&resources::builtin(), "", "v1", "pods").unwrap().clone();
+    let event = |i: u64| {
+        let raw = format!(r#"{{"metadata":{{"name":"p{i}","namespace":"default","resourceVersion":"{i}"}}}}"#);
+        StoredEvent::new(i, EventType::Added, "v1/pods", "m1", 0, object::ingest(&pods, "m1", raw.as_bytes()).unwrap())
+    };
+    let membership = |log: &std::sync::Arc<kubefold_etcd::EtcdLog>, id: &str, control: std::sync::Arc<Recorded>| {
+        let options = kubefold_etcd::MembershipOptions { id: id.into(), address: format!("{id}:443"), ttl: Duration::from_secs(30), members: vec!["m1".into()] };
+        kubefold_etcd::Membership::start(log, options, control)
+    };
+    let control_one = std::sync::Arc::new(Recorded::default());
+    let one_membership = membership(&one, "one", control_one.clone());
+    wait_for(Duration::from_secs(30), "replica one owning m1", || control_one.taken.lock().unwrap().contains(&"m1".to_string()));
+    assert_eq!(etcd_get(&etcd, "/fence/owners/m1").as_deref(), Some("one"));
+    assert_eq!(one.owned_members(), ["m1"]);
+    let head = one.catch_up(0).unwrap().head_revision;
+    let (_, written) = one.commit_part(&[event(1)], &[("m1".into(), "v1/pods".into(), "1".into())], &[], head).expect("the owner writes");
+
+    // The lease goes (as when it expires): its owner key with it.
+    let owner = etcd_post(&etcd, "/v3/kv/range", serde_json::json!({ "key": base64_of("/fence/owners/m1") }));
+    let lease = owner["kvs"][0]["lease"].as_str().expect("the owner key is under a lease").to_string();
+    etcd_post(&etcd, "/v3/lease/revoke", serde_json::json!({ "ID": lease }));
+    let stale = one.commit_part(&[event(3)], &[], &[], written);
+    assert!(matches!(&stale, Err(SharedError::NotOwner(m)) if m == "m1"), "the old owner is fenced out: {stale:?}");
+    let caught = two.catch_up(0).unwrap();
+    assert_eq!(caught.head_revision, written, "nothing of the refused commit");
+    assert_eq!(caught.batches.iter().map(|b| b.events.len()).sum::<usize>(), 1);
+    wait_for(Duration::from_secs(30), "one's watchers of m1 stopped", || control_one.released.lock().unwrap().contains(&"m1".to_string()));
+
+    // One resigns (its lease revoked): two, configured with m1 too, takes it
+    // and writes where one stopped.
+    futures::executor::block_on(one_membership.resign());
+    let control_two = std::sync::Arc::new(Recorded::default());
+    let _two_membership = membership(&two, "two", control_two.clone());
+    wait_for(Duration::from_secs(30), "replica two owning m1", || etcd_get(&etcd, "/fence/owners/m1").as_deref() == Some("two"));
+    wait_for(Duration::from_secs(30), "two starting m1's watchers", || control_two.taken.lock().unwrap().contains(&"m1".to_string()));
+    two.commit_part(&[event(4)], &[], &[], written).expect("the new owner writes");
+    let refused = one.commit_part(&[event(5)], &[], &[], two.catch_up(0).unwrap().head_revision);
+    assert!(matches!(refused, Err(SharedError::NotOwner(_))), "{refused:?}");
+}
+
+fn base64_of(text: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+/// The replica id owning `member` (its owner key in etcd).
+fn owner_of(etcd: &Etcd, member: &str) -> Option<String> {
+    etcd_get(etcd, &format!("/kubefold/owners/{member}"))
+}
+
+/// The relists of `member`'s pods on `kf`, and whether its pods are synced.
+fn pods_watcher(kf: &Kubefold, member: &str) -> (u64, bool) {
+    let status = kf.get_json(&format!("/admin/v1/clusters/{member}"));
+    let pods = &status["status"]["resources"]["v1/pods"];
+    (pods["relists"].as_u64().unwrap_or(u64::MAX), pods["state"] == "synced")
+}
+
+/// Three members, every replica configured with all of them, lease TTL 3 s:
+/// each member is owned (and watched) by exactly one replica, an edit
+/// through a replica that does not own the member is read back there at
+/// once, the members of a replica killed with SIGKILL are taken over by the
+/// other within the TTL and resume their watches from the checkpoints in
+/// etcd (no relist), a watch started before the kill on a third replica
+/// and one on the survivor from the same resourceVersion see the same
+/// ordered events, and when the killed replica comes back its members move
+/// back to it, again without a relist.
+#[test]
+fn members_are_owned_through_leases_and_taken_over_when_a_replica_dies() {
+    let Some(etcd) = Etcd::start() else { return };
+    let members = demo_members(3, 4.0);
+    let flags = cluster_flags(&members);
+    let names: Vec<String> = members.iter().map(|(n, _)| n.clone()).collect();
+    let lease = ["--etcd-servers", &etcd.url(), "--etcd-lease-ttl", "3"];
+    let (_da, data_a) = data_dir();
+    let (_db, data_b) = data_dir();
+    let (_dc, data_c) = data_dir();
+    let serve = |id: &str, data: &std::path::Path| Kubefold::serve(data, &flags, &[&lease[..], &["--etcd-replica-id", id]].concat());
+    let (a, b) = (serve("a", &data_a), serve("b", &data_b));
+    // C serves only (no member in its configuration).
+    let c = Kubefold::serve(&data_c, &[], &["--etcd-servers", &etcd.url(), "--etcd-replica-id", "c"]);
+    let logs = [a.log_handle(), b.log_handle()];
+    let _dump = Dump(Box::new(move || eprintln!("A's log:\n{}\nB's log:\n{}", logs[0].lock().unwrap(), logs[1].lock().unwrap())));
+    // Settled: every member owned by a or b, the same over two lease renewals
+    // (a may take them all before b registers, then hand b its share).
+    let mut owners: Vec<String> = Vec::new();
+    wait_for(Duration::from_secs(60), "every member owned by a or b, settled", || {
+        let now: Vec<String> = names.iter().filter_map(|m| owner_of(&etcd, m)).filter(|o| o == "a" || o == "b").collect();
+        let settled = now.len() == names.len() && now == owners;
+        owners = now;
+        std::thread::sleep(Duration::from_secs(2));
+        settled
+    });
+    // Each replica watches exactly the members it owns.
+    for (member, owner) in names.iter().zip(&owners) {
+        let (mine, other) = if owner == "a" { (&a, &b) } else { (&b, &a) };
+        wait_for(Duration::from_secs(60), "the owner synced", || pods_watcher(mine, member).1);
+        assert_eq!(other.get(&format!("/admin/v1/clusters/{member}")).1.contains("\"v1/pods\""), false, "{member} is watched by its owner only");
+    }
+    let (_, head) = listed(&c.get_json("/api/v1/pods"));
+    assert!(head > 0);
+    // The operations view, on any replica: who is there and who owns what.
+    let replicas = c.get_json("/admin/v1/replicas");
+    let items = replicas["items"].as_array().unwrap();
+    assert_eq!(items.iter().map(|r| r["id"].as_str().unwrap()).collect::<Vec<_>>(), ["a", "b", "c"], "{replicas}");
+    for r in items {
+        let owned: Vec<String> = r["owned"].as_array().unwrap().iter().map(|m| m.as_str().unwrap().to_string()).collect();
+        let expected: Vec<String> = names.iter().zip(&owners).filter(|(_, o)| *o == r["id"].as_str().unwrap()).map(|(m, _)| m.clone()).collect();
+        assert_eq!(owned, expected, "{r}");
+        assert!(r["leaseRemainingSeconds"].as_u64().is_some_and(|s| s <= 15) && r["address"].as_str().is_some_and(|a| a.starts_with("127.0.0.1:")), "{r}");
+        assert!(r["appliedRevision"].as_u64().is_some(), "{r}");
+    }
+    // The same as a table: `kubefold admin replicas`.
+    let table = Command::new(env!("CARGO_BIN_EXE_kubefold")).args(["admin", "--server", &c.url, "replicas"]).output().unwrap();
+    assert!(table.status.success(), "{}", String::from_utf8_lossy(&table.stderr));
+    let table = String::from_utf8(table.stdout).unwrap();
+    let rows: Vec<&str> = table.lines().collect();
+    assert!(rows[0].starts_with("ID") && rows[0].contains("LEASE") && rows[0].contains("APPLIED-REVISION") && rows[0].contains("MEMBERS"), "{table}");
+    for (id, row) in ["a", "b", "c"].iter().zip(&rows[1..]) {
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cells[0], *id, "{table}");
+        let mine: Vec<&str> = names.iter().zip(&owners).filter(|(_, o)| o == id).map(|(m, _)| m.as_str()).collect();
+        let expected = if mine.is_empty() { vec!["0".to_string()] } else { vec![mine.len().to_string(), mine.join(",")] };
+        assert_eq!(cells[cells.len() - expected.len()..], expected[..], "{table}");
+    }
+    let metrics = a.get("/metrics").1;
+    let owned_by_a = owners.iter().filter(|o| *o == "a").count();
+    assert!(metrics.contains(&format!("kubefold_etcd_owned_members {owned_by_a}")), "a's metrics name the {owned_by_a} members it owns");
+    assert!(metrics.contains("kubefold_etcd_applied_revision "), "a's applied revision is a metric");
+
+    // An edit through the replica that does not own the member: read back there at once.
+    let (member, owner) = names.iter().zip(&owners).next().unwrap();
+    let other = if owner == "a" { &b } else { &a };
+    let (pods, _) = listed(&other.get_json(&format!("/api/v1/namespaces/default/pods?labelSelector=kubefold.io/cluster%3D{member}")));
+    let name = &pods.iter().find(|(n, _)| !n.starts_with("churn-") && !n.starts_with("load-")).expect("a pod the churn leaves alone").0;
+    let patched = reqwest::blocking::Client::new()
+        .patch(format!("{}/api/v1/namespaces/default/pods/{name}", other.url))
+        .header("Content-Type", "application/merge-patch+json")
+        .body(r#"{"metadata":{"labels":{"edited":"elsewhere"}}}"#)
+        .send()
+        .unwrap();
+    assert_eq!(patched.status().as_u16(), 200);
+    assert_eq!(other.get_json(&format!("/api/v1/namespaces/default/pods/{name}"))["metadata"]["labels"]["edited"], "elsewhere", "read-your-writes on a replica that does not own {member}");
+
+    // The owner of member1 dies (SIGKILL): the other takes every member.
+    let victim_id = owners[0].clone();
+    let survivor_id = if victim_id == "a" { "b" } else { "a" };
+    let (victim, survivor) = if victim_id == "a" { (a, b) } else { (b, a) };
+    let (_, from) = listed(&c.get_json("/api/v1/pods"));
+    victim.kill();
+    let killed = Instant::now();
+    wait_for(Duration::from_secs(30), "the survivor owning every member", || names.iter().all(|m| owner_of(&etcd, m).as_deref() == Some(survivor_id)));
+    assert!(killed.elapsed() < Duration::from_secs(30), "taken over within the lease TTL (3 s) and a generous margin");
+    for (member, _) in names.iter().zip(&owners).filter(|(_, o)| **o == victim_id) {
+        wait_for(Duration::from_secs(60), "the taken-over member synced on the survivor", || pods_watcher(&survivor, member).1);
+        assert_eq!(pods_watcher(&survivor, member).0, 0, "{member} resumed its watch on {survivor_id} from etcd's checkpoint: no relist");
+    }
+    assert_converged(&survivor, &members, "/api/v1/pods", "v1/pods");
+
+    // The same events, in order, on C and B from before the kill.
+    let on_c = watch_events(&format!("{}/api/v1/pods?watch=true&resourceVersion={from}", c.url), 15, Duration::from_secs(60));
+    let on_b = watch_events(&format!("{}/api/v1/pods?watch=true&resourceVersion={from}", survivor.url), 15, Duration::from_secs(60));
+    assert_eq!(on_c.len(), 15, "churn goes on across the takeover: {on_c:?}");
+    assert!(on_c.windows(2).all(|w| w[0].2 < w[1].2), "ordered, no duplicate: {on_c:?}");
+    assert_eq!(on_b, on_c, "one stream on every replica");
+
+    // The killed replica comes back (as a new pod would, on an empty data
+    // dir): its members move back to it.
+    let (_dv, fresh) = data_dir();
+    let back = serve(&victim_id, &fresh);
+    let back_logs = back.log_handle();
+    let _dump_back = Dump(Box::new(move || eprintln!("The restarted replica's log:\n{}", back_logs.lock().unwrap())));
+    wait_for(Duration::from_secs(60), "the members back with their first owners", || names.iter().zip(&owners).all(|(m, o)| owner_of(&etcd, m).as_deref() == Some(o.as_str())));
+    for (member, _) in names.iter().zip(&owners).filter(|(_, o)| **o == victim_id) {
+        wait_for(Duration::from_secs(60), "the member synced on its first owner again", || pods_watcher(&back, member).1);
+        assert_eq!(pods_watcher(&back, member).0, 0, "{member} moved back to {victim_id} without a relist");
+    }
+    // Every replica serves the same list at the same resourceVersion.
+    let a = back;
+    let (_, rv) = listed(&a.get_json("/api/v1/pods"));
+    let path = format!("/api/v1/pods?resourceVersion={rv}&resourceVersionMatch=Exact");
+    for kf in [&survivor, &c] {
+        wait_for(Duration::from_secs(30), "at a's resourceVersion", || kf.get(&path).0 == 200);
+        assert_eq!(listed(&kf.get_json(&path)), listed(&a.get_json(&path)), "one list at resourceVersion {rv}");
     }
 }

@@ -95,6 +95,26 @@ pub struct Backup {
 #[rtype(result = "()")]
 pub struct AddCluster(pub ClusterSpec);
 
+/// Starts watching a member this replica took over from another (over a
+/// shared log): its watchers resume from `checkpoints` (resource ->
+/// member resourceVersion, as the log holds them), listing only the types
+/// without one.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct TakeCluster {
+    /// The member.
+    pub spec: ClusterSpec,
+    /// Its checkpoints by resource key.
+    pub checkpoints: std::collections::BTreeMap<String, String>,
+}
+
+/// Stops watching a member another replica owns now (over a shared log):
+/// its watchers stop, its objects stay (the new owner keeps them current),
+/// and it can still be reached for edits.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct ReleaseCluster(pub String);
+
 /// Removes a member cluster: its watchers stop and its objects become DELETED events.
 #[derive(Debug, Message)]
 #[rtype(result = "Result<usize, crate::supervisor::Error>")]

@@ -18,7 +18,7 @@ use tracing::info;
 use crate::aggregator::Aggregator;
 use crate::cluster::ClusterSpec;
 use crate::fleet::{Fleet, Supervision, WatchScope};
-pub use crate::messages::{AddCluster, DropCluster, ListClusters, Relist, SetSelection};
+pub use crate::messages::{AddCluster, DropCluster, ListClusters, ReleaseCluster, Relist, SetSelection, TakeCluster};
 use crate::messages::{Prune, RemoveCluster, ScopeTicket, Stop};
 use crate::watcher::{ClusterWatcher, WatchTarget};
 
@@ -304,6 +304,36 @@ impl Handler<Relist> for Supervisor {
         self.stop_watcher(&msg.cluster, &type_ref);
         self.start_watcher(&spec, type_ref, running, false);
         info!(cluster = %msg.cluster, resource = %msg.resource, "Listing the member's type again to rebuild objects lost to storage damage.");
+    }
+}
+
+impl Handler<TakeCluster> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: TakeCluster, _ctx: &mut Self::Context) {
+        let name = msg.spec.name.clone();
+        // The log's checkpoints are where the previous owner committed up to.
+        self.checkpoints.retain(|(c, _), _| c != &name);
+        for (resource, rv) in msg.checkpoints {
+            self.checkpoints.insert((name.clone(), resource), rv);
+        }
+        self.supervision.remove_status(&name);
+        self.add_cluster(msg.spec);
+    }
+}
+
+impl Handler<ReleaseCluster> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: ReleaseCluster, _ctx: &mut Self::Context) {
+        // Their scopes go first: a batch already on its way is dropped.
+        self.stop_watchers(&msg.0);
+        let watched = self.clusters.remove(&msg.0).is_some();
+        self.supervision.remove_status(&msg.0);
+        self.checkpoints.retain(|(c, _), _| c != &msg.0);
+        if watched {
+            info!(cluster = %msg.0, "Cluster released: another replica watches it.");
+        }
     }
 }
 

@@ -556,6 +556,40 @@ pub async fn stats(state: web::Data<ApiState>) -> HttpResponse {
     respond::json(&doc)
 }
 
+/// `GET /admin/v1/replicas`: on etcd, every replica registered on the
+/// log (id, address, lease, applied revision and lag) and the members each
+/// owns; 404 for a kubefold that is not a replica.
+pub async fn replicas(state: web::Data<ApiState>) -> HttpResponse {
+    let Some(shared) = state.fleet.shared() else {
+        return respond::status(&Status::new(404, "NotFound", "this kubefold is not one of several replicas (it runs without --etcd-servers)".to_string()));
+    };
+    match shared.replicas().await {
+        Ok(replicas) => {
+            let items: Vec<Value> = replicas
+                .into_iter()
+                .map(|r| {
+                    json!({
+                        "id": r.id,
+                        "address": r.address,
+                        "lease": r.lease,
+                        "leaseRemainingSeconds": r.lease_remaining_seconds,
+                        "appliedRevision": r.applied_revision,
+                        "lagRevisions": r.lag_revisions,
+                        "members": r.members,
+                        "owned": r.owned,
+                    })
+                })
+                .collect();
+            respond::json(&json!({
+                "log": shared.identity(),
+                "appliedRevision": state.fleet.shared_applied_revision(),
+                "items": items,
+            }))
+        }
+        Err(e) => respond::status(&Status::unavailable(format!("cannot read the replicas from the shared log: {e}"))),
+    }
+}
+
 /// `POST /admin/v1/compact`.
 pub async fn compact(state: web::Data<ApiState>) -> HttpResponse {
     let result = async {
@@ -599,6 +633,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/admin/v1/resources", web::get().to(resources))
         .route("/admin/v1/resources", web::put().to(set_resources))
         .route("/admin/v1/stats", web::get().to(stats))
+        .route("/admin/v1/replicas", web::get().to(replicas))
         .route("/admin/v1/compact", web::post().to(compact))
         .route("/admin/v1/backup", web::post().to(backup));
 }

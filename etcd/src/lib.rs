@@ -19,11 +19,16 @@
 //!   resourceVersion reached), written in the last transaction of a batch.
 //! - `{prefix}/compacted`: the compaction floor, a resourceVersion
 //!   (zero-padded to 20 digits: it only rises, by a comparison in etcd).
+//! - `{prefix}/replicas/{id}` and `{prefix}/owners/{member}`: the replicas,
+//!   each under its lease, and which one owns each member (see [`lease`]):
+//!   a transaction carrying a member's changes is also fenced on its owner
+//!   key being held under the writer's lease.
 //!
 //! etcd's own request limits (128 operations and 1.5 MiB a transaction by
 //! default) bound each transaction: a larger batch is committed as several,
 //! fenced one on the other, its checkpoints in the last.
 
+mod lease;
 mod watch;
 
 use std::path::PathBuf;
@@ -35,6 +40,7 @@ use kubefold_engine::event::StoredEvent;
 use kubefold_store::shared::{rv_of, revision_of, CaughtUp, Replicated, SharedError, SharedFuture, SharedLog, MAX_EVENTS_PER_REVISION};
 use tracing::{info, warn};
 
+pub use lease::{MemberControl, Membership, MembershipOptions, ReplicaRecord, DEFAULT_LEASE_TTL};
 pub use watch::{Change, LogWatch};
 
 /// etcd's default limit of operations in one transaction (`--max-txn-ops`).
@@ -81,6 +87,8 @@ pub struct EtcdLog {
     runtime: Option<tokio::runtime::Runtime>,
     /// When etcd was last defragmented.
     defragmented: Mutex<Option<Instant>>,
+    /// The owner keys this replica holds (the fence of its members' writes).
+    fences: Mutex<lease::Fences>,
 }
 
 fn unavailable(e: impl std::fmt::Display) -> SharedError {
@@ -164,7 +172,7 @@ impl EtcdLog {
         let prefix = options.prefix.trim_end_matches('/').to_string();
         // The first defragmentation is an interval after the start, not at
         // the first compaction of every start.
-        Ok(Arc::new(EtcdLog { client, prefix, cluster_id, runtime: Some(runtime), defragmented: Mutex::new(Some(Instant::now())) }))
+        Ok(Arc::new(EtcdLog { client, prefix, cluster_id, runtime: Some(runtime), defragmented: Mutex::new(Some(Instant::now())), fences: Mutex::new(lease::Fences::default()) }))
     }
 
     /// Which log this is: the etcd cluster's id and the prefix. A replica's
@@ -427,13 +435,27 @@ impl SharedLog for EtcdLog {
                 }
             }
         }
-        let txn = Txn::new().when(vec![Compare::mod_revision(self.head_key(), CompareOp::Equal, fence as i64)]).and_then(ops);
+        // The members whose changes these are: written only while this
+        // replica holds their owner keys under its lease.
+        let clusters = events[..taken].iter().map(|e| e.key.cluster.as_str());
+        let clusters = clusters.chain(checkpoints.iter().map(|c| c.0.as_str())).chain(removed_checkpoints.iter().map(|c| c.0.as_str()));
+        let owners = self.owner_fences(clusters)?;
+        let mut compares = vec![Compare::mod_revision(self.head_key(), CompareOp::Equal, fence as i64)];
+        compares.extend(owners.iter().map(|(_, key, lease)| Compare::lease(key.clone(), CompareOp::Equal, *lease)));
+        let txn = Txn::new().when(compares).and_then(ops);
         let client = self.client.clone();
         let (succeeded, revision) = self.wait(async move {
             let response = client.kv_client().txn(txn).await.map_err(unavailable)?;
             Ok((response.succeeded(), response.header().map_or(0, |h| h.revision()) as u64))
         })?;
         if !succeeded {
+            if !owners.is_empty() {
+                if let Some(member) = self.lost_owner(&owners)? {
+                    metrics::counter!("kubefold_etcd_fenced_writes_total").increment(1);
+                    warn!(member = %member, "A commit of the member's changes was refused: another replica owns it now.");
+                    return Err(SharedError::NotOwner(member));
+                }
+            }
             return Err(SharedError::Fenced(fence));
         }
         Ok((taken, revision))
@@ -485,6 +507,11 @@ impl SharedLog for EtcdLog {
                 None => Ok(0),
             }
         });
+        Box::pin(async move { task.await.map_err(|e| unavailable(format!("the etcd client's task failed: {e}")))? })
+    }
+
+    fn replicas(&self) -> SharedFuture<Vec<kubefold_store::shared::ReplicaStatus>> {
+        let task = self.runtime().spawn(lease::read_replicas(self.client.clone(), self.ownership_keys()));
         Box::pin(async move { task.await.map_err(|e| unavailable(format!("the etcd client's task failed: {e}")))? })
     }
 

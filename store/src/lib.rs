@@ -390,6 +390,21 @@ impl Store {
         Ok(())
     }
 
+    /// The checkpoints of a cluster, by resource (a replica taking a member
+    /// over from another resumes its watchers from them).
+    pub fn checkpoints_of(&self, cluster: &str) -> Result<BTreeMap<String, String>> {
+        let mut prefix = vec![CHECKPOINT];
+        prefix.extend_from_slice(cluster.as_bytes());
+        prefix.push(0);
+        let mut out = BTreeMap::new();
+        for item in self.tree()?.scan_prefix(&prefix) {
+            let (k, v) = item?;
+            let resource = String::from_utf8_lossy(&k[prefix.len()..]).into_owned();
+            out.insert(resource, String::from_utf8_lossy(&v).into_owned());
+        }
+        Ok(out)
+    }
+
     /// Removes the checkpoints of a cluster (it was removed).
     pub fn remove_checkpoints(&self, cluster: &str) -> Result<()> {
         let mut prefix = vec![CHECKPOINT];

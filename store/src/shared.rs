@@ -74,6 +74,27 @@ pub struct CaughtUp {
     pub compacted_rv: u64,
 }
 
+/// One replica as the shared log records it (the operations view).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplicaStatus {
+    /// The replica's id.
+    pub id: String,
+    /// The address it serves on.
+    pub address: String,
+    /// Its lease (hexadecimal, as etcdctl shows it).
+    pub lease: String,
+    /// Seconds left before its lease expires unless renewed.
+    pub lease_remaining_seconds: u64,
+    /// The log revision it applied, as it last recorded it.
+    pub applied_revision: u64,
+    /// How many revisions the log's head is ahead of it.
+    pub lag_revisions: u64,
+    /// The members of its configuration (those it may own).
+    pub members: Vec<String>,
+    /// The members it owns (watches and writes the changes of).
+    pub owned: Vec<String>,
+}
+
 /// Errors of a shared log.
 #[derive(Debug, thiserror::Error)]
 pub enum SharedError {
@@ -81,6 +102,11 @@ pub enum SharedError {
     /// on: catch up, then commit again.
     #[error("the shared log moved past revision {0}: another replica committed")]
     Fenced(u64),
+    /// The batch changes a member this replica does not own (it never
+    /// took it, or lost its lease or the member's owner key): nothing was
+    /// written, and the member's watchers are being stopped.
+    #[error("this replica does not own member {0} (another replica writes its changes)")]
+    NotOwner(String),
     /// The log cannot be reached or refused the request.
     #[error("shared log: {0}")]
     Unavailable(String),
@@ -129,6 +155,12 @@ pub trait SharedLog: Send + Sync + 'static {
     /// `keep` does not hold, raises the recorded floor to it, and lets the
     /// log reclaim their space; returns how many were removed.
     fn compact(&self, floor: u64, keep: &(dyn Fn(u64) -> bool + Sync)) -> Result<u64, SharedError>;
+
+    /// The replicas registered on the log and the members each owns (none
+    /// for a log without ownership).
+    fn replicas(&self) -> SharedFuture<Vec<ReplicaStatus>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
 }
 
 impl From<SharedError> for crate::Error {

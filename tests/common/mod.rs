@@ -77,6 +77,11 @@ impl Kubefold {
         self.logs.lock().unwrap().clone()
     }
 
+    /// Its logs as they come (to print them after it is gone).
+    pub fn log_handle(&self) -> std::sync::Arc<std::sync::Mutex<String>> {
+        self.logs.clone()
+    }
+
     /// Kills it with SIGKILL (a crash) and waits.
     pub fn kill(mut self) {
         let _ = self.child.kill();

@@ -70,6 +70,17 @@ impl Aggregator {
                     self.catch_up()?;
                     fence = self.applied_revision;
                 }
+                Err(SharedError::NotOwner(member)) => {
+                    // Another replica owns the member now (this one lost its
+                    // lease or the member's key): the batch is dropped, as a
+                    // stopped watcher's is, and the new owner's watchers
+                    // bring the changes from the last committed checkpoint.
+                    info!(cluster = %member, events = total - at, "Batch dropped: another replica owns the member now.");
+                    if at > 0 {
+                        let _ = self.catch_up();
+                    }
+                    return Ok(0);
+                }
                 Err(e) => {
                     // What was committed before the failure is applied.
                     if at > 0 {
