@@ -249,3 +249,29 @@ fn port_forward_over_websocket_through_kubefold_and_directly() {
         assert!(String::from_utf8_lossy(&error[1..]).contains("connection refused"), "{base}");
     }
 }
+
+/// kubectl 1.27 speaks SPDY/3.1 upgrades of HTTP for exec, attach, cp and
+/// port-forward (1.30 still for port-forward): the same checks, against the
+/// simulator directly.
+#[test]
+fn exec_cp_attach_and_port_forward_over_spdy_with_kubectl_127() {
+    require_kubectl!("1.27", "1.30");
+    let members = demo_members(1, 0.0);
+    let scratch = tempfile::tempdir().unwrap();
+    let direct = members[0].1.url();
+    wait_for(std::time::Duration::from_secs(30), "web-0 running", || {
+        let (_, body) = http_get(&format!("{direct}/api/v1/namespaces/default/pods/web-0"));
+        body.contains("\"phase\":\"Running\"")
+    });
+    let servers = [(direct.clone(), "web-0")];
+    for (server, pod) in &servers {
+        exec_cp_attach(&kubectl_version("1.27"), server, pod, scratch.path());
+        for minor in ["1.27", "1.30"] {
+            let forward = PortForward::start(&kubectl_version(minor), server, &["-n", "default", &format!("pod/{pod}"), "0:80"]);
+            for path in ["/", "/again"] {
+                let (code, body) = forward.get(path);
+                assert_eq!((code, body.as_str()), (200, "web-0\n"), "{minor} {server} {pod} {path}: {}", forward.stderr.lock().unwrap());
+            }
+        }
+    }
+}
