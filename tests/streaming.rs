@@ -249,3 +249,42 @@ fn port_forward_over_websocket_through_kubefold_and_directly() {
         assert!(String::from_utf8_lossy(&error[1..]).contains("connection refused"), "{base}");
     }
 }
+
+/// kubectl 1.27 speaks SPDY/3.1 upgrades of HTTP for exec, attach, cp and
+/// port-forward (1.30 still for port-forward): the same checks, through
+/// kubefold (qualified names, and member names under `/clusters/{c}`) and
+/// against the simulator directly.
+#[test]
+fn exec_cp_attach_and_port_forward_over_spdy_with_kubectl_127() {
+    require_kubectl!("1.27", "1.30");
+    let members = demo_members(1, 0.0);
+    let (_tmp, dir) = data_dir();
+    let kf = Kubefold::serve(&dir, &cluster_flags(&members), &[]);
+    kf.wait_ready();
+    let scratch = tempfile::tempdir().unwrap();
+    let direct = members[0].1.url();
+    wait_for(std::time::Duration::from_secs(30), "web-0 running", || {
+        let (_, body) = http_get(&format!("{direct}/api/v1/namespaces/default/pods/web-0"));
+        body.contains("\"phase\":\"Running\"")
+    });
+    let servers = [(direct.clone(), "web-0"), (kf.url.clone(), "web-0_member1"), (format!("{}/clusters/member1", kf.url), "web-0")];
+    for (server, pod) in &servers {
+        exec_cp_attach(&kubectl_version("1.27"), server, pod, scratch.path());
+        for minor in ["1.27", "1.30"] {
+            let forward = PortForward::start(&kubectl_version(minor), server, &["-n", "default", &format!("pod/{pod}"), "0:80"]);
+            for path in ["/", "/again"] {
+                let (code, body) = forward.get(path);
+                assert_eq!((code, body.as_str()), (200, "web-0\n"), "{minor} {server} {pod} {path}: {}", forward.stderr.lock().unwrap());
+            }
+        }
+    }
+    // The SPDY streams were counted as the WebSocket ones, and none is left open.
+    let (_, metrics) = http_get(&format!("{}/metrics", kf.url));
+    let bytes = metrics.lines().find(|l| l.starts_with("kubefold_stream_bytes_total{direction=\"to_member\"}")).and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+    assert!(bytes.is_some_and(|b| b > 400_000.0), "{metrics}");
+    wait_for(std::time::Duration::from_secs(10), "no stream left open", || {
+        let (_, metrics) = http_get(&format!("{}/metrics", kf.url));
+        metrics.lines().filter(|l| l.starts_with("kubefold_streams{")).all(|l| l.ends_with(" 0"))
+    });
+    kf.stop();
+}

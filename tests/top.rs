@@ -2,6 +2,7 @@
 //! by asking its members' metrics API (the simulator's, derived from its
 //! workload) in parallel. Two members, then one stopped: it is left out
 //! with a warning naming it, and the other's metrics are still served.
+//! A `metadata.name` field selector on a qualified name reaches its member.
 //! kubectl 1.33 and 1.27.
 
 mod common;
@@ -116,6 +117,12 @@ fn the_metrics_api_of_the_fleet_is_its_members_with_qualified_names() {
         assert!(ok, "{minor} top pod: {out}{err}");
         let row: Vec<&str> = out.lines().nth(1).unwrap_or_default().split_whitespace().collect();
         assert!(row.len() == 3 && row[0] == "web-0_member1" && row[1].ends_with('m') && row[2].ends_with("Mi"), "{minor}: {out}");
+
+        // A field selector on a qualified name asks that member for its name.
+        let (ok, out, err) = top(&["top", "pod", "-n", "default", "--field-selector", "metadata.name=web-0_member1"]);
+        assert!(ok, "{minor} top pod --field-selector: {out}{err}");
+        let rows: Vec<&str> = out.lines().skip(1).collect();
+        assert!(rows.len() == 1 && rows[0].starts_with("web-0_member1 "), "{minor}: {out}{err}");
 
         let (ok, out, err) = top(&["top", "nodes"]);
         assert!(ok, "{minor} top nodes: {out}{err}");

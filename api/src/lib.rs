@@ -76,7 +76,7 @@ use std::time::Duration;
 
 use actix_web::dev::Server;
 use actix_web::http::Method;
-use actix_web::{web, App, HttpMessage, HttpRequest, HttpResponse, HttpServer};
+use actix_web::{web, App, HttpMessage, HttpRequest, HttpResponse};
 use kubefold_actors::fleet::Fleet;
 use kubefold_engine::index::Index;
 use kubefold_engine::resources;
@@ -254,7 +254,8 @@ async fn dispatch(req: HttpRequest, payload: web::Payload, state: web::Data<ApiS
     // (or CONNECT) request has no body: actix-http hands everything after
     // its head on as an endless payload (the frames it expects), and
     // waiting for its end never answered, so such a request is answered
-    // as it is and the connection closed after. Other upgrades (SPDY, h2c)
+    // as it is and the connection closed after. A SPDY/3.1 upgrade looks
+    // like a WebSocket one here (`kubefold_listen`); other upgrades (h2c)
     // keep their body as any request.
     let websocket = req
         .headers()
@@ -548,7 +549,7 @@ pub fn server(state: Arc<ApiState>, listener: Option<std::net::TcpListener>) -> 
     tracing::info!(connections = limits.total, served_in_full = limits.full, "Connections limited by the open-files limit.");
     let open_connections = connections::Connections::new(limits);
     let data = web::Data::from(state);
-    let http = HttpServer::new(move || {
+    let app = move || {
         App::new()
             .app_data(data.clone())
             // etcd's default request limit is 1.5 MiB; leave room for YAML and patches.
@@ -574,37 +575,8 @@ pub fn server(state: Arc<ApiState>, listener: Option<std::net::TcpListener>) -> 
             .configure(admin::configure)
             .configure(console::configure)
             .default_service(web::to(dispatch))
-    })
-    .workers(workers)
-    // Accept stops once the connections that fit the descriptors are open
-    // (per worker; see `connections`).
-    .max_connections(limits.total.div_ceil(workers))
-    // Small writes (a watch event, the end of a streamed list) go out at
-    // once rather than waiting for the client's delayed ACK (up to 40 ms on
-    // Linux), as Go's net/http, and so kube-apiserver, does for every TCP
-    // connection (`net.TCPConn.SetNoDelay` defaults to true).
-    .tcp_nodelay(true)
-    // A long list is sent in chunks of a few hundred KB, each copied into
-    // the connection's write buffer. actix fills that buffer with chunks
-    // until it holds this many bytes, and replaces a buffer grown past this
-    // size (floor 128 KiB) with a new one once written out: at the default
-    // every chunk went to fresh memory, and the copy cost more than the
-    // socket write. At 1 MiB the buffer is mostly reused (100k pods, lists
-    // alternating: 203 vs 251 ms median, CPU 270 vs 330 ms). It is also
-    // what a slow client can hold here beyond its watch's queue, so it is
-    // not larger: 4 MiB kept the buffer through a whole list (168.7 vs
-    // 178.8 ms median, 15 lists each) but let every slow watcher hold 4 MiB.
-    // An idle connection keeps at most this much.
-    .h1_write_buffer_size(1 << 20)
-    // An idle kept-alive connection stays open 90 s, as kube-apiserver's
-    // (k8s.io/apiserver/pkg/server/secure_serving.go: `IdleTimeout: 90 *
-    // time.Second`, matching the keep-alive of Go's http.DefaultTransport
-    // and so client-go's). actix's default of 5 s closed connections that
-    // clients still held as reusable: a request sent on one as it closed
-    // failed before reaching kubefold.
-    .keep_alive(std::time::Duration::from_secs(IDLE_CONNECTION_SECS))
-    .shutdown_timeout(2)
-    .on_connect(move |connection, data| {
+    };
+    let on_connect: kubefold_listen::OnConnect = Arc::new(move |connection, data| {
         auth::on_connect(connection, data);
         limit_stalls(connection, stall_timeout);
         let open = open_connections.open();
@@ -619,25 +591,60 @@ pub fn server(state: Arc<ApiState>, listener: Option<std::net::TcpListener>) -> 
         }
         data.insert(open);
     });
-    let http = match &config.tls {
-        // A client that connects and never sends its ClientHello holds a
-        // pending handshake until the timeout; at most
-        // `maxPendingHandshakes` are pending at once (per worker, its
-        // share), beyond which accept waits, while established
-        // connections are served as ever.
-        Some(t) => http
-            .tls_handshake_timeout(Duration::from_secs(t.handshake_timeout_seconds.max(1)))
-            .max_connection_rate(t.max_pending_handshakes.div_ceil(workers).max(1)),
-        None => http,
+    // A client that connects and never sends its ClientHello holds a
+    // pending handshake until the timeout; at most `maxPendingHandshakes`
+    // are pending at once (per worker, its share), beyond which accept
+    // waits, while established connections are served as ever.
+    let tls = match (tls, &config.tls) {
+        (Some(tls), Some(t)) => {
+            actix_tls::accept::max_concurrent_tls_connect(t.max_pending_handshakes.div_ceil(workers).max(1));
+            Some((tls, Duration::from_secs(t.handshake_timeout_seconds.max(1))))
+        }
+        _ => None,
     };
-    let http = match (tls, listener) {
-        (Some(tls), Some(listener)) => http.listen_rustls_0_23(listener, tls),
-        (Some(tls), None) => http.bind_rustls_0_23(config.listen, tls),
-        (None, Some(listener)) => http.listen(listener),
-        (None, None) => http.bind(config.listen),
-    }
-    .map_err(ServerError::Bind)?;
-    let addrs = http.addrs();
+    let options = kubefold_listen::Options {
+        // An idle kept-alive connection stays open 90 s, as kube-apiserver's
+        // (k8s.io/apiserver/pkg/server/secure_serving.go: `IdleTimeout: 90 *
+        // time.Second`, matching the keep-alive of Go's http.DefaultTransport
+        // and so client-go's). actix's default of 5 s closed connections that
+        // clients still held as reusable: a request sent on one as it closed
+        // failed before reaching kubefold.
+        keep_alive: Some(Duration::from_secs(IDLE_CONNECTION_SECS)),
+        // Small writes (a watch event, the end of a streamed list) go out at
+        // once rather than waiting for the client's delayed ACK (up to 40 ms on
+        // Linux), as Go's net/http, and so kube-apiserver, does for every TCP
+        // connection (`net.TCPConn.SetNoDelay` defaults to true).
+        tcp_nodelay: true,
+        // A long list is sent in chunks of a few hundred KB, each copied into
+        // the connection's write buffer. actix fills that buffer with chunks
+        // until it holds this many bytes, and replaces a buffer grown past this
+        // size (floor 128 KiB) with a new one once written out: at the default
+        // every chunk went to fresh memory, and the copy cost more than the
+        // socket write. At 1 MiB the buffer is mostly reused (100k pods, lists
+        // alternating: 203 vs 251 ms median, CPU 270 vs 330 ms). It is also
+        // what a slow client can hold here beyond its watch's queue, so it is
+        // not larger: 4 MiB kept the buffer through a whole list (168.7 vs
+        // 178.8 ms median, 15 lists each) but let every slow watcher hold 4 MiB.
+        // An idle connection keeps at most this much.
+        h1_write_buffer_size: Some(1 << 20),
+        tls,
+        on_connect: Some(on_connect),
+    };
+    let listener = match listener {
+        Some(listener) => listener,
+        None => starting::bind(config.listen)?,
+    };
+    let addrs = vec![listener.local_addr().map_err(ServerError::Bind)?];
+    // The listener of kubefold-listen: HttpServer's, over connections that
+    // let SPDY/3.1 upgrades (kubectl 1.27 to 1.30 streams) reach
+    // `stream_proxy` as WebSocket ones do.
+    let builder = kubefold_listen::Server::build()
+        .workers(workers)
+        // Accept stops once the connections that fit the descriptors are open
+        // (per worker; see `connections`).
+        .max_concurrent_connections(limits.total.div_ceil(workers))
+        .shutdown_timeout(2);
+    let http = kubefold_listen::listen(builder, listener, options, app).map_err(ServerError::Bind)?;
     Ok((http.run(), addrs))
 }
 

@@ -26,7 +26,7 @@ use actix_web::{HttpRequest, HttpResponse};
 use kubefold_engine::names::{self, NameStyle, RequestedName};
 use kubefold_engine::object::CLUSTER_ANNOTATION;
 use kubefold_engine::resources::ResourceType;
-use kubefold_engine::selector::LabelSelector;
+use kubefold_engine::selector::{FieldRequirement, FieldSelector, LabelSelector};
 use kubefold_engine::status::Status;
 use serde_json::{json, Value};
 
@@ -217,6 +217,34 @@ fn fleet_item(mut item: Value, cluster: &str, style: NameStyle) -> Value {
     item
 }
 
+/// The field selector `cluster` is asked with, `None` when none of its
+/// objects can be selected. Names in the fleet are qualified: a
+/// `metadata.name` term with a qualified name (`web-0_member1`) becomes the
+/// member's name for its member; for another member, `=` selects nothing
+/// there (not asked) and `!=` everything (the term is dropped). A bare name
+/// is passed on as it is, as a bare name's get asks every member. With
+/// original names the selector is passed on unchanged.
+fn member_fields(selector: &FieldSelector, cluster: &str, style: NameStyle) -> Option<FieldSelector> {
+    if style != NameStyle::Qualified {
+        return Some(selector.clone());
+    }
+    let mut requirements = Vec::with_capacity(selector.requirements.len());
+    for requirement in &selector.requirements {
+        let RequestedName::Qualified { name, cluster: of } = names::parse(&requirement.value) else {
+            requirements.push(requirement.clone());
+            continue;
+        };
+        if requirement.field != "metadata.name" {
+            requirements.push(requirement.clone());
+        } else if of == cluster {
+            requirements.push(FieldRequirement { value: name.to_string(), ..requirement.clone() });
+        } else if !requirement.negated {
+            return None;
+        }
+    }
+    Some(FieldSelector { requirements })
+}
+
 /// Answers a request of the resource metrics API at the fleet level.
 pub async fn serve(req: &HttpRequest, state: &ApiState, route: Route) -> Result<HttpResponse, Status> {
     if req.method() != Method::GET {
@@ -267,12 +295,24 @@ pub async fn serve(req: &HttpRequest, state: &ApiState, route: Route) -> Result<
     if !labels.is_empty() {
         forwarded.push(("labelSelector", labels.to_string()));
     }
-    if let Some(fields) = value("fieldSelector").filter(|f| !f.is_empty()) {
-        forwarded.push(("fieldSelector", fields.to_string()));
-    }
-    let forwarded = serde_urlencoded::to_string(&forwarded).unwrap_or_default();
-    let path = if forwarded.is_empty() { collection } else { format!("{collection}?{forwarded}") };
-    let answers = futures::future::join_all(members.iter().map(|m| ask(state, m, &path))).await;
+    let fields = FieldSelector::parse(value("fieldSelector").unwrap_or(""))
+        .map_err(|e| Status::bad_request(format!("invalid field selector: {e}")))?;
+    // Each member is asked with its own field selector (names translated);
+    // one that cannot hold a selected object is not asked.
+    let asked: Vec<(String, String)> = members
+        .iter()
+        .filter_map(|m| {
+            let fields = member_fields(&fields, m, style)?;
+            let mut query = forwarded.clone();
+            if !fields.is_empty() {
+                query.push(("fieldSelector", fields.to_string()));
+            }
+            let query = serde_urlencoded::to_string(&query).unwrap_or_default();
+            Some((m.clone(), if query.is_empty() { collection.clone() } else { format!("{collection}?{query}") }))
+        })
+        .collect();
+    let members: Vec<String> = asked.iter().map(|(m, _)| m.clone()).collect();
+    let answers = futures::future::join_all(asked.iter().map(|(m, path)| ask(state, m, path))).await;
     let mut items = Vec::new();
     let mut warnings = Vec::new();
     for (cluster, answer) in members.iter().zip(answers) {
@@ -371,6 +411,19 @@ mod tests {
         assert_eq!(route("/apis/metrics.k8s.io/v1beta1/namespaces/a/pods/p/x"), None);
         assert_eq!(route("/apis/metrics.k8s.io/v1/pods"), None);
         assert_eq!(route("/api/v1/pods"), None);
+    }
+
+    #[test]
+    fn qualified_names_in_field_selectors_are_the_members() {
+        let selector = |s: &str| FieldSelector::parse(s).unwrap();
+        let asked = |s: &str, cluster: &str| member_fields(&selector(s), cluster, NameStyle::Qualified).map(|f| f.to_string());
+        assert_eq!(asked("metadata.name=web-0_member1", "member1").as_deref(), Some("metadata.name=web-0"));
+        assert_eq!(asked("metadata.name=web-0_member1", "member2"), None);
+        assert_eq!(asked("metadata.name!=web-0_member1", "member1").as_deref(), Some("metadata.name!=web-0"));
+        assert_eq!(asked("metadata.name!=web-0_member1", "member2").as_deref(), Some(""));
+        assert_eq!(asked("metadata.name=web-0,metadata.namespace=a_b", "member2").as_deref(), Some("metadata.name=web-0,metadata.namespace=a_b"));
+        let original = member_fields(&selector("metadata.name=web-0_member1"), "member2", NameStyle::Original).unwrap();
+        assert_eq!(original.to_string(), "metadata.name=web-0_member1");
     }
 
     #[test]

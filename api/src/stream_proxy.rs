@@ -18,10 +18,13 @@
 //! own status and body. A `proxy` request without an upgrade is forwarded
 //! whole, its answer streamed back.
 //!
-//! Only WebSocket upgrades reach kubefold's handler with their connection
-//! (actix-http hands the bytes after a WebSocket handshake on as the
-//! request's payload); SPDY upgrades (kubectl 1.29 and older) are not
-//! proxied.
+//! WebSocket upgrades (kubectl 1.30+) and SPDY/3.1 upgrades (kubectl 1.27
+//! to 1.29 for exec, attach and cp, up to 1.30 for port-forward) are
+//! forwarded alike. actix-http hands the bytes after a handshake on as the
+//! request's payload only for WebSocket: kubefold's listener
+//! ([`kubefold_listen`]) shows it a SPDY upgrade as a WebSocket one and
+//! keeps the real protocol with the connection, from which the member is
+//! asked for `Upgrade: SPDY/3.1` again.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -179,7 +182,13 @@ pub async fn forward(req: &HttpRequest, payload: web::Payload, state: &ApiState,
     let method = http::Method::from_bytes(req.method().as_str().as_bytes())
         .map_err(|_| Status::method_not_allowed(format!("{} is not supported", req.method())))?;
     let mut request = http::Request::builder().method(method).uri(&uri);
+    let spdy = kubefold_listen::is_spdy_upgrade(req);
     for name in REQUEST_HEADERS {
+        if spdy && name == "upgrade" {
+            // What the client asked for, not what actix-http was shown.
+            request = request.header(name, kubefold_listen::SPDY);
+            continue;
+        }
         for value in req.headers().get_all(name) {
             request = request.header(name, value.as_bytes());
         }

@@ -24,9 +24,8 @@
 //! - port-forward also speaks SPDY/3.1 tunnelled in WebSocket, as kubectl
 //!   1.31+ does (`SPDY/3.1+portforward.k8s.io`, [`super::portforward_spdy`]).
 //!
-//! SPDY/3.1 upgrades of HTTP itself (kubectl 1.27 to 1.29) are not spoken:
-//! a request without a WebSocket upgrade to one of these protocols gets
-//! 400 BadRequest.
+//! SPDY/3.1 upgrades of HTTP itself (kubectl 1.27 to 1.30) are served by
+//! [`super::exec_spdy`]; a request with neither upgrade gets 400 BadRequest.
 
 use std::sync::{Arc, Mutex};
 
@@ -101,6 +100,13 @@ async fn start(req: HttpRequest, payload: web::Payload, shared: Arc<Shared>, tar
         super::ops::get(&store, index, Some(&target.namespace), &target.name)?.value()
     };
     let container = container(&pod, query_value(&query, "container"))?;
+    if kubefold_listen::is_spdy_upgrade(&req) {
+        if pod["status"]["phase"].as_str() != Some("Running") {
+            return Err(ApiError::BadRequest(format!("unable to upgrade connection: container not found (\"{container}\")")));
+        }
+        let work = spdy_work(&shared, index, &target, &pod, &container, &query)?;
+        return super::exec_spdy::start(&req, payload, work);
+    }
     let websocket = req
         .headers()
         .get("upgrade")
@@ -180,6 +186,46 @@ async fn start(req: HttpRequest, payload: web::Payload, shared: Arc<Shared>, tar
     Ok(response)
 }
 
+/// What an exec, attach or port-forward over a SPDY upgrade runs.
+fn spdy_work(
+    shared: &Arc<Shared>,
+    index: usize,
+    target: &Target,
+    pod: &Value,
+    container: &str,
+    query: &[(String, String)],
+) -> Result<super::exec_spdy::Work, ApiError> {
+    let uid = pod["metadata"]["uid"].as_str().unwrap_or_default().to_string();
+    let flag = |name: &str| query_value(query, name).is_some_and(|v| v == "true" || v == "1");
+    let setup = || Setup {
+        pod: target.name.clone(),
+        env: environment(pod, container),
+        fs: shell::filesystem(&uid, &target.name, container),
+        tty: flag("tty"),
+        stdin: flag("stdin"),
+        v5: false,
+    };
+    let command = match target.subresource.as_str() {
+        "exec" => query.iter().filter(|(k, _)| k == "command").map(|(_, v)| v.clone()).collect(),
+        "attach" => ephemeral_command(pod, container).unwrap_or_default(),
+        _ => {
+            let pod = super::portforward_spdy::Pod { name: target.name.clone(), uid, ports: declared_ports(pod) };
+            return Ok(super::exec_spdy::Work::PortForward(pod));
+        }
+    };
+    if !command.is_empty() {
+        return Ok(super::exec_spdy::Work::Exec { setup: setup(), command });
+    }
+    if target.subresource == "exec" {
+        return Err(ApiError::BadRequest("you must specify at least 1 command".into()));
+    }
+    let options = super::logs::LogOptions { container: Some(container.to_string()), follow: true, tail_lines: Some(0), ..Default::default() };
+    let source = super::logs::source(pod, &options)?;
+    let key = super::store::key(Some(&target.namespace), &target.name);
+    let lines = super::logs::stream(shared.clone(), index, key, source, options);
+    Ok(super::exec_spdy::Work::Attach(Box::pin(lines)))
+}
+
 /// The container a request names, or the pod's only (or default) one.
 fn container(pod: &Value, asked: Option<&str>) -> Result<String, ApiError> {
     let names: Vec<&str> = pod["spec"]["containers"].as_array().into_iter().flatten().filter_map(|c| c["name"].as_str()).collect();
@@ -232,13 +278,20 @@ fn environment(pod: &Value, container: &str) -> Vec<(String, String)> {
     env
 }
 
-struct Setup {
-    pod: String,
-    env: Vec<(String, String)>,
-    fs: Arc<Mutex<shell::Filesystem>>,
-    tty: bool,
-    stdin: bool,
-    v5: bool,
+/// What an exec runs with.
+pub(super) struct Setup {
+    /// The pod's name.
+    pub(super) pod: String,
+    /// The container's environment.
+    pub(super) env: Vec<(String, String)>,
+    /// The container's filesystem.
+    pub(super) fs: Arc<Mutex<shell::Filesystem>>,
+    /// `tty=true`.
+    pub(super) tty: bool,
+    /// `stdin=true`.
+    pub(super) stdin: bool,
+    /// The WebSocket protocol is v5 (its close signal).
+    pub(super) v5: bool,
 }
 
 /// The Status of the error channel at the end of an exec, as kubelet writes it.

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use actix_web::{web, App, HttpMessage, HttpRequest, HttpResponse, HttpServer, ResponseError};
+use actix_web::{web, App, HttpMessage, HttpRequest, HttpResponse, ResponseError};
 use kubefold_engine::resources::ResourceType;
 
 use super::status::ApiError;
@@ -254,12 +254,10 @@ async fn serve(
     stop: tokio::sync::oneshot::Receiver<()>,
 ) {
     let data = web::Data::new(by_addr);
-    let mut server = HttpServer::new(move || App::new().app_data(data.clone()).default_service(web::to(dispatch)))
-        .workers(workers)
-        .disable_signals()
-        .shutdown_timeout(2);
+    let app = move || App::new().app_data(data.clone()).default_service(web::to(dispatch));
+    let mut server = kubefold_listen::Server::build().workers(workers).disable_signals().shutdown_timeout(2);
     for listener in listeners {
-        server = match server.listen(listener) {
+        server = match kubefold_listen::listen(server, listener, kubefold_listen::Options::default(), app.clone()) {
             Ok(server) => server,
             Err(error) => {
                 let _ = ready.send(Err(error));

@@ -62,6 +62,7 @@ pub mod controllers;
 pub mod crds;
 pub mod discovery;
 pub mod exec;
+mod exec_spdy;
 pub mod faults;
 pub mod fields;
 pub mod fleet;
@@ -97,7 +98,7 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use actix_web::{web, App, HttpServer};
+use actix_web::{web, App};
 use bytes::Bytes;
 use chrono::Utc;
 use kubefold_engine::resources::ResourceType;
@@ -686,13 +687,11 @@ fn new_shared(
 /// Binds and runs the HTTP server on `listen`.
 fn run_server(shared: &Arc<Shared>, listen: SocketAddr) -> io::Result<(SocketAddr, Running)> {
     let data = web::Data::new(shared.clone());
-    let server = HttpServer::new(move || App::new().app_data(data.clone()).default_service(web::to(server::dispatch)))
-        .workers(2)
-        .disable_signals()
-        .shutdown_timeout(2)
-        .bind(listen)?;
-    let addr = server.addrs().first().copied().unwrap_or(listen);
-    let server = server.run();
+    let listener = std::net::TcpListener::bind(listen)?;
+    let addr = listener.local_addr()?;
+    let builder = kubefold_listen::Server::build().workers(2).disable_signals().shutdown_timeout(2);
+    let app = move || App::new().app_data(data.clone()).default_service(web::to(server::dispatch));
+    let server = kubefold_listen::listen(builder, listener, kubefold_listen::Options::default(), app)?.run();
     let handle = server.handle();
     let task = actix_web::rt::spawn(server);
     Ok((addr, Running { handle, task }))

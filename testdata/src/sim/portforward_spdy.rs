@@ -21,7 +21,7 @@ pub const PROTOCOL: &str = "SPDY/3.1+portforward.k8s.io";
 
 /// What a stream of the session is.
 #[derive(Debug, Clone)]
-struct Stream {
+pub(super) struct Stream {
     /// `data` or `error`.
     kind: String,
     port: u16,
@@ -87,7 +87,7 @@ fn error_stream_of(streams: &HashMap<u32, Stream>, data: &Stream) -> Option<u32>
 }
 
 /// Handles one frame from the client; the frames to send back in `out`.
-fn handle(
+pub(super) fn handle(
     frame: Frame,
     inflater: &mut Inflater,
     deflater: &mut Deflater,

@@ -14,6 +14,8 @@
 //! - [`report`]: figures, the table and the JSON file.
 //! - [`sledref`]: the raw-sled reference, in child processes.
 //! - [`stats`]: percentiles of samples.
+//! - [`streams`]: `--streams`, exec and port-forward streams through
+//!   kubefold against the member directly.
 
 mod fleet;
 mod http;
@@ -23,6 +25,7 @@ mod procs;
 mod report;
 mod sledref;
 mod stats;
+mod streams;
 mod watch;
 
 use std::path::PathBuf;
@@ -74,6 +77,8 @@ pub struct Plan {
     pub watch_pause_of: String,
     /// `--fleet`: the fleet run instead of the size steps and the watch phase.
     pub fleet: Option<fleet::FleetPlan>,
+    /// `--streams`: only the streams phase ([`streams`]).
+    pub streams: bool,
 }
 
 impl Plan {
@@ -99,6 +104,7 @@ impl Plan {
             watch_pause_ms: 0.0,
             watch_pause_of: "kubefold".into(),
             fleet: None,
+            streams: false,
         }
     }
 
@@ -124,6 +130,7 @@ impl Plan {
             watch_pause_ms: 0.0,
             watch_pause_of: "kubefold".into(),
             fleet: None,
+            streams: false,
         }
     }
 
@@ -173,7 +180,7 @@ fn usage() -> ! {
         "usage: kubefold-bench --kubefold PATH [--quick] [--out DIR] [--budget-secs S] [--sizes N,N,..] [--sims N]\n\
          \x20                     [--watchers N] [--watch-settle-secs S] [--no-watch] [--only-watch] [--no-restart] [--command TEXT]\n\
          \x20                     [--watch-pause-ms MS [--watch-pause-of kubefold|members|driver|all]]\n\
-         \x20                     [--fleet [--fleet-members N] [--fleet-pods N]]"
+         \x20                     [--fleet [--fleet-members N] [--fleet-pods N]] [--streams]"
     );
     std::process::exit(2)
 }
@@ -222,6 +229,7 @@ fn parse_args() -> Result<Args> {
             }
             "--fleet-members" => fleet_members = Some(value().parse().context("--fleet-members")?),
             "--fleet-pods" => fleet_pods = Some(value().replace('_', "").parse().context("--fleet-pods")?),
+            "--streams" => plan.streams = true,
             "--command" => command = value(),
             "-h" | "--help" => usage(),
             other => bail!("unknown argument {other:?}"),
@@ -300,6 +308,7 @@ fn main() -> Result<()> {
     // The phases run on this (the main) thread: children are spawned from it.
     let outcome = match ctx.plan.fleet.clone() {
         Some(fleet) => runtime.block_on(fleet::run(&ctx, &mut report, &fleet)),
+        None if ctx.plan.streams => runtime.block_on(streams::run(&ctx, &mut report)),
         None => runtime.block_on(phases::run(&ctx, &mut report)),
     };
     if let Err(e) = &outcome {
