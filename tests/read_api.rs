@@ -549,6 +549,26 @@ fn selectors_scope_and_names() {
     assert_eq!(sel("tier=back,env=prod"), vec!["sel-b_member3"]);
     assert_eq!(sel("tier=back,kubefold.io/cluster=member3"), vec!["sel-b_member3", "sel-c_member3"]);
     assert!(sel("tier=back,kubefold.io/cluster!=member3").is_empty());
+    // A selector's pages make its whole list, one cluster's too.
+    for path in ["/api/v1/pods?labelSelector=tier%3Dback", "/clusters/member3/api/v1/namespaces/default/pods?labelSelector=tier%3Dback"] {
+        let whole = names(&kf.get_json(path));
+        let (mut paged, mut next) = (Vec::new(), format!("{path}&limit=1"));
+        loop {
+            let page = kf.get_json(&next);
+            paged.extend(names(&page));
+            match page["metadata"]["continue"].as_str() {
+                Some(t) if !t.is_empty() => next = format!("{path}&limit=1&continue={t}"),
+                _ => break,
+            }
+        }
+        assert_eq!(paged, whole, "{path}");
+        assert_eq!(whole.iter().filter(|n| n.starts_with("sel-")).count(), 2, "{path}: {whole:?}");
+    }
+    // A pod whose labels change is found by its new labels, not its old ones.
+    send(reqwest::Method::PATCH, &format!("{sim}/api/v1/namespaces/default/pods/sel-c"), "application/merge-patch+json", json!({"metadata": {"labels": {"tier": "front"}}}));
+    wait_for(Duration::from_secs(20), "the new label ingested", || sel("tier=front").len() == 2);
+    assert_eq!(sel("tier=front"), vec!["sel-a_member3", "sel-c_member3"]);
+    assert_eq!(sel("tier=back"), vec!["sel-b_member3"]);
     for bad in ["tier in (a", "=x", "x y", "!", "a=b=c", "tier in ()x"] {
         let (code, body) = kf.get(&format!("/api/v1/pods?labelSelector={}", urlencode(bad)));
         assert_eq!(code, 400, "{bad}: {body}");

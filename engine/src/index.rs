@@ -6,20 +6,36 @@
 //! The maps are persistent (`imbl`), so a clone is O(1) and shares structure:
 //! the aggregator publishes a clone after each batch as the snapshot that
 //! readers use while it goes on writing.
+//!
+//! Each type's objects are held twice, sharing keys and entries: in one
+//! map of the whole type and in one map per cluster. A cluster is the last
+//! part of a key, so its objects are spread over the whole type; with a
+//! thousand members, reading one cluster's objects (a list of
+//! `/clusters/<c>/...`, the deletions that end a member's relist) by
+//! walking the type cost a walk of every member's objects.
 
 use std::sync::Arc;
 
 use crate::event::{EventType, IndexEntry, ObjectKey, StoredEvent};
 pub use crate::reflector::plan_change;
 
-/// The objects of one resource type, in list order.
-pub type ResourceIndex = imbl::OrdMap<ObjectKey, Arc<IndexEntry>>;
+mod labels;
+
+/// The objects of one resource type (or of one cluster of one type), in
+/// list order. A key is shared by the type's map and its cluster's map
+/// (cloning it is a count, not three strings: a map's node copied after a
+/// snapshot clones its keys).
+pub type ResourceIndex = imbl::OrdMap<Arc<ObjectKey>, Arc<IndexEntry>>;
 
 /// Live objects by resource type, with the RV of the last applied event.
 #[derive(Debug, Clone, Default)]
 pub struct Index {
     head_rv: u64,
     resources: imbl::HashMap<String, ResourceIndex>,
+    /// The same objects by type, then cluster.
+    clusters: imbl::HashMap<String, imbl::HashMap<String, ResourceIndex>>,
+    /// Their keys by type, then label (see [`labels`]).
+    labels: imbl::HashMap<String, labels::TypeLabels>,
     /// How many of each type's objects each scope holds, kept with every
     /// change (see [`ScopeCounts`]).
     counts: imbl::HashMap<String, ScopeCounts>,
@@ -99,6 +115,37 @@ impl LoadedCounts {
     }
 }
 
+/// Where a range of a namespace (or of every one) after a key (or from
+/// the start) begins.
+fn lower_bound(namespace: Option<&str>, start_after: Option<&ObjectKey>) -> std::ops::Bound<ObjectKey> {
+    use std::ops::Bound;
+    match (start_after, namespace) {
+        (Some(k), _) => Bound::Excluded(k.clone()),
+        (None, Some(ns)) => Bound::Included(ObjectKey { namespace: ns.to_string(), name: String::new(), cluster: String::new() }),
+        (None, None) => Bound::Unbounded,
+    }
+}
+
+/// The labels of one type's objects, added when missing.
+fn type_labels<'a>(all: &'a mut imbl::HashMap<String, labels::TypeLabels>, resource: &str) -> &'a mut labels::TypeLabels {
+    if !all.contains_key(resource) {
+        all.insert(resource.to_string(), labels::TypeLabels::default());
+    }
+    all.get_mut(resource).expect("inserted above")
+}
+
+/// The map of one cluster's objects of one type, added when missing.
+fn cluster_objects<'a>(clusters: &'a mut imbl::HashMap<String, imbl::HashMap<String, ResourceIndex>>, resource: &str, cluster: &str) -> &'a mut ResourceIndex {
+    if !clusters.contains_key(resource) {
+        clusters.insert(resource.to_string(), imbl::HashMap::new());
+    }
+    let of_type = clusters.get_mut(resource).expect("inserted above");
+    if !of_type.contains_key(cluster) {
+        of_type.insert(cluster.to_string(), ResourceIndex::default());
+    }
+    of_type.get_mut(cluster).expect("inserted above")
+}
+
 impl Index {
     /// An empty index at `head_rv` (the store's head after recovery).
     pub fn at(head_rv: u64) -> Index {
@@ -111,19 +158,47 @@ impl Index {
             Some(objects) => objects,
             None => self.resources.entry(resource.to_string()).or_default(),
         };
-        if !objects.contains_key(&key) {
-            self.counts.entry(resource.to_string()).or_default().count(&key, true);
+        let of_cluster = cluster_objects(&mut self.clusters, resource, &key.cluster);
+        match objects.get_mut(&key) {
+            Some(slot) => {
+                let old = std::mem::replace(slot, entry.clone());
+                match of_cluster.get_mut(&key) {
+                    Some(slot) => *slot = entry.clone(),
+                    None => debug_assert!(false, "an object of the type's map missing from its cluster's"),
+                }
+                if !old.labels().eq(entry.labels()) {
+                    if let Some((shared, _)) = objects.get_key_value(&key) {
+                        labels::relabel(type_labels(&mut self.labels, resource), shared, Some(&old), Some(&entry));
+                    }
+                }
+            }
+            None => {
+                self.counts.entry(resource.to_string()).or_default().count(&key, true);
+                let key = Arc::new(key);
+                objects.insert(key.clone(), entry.clone());
+                labels::relabel(type_labels(&mut self.labels, resource), &key, None, Some(&entry));
+                of_cluster.insert(key, entry);
+            }
         }
-        objects.insert(key, entry);
     }
 
     /// Takes one object out, if it is there.
     fn take(&mut self, resource: &str, key: &ObjectKey) {
-        if self.resources.get_mut(resource).and_then(|objects| objects.remove(key)).is_some() {
-            if let Some(counts) = self.counts.get_mut(resource) {
-                counts.count(key, false);
+        let Some((shared, old)) = self.resources.get_mut(resource).and_then(|objects| objects.remove_with_key(key)) else {
+            return;
+        };
+        if let Some(counts) = self.counts.get_mut(resource) {
+            counts.count(key, false);
+        }
+        if let Some(of_type) = self.clusters.get_mut(resource) {
+            if let Some(objects) = of_type.get_mut(key.cluster.as_str()) {
+                objects.remove(key);
+                if objects.is_empty() {
+                    of_type.remove(key.cluster.as_str());
+                }
             }
         }
+        labels::relabel(type_labels(&mut self.labels, resource), &shared, Some(&old), None);
     }
 
     /// The RV of the last event applied.
@@ -147,11 +222,37 @@ impl Index {
         let existing = self.resources.entry(resource.to_string()).or_default();
         let before = existing.len();
         let (mut loaded, mut counted) = (LoadedCounts::default(), 0);
+        // By cluster in plain maps while loading (a cluster's objects come
+        // spread over the type), added to the persistent map once.
+        let mut by_cluster: std::collections::HashMap<String, ResourceIndex> = std::collections::HashMap::new();
+        let mut loaded_labels = labels::LoadedLabels::default();
         for (key, entry) in objects {
             loaded.count(&key);
             counted += 1;
+            let key = Arc::new(key);
+            loaded_labels.add(&key, &entry);
+            match by_cluster.get_mut(key.cluster.as_str()) {
+                Some(objects) => {
+                    objects.insert(key.clone(), entry.clone());
+                }
+                None => {
+                    by_cluster.insert(key.cluster.clone(), ResourceIndex::unit(key.clone(), entry.clone()));
+                }
+            }
             existing.insert(key, entry);
         }
+        loaded_labels.into(type_labels(&mut self.labels, resource));
+        for (cluster, objects) in by_cluster {
+            let of_cluster = cluster_objects(&mut self.clusters, resource, &cluster);
+            if of_cluster.is_empty() {
+                *of_cluster = objects;
+            } else {
+                for (key, entry) in objects {
+                    of_cluster.insert(key, entry);
+                }
+            }
+        }
+        let existing = self.resources.entry(resource.to_string()).or_default();
         if existing.len() == before + counted {
             self.counts.entry(resource.to_string()).or_default().add(loaded);
             return;
@@ -162,6 +263,12 @@ impl Index {
         let mut counts = ScopeCounts::default();
         counts.add(recounted);
         self.counts.insert(resource.to_string(), counts);
+        // And its labels: a key loaded again may carry other labels now.
+        let mut relabelled = labels::LoadedLabels::default();
+        existing.iter().for_each(|(key, entry)| relabelled.add(key, entry));
+        let mut type_labels = labels::TypeLabels::default();
+        relabelled.into(&mut type_labels);
+        self.labels.insert(resource.to_string(), type_labels);
     }
 
     /// Applies one committed event: the only way the index changes.
@@ -200,17 +307,78 @@ impl Index {
         let Some(objects) = self.resources.get(resource) else {
             return Box::new(std::iter::empty());
         };
-        use std::ops::Bound;
-        let lower = match (start_after, namespace) {
-            (Some(k), _) => Bound::Excluded(k.clone()),
-            (None, Some(ns)) => Bound::Included(ObjectKey {
-                namespace: ns.to_string(),
-                name: String::new(),
-                cluster: String::new(),
-            }),
-            (None, None) => Bound::Unbounded,
+        self.range_of(objects, namespace, start_after)
+    }
+
+    /// Objects of `resource` of one cluster, in list order, optionally of
+    /// one namespace, after `start_after` (exclusive) when given: as
+    /// [`Index::range`] with the objects of other clusters left out, read
+    /// without walking them.
+    pub fn range_of_cluster<'a>(
+        &'a self,
+        resource: &str,
+        cluster: &str,
+        namespace: Option<&'a str>,
+        start_after: Option<&ObjectKey>,
+    ) -> Box<dyn Iterator<Item = (&'a ObjectKey, &'a Arc<IndexEntry>)> + 'a> {
+        let Some(objects) = self.clusters.get(resource).and_then(|of_type| of_type.get(cluster)) else {
+            return Box::new(std::iter::empty());
         };
-        let iter = objects.range((lower, Bound::Unbounded));
+        self.range_of(objects, namespace, start_after)
+    }
+
+    /// Objects of a scope: of one cluster when `cluster` is given (see
+    /// [`Index::range_of_cluster`]), else of every cluster.
+    pub fn range_in<'a>(
+        &'a self,
+        resource: &str,
+        cluster: Option<&str>,
+        namespace: Option<&'a str>,
+        start_after: Option<&ObjectKey>,
+    ) -> Box<dyn Iterator<Item = (&'a ObjectKey, &'a Arc<IndexEntry>)> + 'a> {
+        match cluster {
+            Some(cluster) => self.range_of_cluster(resource, cluster, namespace, start_after),
+            None => self.range(resource, namespace, start_after),
+        }
+    }
+
+    /// How many objects of `resource` carry the label `key=value`.
+    pub fn count_label(&self, resource: &str, key: &str, value: &str) -> usize {
+        self.labels.get(resource).and_then(|of_type| labels::carrying(of_type, key, value)).map_or(0, |keys| keys.len())
+    }
+
+    /// Objects of `resource` that carry the label `key=value`, in list
+    /// order, optionally of one namespace, after `start_after` (exclusive)
+    /// when given: as [`Index::range`] with the objects without that label
+    /// left out, read without walking them.
+    pub fn range_with_label<'a>(
+        &'a self,
+        resource: &str,
+        (key, value): (&str, &str),
+        namespace: Option<&'a str>,
+        start_after: Option<&ObjectKey>,
+    ) -> Box<dyn Iterator<Item = (&'a ObjectKey, &'a Arc<IndexEntry>)> + 'a> {
+        let (Some(objects), Some(keys)) =
+            (self.resources.get(resource), self.labels.get(resource).and_then(|of_type| labels::carrying(of_type, key, value)))
+        else {
+            return Box::new(std::iter::empty());
+        };
+        let keys = keys.range::<_, ObjectKey>((lower_bound(namespace, start_after), std::ops::Bound::Unbounded));
+        let found = keys.filter_map(move |key| objects.get::<ObjectKey>(key).map(|entry| (&**key, entry)));
+        match namespace {
+            Some(ns) => Box::new(found.take_while(move |(k, _)| k.namespace == ns)),
+            None => Box::new(found),
+        }
+    }
+
+    /// The objects of `objects` in list order from a namespace and a key on.
+    fn range_of<'a>(
+        &'a self,
+        objects: &'a ResourceIndex,
+        namespace: Option<&'a str>,
+        start_after: Option<&ObjectKey>,
+    ) -> Box<dyn Iterator<Item = (&'a ObjectKey, &'a Arc<IndexEntry>)> + 'a> {
+        let iter = objects.range::<_, ObjectKey>((lower_bound(namespace, start_after), std::ops::Bound::Unbounded)).map(|(k, e)| (&**k, e));
         match namespace {
             Some(ns) => Box::new(iter.take_while(move |(k, _)| k.namespace == ns)),
             None => Box::new(iter),
@@ -229,7 +397,8 @@ impl Index {
         };
         let from = ObjectKey { namespace: namespace.to_string(), name: name.to_string(), cluster: String::new() };
         objects
-            .range(from..)
+            .range::<_, ObjectKey>(from..)
+            .map(|(k, e)| (&**k, e))
             .take_while(|(k, _)| k.namespace == namespace && k.name == name)
             .collect()
     }
@@ -414,6 +583,16 @@ mod tests {
             for namespace in [None, Some("a"), Some("b"), Some("c"), Some("other")] {
                 for cluster in [None, Some("m0"), Some("m1"), Some("m2"), Some("other")] {
                     let walk = walked(index, namespace, cluster);
+                    // A cluster's own map holds what walking the type finds of it, in the same order, from any key on.
+                    if let Some(c) = cluster {
+                        let filtered: Vec<&ObjectKey> = index.range("v1/pods", namespace, None).map(|(k, _)| k).filter(|k| k.cluster == c).collect();
+                        let own: Vec<&ObjectKey> = index.range_in("v1/pods", Some(c), namespace, None).map(|(k, _)| k).collect();
+                        assert_eq!(own, filtered, "{what}: the objects of namespace {namespace:?}, cluster {c}");
+                        if let Some(first) = filtered.first() {
+                            let rest: Vec<&ObjectKey> = index.range_of_cluster("v1/pods", c, namespace, Some(first)).map(|(k, _)| k).collect();
+                            assert_eq!(rest, filtered[1..], "{what}: after the first of namespace {namespace:?}, cluster {c}");
+                        }
+                    }
                     assert_eq!(index.count_scope("v1/pods", namespace, cluster), walk, "{what}: namespace {namespace:?}, cluster {cluster:?}");
                     if let (None, Some(c)) = (namespace, cluster) {
                         assert_eq!(index.count_cluster("v1/pods", c), walk, "{what}: cluster {c}");
@@ -465,7 +644,7 @@ mod tests {
         }
 
         // Loaded at once, in two parts, then with keys loaded again.
-        let entries: Vec<(ObjectKey, Arc<IndexEntry>)> = index.resource("v1/pods").unwrap().iter().map(|(k, e)| (k.clone(), e.clone())).collect();
+        let entries: Vec<(ObjectKey, Arc<IndexEntry>)> = index.resource("v1/pods").unwrap().iter().map(|(k, e)| ((**k).clone(), e.clone())).collect();
         let mut loaded = Index::at(index.head_rv());
         let half = entries.len() / 2;
         loaded.load_all("v1/pods", entries[..half].iter().cloned());
@@ -477,5 +656,86 @@ mod tests {
         assert_eq!(loaded.count_scope("v1/pods", None, None), entries.len());
         loaded.load("v1/pods", entries[0].0.clone(), (*entries[0].1).clone());
         check(&loaded, "one loaded again");
+    }
+
+    /// The objects read by label are those walking the type finds with
+    /// that label, in the same order, from any key and in any namespace:
+    /// through additions, label changes, deletions, a rewind and a load.
+    #[test]
+    fn label_ranges_are_what_a_walk_finds() {
+        use crate::object::ingest;
+        let pods = crate::resources::find(&crate::resources::builtin(), "", "v1", "pods").unwrap().clone();
+        let labelled = |ns: &str, name: &str, member_rv: &str, tier: &str| {
+            let raw = format!(r#"{{"metadata":{{"name":"{name}","namespace":"{ns}","resourceVersion":"{member_rv}","labels":{{"app":"x","tier":"{tier}"}}}}}}"#);
+            ingest(&pods, "m", raw.as_bytes()).unwrap()
+        };
+        fn check(index: &Index, what: &str) {
+            for (key, value) in [("tier", "t0"), ("tier", "t1"), ("tier", "t2"), ("app", "x"), ("app", "y"), ("other", "t0")] {
+                for namespace in [None, Some("a"), Some("b"), Some("other")] {
+                    let walked: Vec<&ObjectKey> = index.range("v1/pods", namespace, None).filter(|(_, e)| e.label(key) == Some(value)).map(|(k, _)| k).collect();
+                    let read: Vec<&ObjectKey> = index.range_with_label("v1/pods", (key, value), namespace, None).map(|(k, _)| k).collect();
+                    assert_eq!(read, walked, "{what}: {key}={value} in {namespace:?}");
+                    for (k, e) in index.range_with_label("v1/pods", (key, value), namespace, None) {
+                        assert!(Arc::ptr_eq(e, index.get("v1/pods", k).unwrap()), "{what}: the current version of {k:?}");
+                    }
+                    if let Some(first) = walked.first() {
+                        let rest: Vec<&ObjectKey> = index.range_with_label("v1/pods", (key, value), namespace, Some(first)).map(|(k, _)| k).collect();
+                        assert_eq!(rest, walked[1..], "{what}: {key}={value} in {namespace:?} after the first");
+                    }
+                    if namespace.is_none() {
+                        assert_eq!(index.count_label("v1/pods", key, value), walked.len(), "{what}: {key}={value} counted");
+                    }
+                }
+            }
+        }
+        let mut index = Index::at(0);
+        let mut history: Vec<StoredEvent> = Vec::new();
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        let mut relabelled = 0;
+        for step in 0..600 {
+            let namespace = ["a", "b"][next(2) as usize];
+            let (name, cluster) = (format!("p{}", next(12)), format!("m{}", next(3)));
+            let rv = index.head_rv() + 1;
+            let object = labelled(namespace, &name, &rv.to_string(), &format!("t{}", next(3)));
+            let change = if next(4) == 0 { Change::Delete(object) } else { Change::Upsert(object) };
+            if let Some(event) = plan_change(&index, "v1/pods", &cluster, change, rv) {
+                if event.event_type == EventType::Modified {
+                    let before = index.get("v1/pods", &event.key).unwrap();
+                    relabelled += usize::from(before.label("tier") != event.labels.iter().find(|(k, _)| k == "tier").map(|(_, v)| v.as_str()));
+                }
+                index.apply(&event);
+                history.push(event);
+            }
+            if step % 30 == 0 {
+                check(&index, &format!("step {step}"));
+            }
+        }
+        assert!(relabelled > 50, "{relabelled} label changes");
+        check(&index, "after every change");
+        let load = |rv: u64| history.iter().find(|e| e.rv == rv).cloned();
+        for back in [1, history.len() / 2, history.len() - 1] {
+            let rv = history[back].rv;
+            let newer: Vec<StoredEvent> = history.iter().filter(|e| e.rv > rv).rev().cloned().collect();
+            check(&index.rewind(rv, newer, load).unwrap(), &format!("rewound to {rv}"));
+        }
+        let entries: Vec<(ObjectKey, Arc<IndexEntry>)> = index.range("v1/pods", None, None).map(|(k, e)| (k.clone(), e.clone())).collect();
+        let mut loaded = Index::at(index.head_rv());
+        loaded.load_all("v1/pods", entries.iter().cloned());
+        check(&loaded, "loaded");
+        // Loaded again with other labels: the labels of the second load count.
+        let moved: Vec<(ObjectKey, Arc<IndexEntry>)> = entries
+            .iter()
+            .take(10)
+            .map(|(k, e)| (k.clone(), Arc::new(IndexEntry::new(e.rv, e.member_rv(), e.uid(), [("app", "y")], std::iter::empty()))))
+            .collect();
+        loaded.load_all("v1/pods", moved);
+        check(&loaded, "loaded twice");
+        assert_eq!(loaded.count_label("v1/pods", "app", "y"), 10);
     }
 }

@@ -85,7 +85,7 @@ pub fn list(reader: &Reader, scope: &Scope, query: &Query, read_at: ReadAt, tabl
     // the list streams (see `ListScan`). Scanning 100k pods took 8 to 10 ms,
     // which every such list spent before its first object was written.
     let mut scan_after: Option<ObjectKey> = None;
-    for (key, entry) in snapshot.range(&resource_key, scope.namespace.as_deref(), start_after.as_ref()) {
+    for (key, entry) in filter.candidates(&snapshot, &resource_key, scope, start_after.as_ref()) {
         if !filter.matches(scope, key, entry) {
             continue;
         }
@@ -284,7 +284,7 @@ pub(super) fn feed(known: &[ListItem], from: usize, clusters: Arc<Vec<ListCluste
         let mut clusters = clusters;
         let mut rvs: Vec<u64> = known.iter().map(|item| item.rv).collect();
         let mut batch: Vec<ListItem> = Vec::with_capacity(LIST_BATCH_ITEMS);
-        for (key, entry) in scan.snapshot.range(&scan.resource_key, scan.scope.namespace.as_deref(), Some(&scan.after)) {
+        for (key, entry) in scan.filter.candidates(&scan.snapshot, &scan.resource_key, &scan.scope, Some(&scan.after)) {
             if !scan.filter.matches(&scan.scope, key, entry) {
                 continue;
             }

@@ -8,7 +8,7 @@ use kubefold_engine::event::{IndexEntry, ObjectKey};
 use kubefold_engine::index::Index;
 use kubefold_engine::names::{self, NameStyle, RequestedName};
 use kubefold_engine::resources::ResourceType;
-use kubefold_engine::selector::{FieldSelector, LabelSelector, Requirement};
+use kubefold_engine::selector::{FieldSelector, LabelSelector, Operator, Requirement};
 use kubefold_engine::status::Status;
 
 use super::params::Query;
@@ -107,6 +107,37 @@ impl Filter {
     /// <https://kubernetes.io/docs/reference/using-api/api-concepts/#retrieving-large-results-sets-in-chunks>
     pub fn has_selector(&self) -> bool {
         self.depends_on_content() || !self.clusters.is_empty()
+    }
+
+    /// The objects a list or watch of `scope` looks at, in list order,
+    /// optionally after `start_after`: a superset of those that pass
+    /// ([`Filter::matches`] still decides), read from the smallest set the
+    /// index keeps that holds them all: the objects carrying one label the
+    /// selector requires (`k=v`, `k==v`, `k in (v)`), those of the scope's
+    /// cluster (or the one cluster the selector names), or the whole type.
+    /// A list of one cluster of a thousand, or a 1% selector, then reads
+    /// about what it returns rather than every object of the type.
+    pub fn candidates<'a>(&self, index: &'a Index, resource_key: &str, scope: &'a Scope, start_after: Option<&ObjectKey>) -> Box<dyn Iterator<Item = (&'a ObjectKey, &'a Arc<IndexEntry>)> + 'a> {
+        let namespace = scope.namespace.as_deref();
+        let single = |r: &'_ Requirement| match (r.operator, r.values.as_slice()) {
+            (Operator::Equals | Operator::DoubleEquals | Operator::In, [value]) => Some(value.clone()),
+            _ => None,
+        };
+        let cluster = scope.cluster.clone().or_else(|| self.clusters.iter().find_map(single));
+        let label = self
+            .labels
+            .requirements
+            .iter()
+            .filter_map(|r| single(r).map(|value| (index.count_label(resource_key, &r.key, &value), r.key.as_str(), value)))
+            .min_by_key(|(count, ..)| *count);
+        let of_cluster = cluster.as_deref().map(|c| index.count_scope(resource_key, None, Some(c)));
+        match (label, cluster) {
+            (Some((count, key, value)), _) if of_cluster.is_none_or(|n| count < n) => {
+                index.range_with_label(resource_key, (key, &value), namespace, start_after)
+            }
+            (_, Some(cluster)) => index.range_of_cluster(resource_key, &cluster, namespace, start_after),
+            (_, None) => index.range(resource_key, namespace, start_after),
+        }
     }
 
     /// Whether an object passes the filter and the scope.

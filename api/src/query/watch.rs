@@ -308,10 +308,10 @@ impl Watch {
                 // Read lazily from the snapshot (immutable, shared): a client
                 // that reads slowly holds no copy of the state.
                 let key = self.scope.resource.key();
-                let namespace = self.scope.namespace.clone();
                 let store = self.fleet.store().clone();
-                for (i, (k, e)) in snapshot.range(&key, namespace.as_deref(), None).enumerate() {
-                    if !self.filter.matches(&self.scope, k, e) {
+                let (filter, scope) = (self.filter.clone(), self.scope.clone());
+                for (i, (k, e)) in filter.candidates(&snapshot, &key, &scope, None).enumerate() {
+                    if !filter.matches(&scope, k, e) {
                         continue;
                     }
                     yield_every(i).await;
