@@ -110,21 +110,46 @@ fn exec_cp_attach(bin: &str, server: &str, pod: &str, scratch: &std::path::Path)
     assert!(!out.stdout.is_empty(), "{server} attach printed nothing: {}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// One member and kubefold over it, once the member's `web-0` runs (exec
+/// needs a running container, as kubelet does).
+struct OnePod {
+    kf: Kubefold,
+    /// The member's own URL.
+    direct: String,
+    _members: Vec<(String, kubefold_testdata::SimHandle)>,
+    _dir: tempfile::TempDir,
+}
+
+impl OnePod {
+    fn start() -> OnePod {
+        let members = demo_members(1, 0.0);
+        let (dir, data) = data_dir();
+        let kf = Kubefold::serve(&data, &cluster_flags(&members), &[]);
+        kf.wait_ready();
+        let direct = members[0].1.url();
+        wait_for(std::time::Duration::from_secs(30), "web-0 running", || {
+            let (_, body) = http_get(&format!("{direct}/api/v1/namespaces/default/pods/web-0"));
+            body.contains("\"phase\":\"Running\"")
+        });
+        OnePod { kf, direct, _members: members, _dir: dir }
+    }
+
+    /// Waits until kubefold counts no open stream.
+    fn no_stream_left_open(&self) {
+        wait_for(std::time::Duration::from_secs(10), "no stream left open", || {
+            let (_, metrics) = http_get(&format!("{}/metrics", self.kf.url));
+            metrics.lines().filter(|l| l.starts_with("kubefold_streams{")).all(|l| l.ends_with(" 0"))
+        });
+    }
+}
+
 #[test]
 fn exec_cp_and_attach_with_kubectl_through_kubefold_and_directly() {
     let Some(bin) = kubectl_133() else { return };
-    let members = demo_members(1, 0.0);
-    let (_tmp, dir) = data_dir();
-    let kf = Kubefold::serve(&dir, &cluster_flags(&members), &[]);
-    kf.wait_ready();
+    let setup = OnePod::start();
+    let (kf, direct) = (&setup.kf, &setup.direct);
     let scratch = tempfile::tempdir().unwrap();
-    let direct = members[0].1.url();
-    // exec needs a running container, as kubelet does.
-    wait_for(std::time::Duration::from_secs(30), "web-0 running", || {
-        let (_, body) = http_get(&format!("{direct}/api/v1/namespaces/default/pods/web-0"));
-        body.contains("\"phase\":\"Running\"")
-    });
-    exec_cp_attach(&bin, &direct, "web-0", scratch.path());
+    exec_cp_attach(&bin, direct, "web-0", scratch.path());
     exec_cp_attach(&bin, &kf.url, "web-0_member1", scratch.path());
     exec_cp_attach(&bin, &format!("{}/clusters/member1", kf.url), "web-0", scratch.path());
     // The streams were counted, with their bytes, and none is left open.
@@ -134,10 +159,7 @@ fn exec_cp_and_attach_with_kubectl_through_kubefold_and_directly() {
     };
     assert!(value("kubefold_stream_bytes_total{direction=\"to_member\"}") > 400_000.0, "{metrics}");
     assert!(value("kubefold_stream_bytes_total{direction=\"from_member\"}") > 400_000.0, "{metrics}");
-    wait_for(std::time::Duration::from_secs(10), "no stream left open", || {
-        let (_, metrics) = http_get(&format!("{}/metrics", kf.url));
-        metrics.lines().find(|l| l.starts_with("kubefold_streams{subresource=\"exec\"}")).is_some_and(|l| l.ends_with(" 0"))
-    });
+    setup.no_stream_left_open();
     // A pod the member does not have: the member's own 404.
     let (code, _, err) = run(&bin, &kf.url, &["exec", "-n", "default", "nothere_member1", "--", "hostname"], None);
     assert_ne!(code, 0);
@@ -215,15 +237,8 @@ impl Ws {
 
 #[test]
 fn port_forward_over_websocket_through_kubefold_and_directly() {
-    let members = demo_members(1, 0.0);
-    let (_tmp, dir) = data_dir();
-    let kf = Kubefold::serve(&dir, &cluster_flags(&members), &[]);
-    kf.wait_ready();
-    let direct = members[0].1.url();
-    wait_for(std::time::Duration::from_secs(30), "web-0 running", || {
-        let (_, body) = http_get(&format!("{direct}/api/v1/namespaces/default/pods/web-0"));
-        body.contains("\"phase\":\"Running\"")
-    });
+    let setup = OnePod::start();
+    let (kf, direct) = (&setup.kf, &setup.direct);
     let (_, pod) = http_get(&format!("{direct}/api/v1/namespaces/default/pods/web-0"));
     let pod: serde_json::Value = serde_json::from_str(&pod).unwrap();
     let port = pod["spec"]["containers"][0]["ports"][0]["containerPort"].as_u64().expect("web-0 declares a port") as u16;
@@ -257,16 +272,9 @@ fn port_forward_over_websocket_through_kubefold_and_directly() {
 #[test]
 fn exec_cp_attach_and_port_forward_over_spdy_with_kubectl_127() {
     require_kubectl!("1.27", "1.30");
-    let members = demo_members(1, 0.0);
-    let (_tmp, dir) = data_dir();
-    let kf = Kubefold::serve(&dir, &cluster_flags(&members), &[]);
-    kf.wait_ready();
+    let setup = OnePod::start();
+    let (kf, direct) = (&setup.kf, &setup.direct);
     let scratch = tempfile::tempdir().unwrap();
-    let direct = members[0].1.url();
-    wait_for(std::time::Duration::from_secs(30), "web-0 running", || {
-        let (_, body) = http_get(&format!("{direct}/api/v1/namespaces/default/pods/web-0"));
-        body.contains("\"phase\":\"Running\"")
-    });
     let servers = [(direct.clone(), "web-0"), (kf.url.clone(), "web-0_member1"), (format!("{}/clusters/member1", kf.url), "web-0")];
     for (server, pod) in &servers {
         exec_cp_attach(&kubectl_version("1.27"), server, pod, scratch.path());
@@ -282,9 +290,5 @@ fn exec_cp_attach_and_port_forward_over_spdy_with_kubectl_127() {
     let (_, metrics) = http_get(&format!("{}/metrics", kf.url));
     let bytes = metrics.lines().find(|l| l.starts_with("kubefold_stream_bytes_total{direction=\"to_member\"}")).and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
     assert!(bytes.is_some_and(|b| b > 400_000.0), "{metrics}");
-    wait_for(std::time::Duration::from_secs(10), "no stream left open", || {
-        let (_, metrics) = http_get(&format!("{}/metrics", kf.url));
-        metrics.lines().filter(|l| l.starts_with("kubefold_streams{")).all(|l| l.ends_with(" 0"))
-    });
-    kf.stop();
+    setup.no_stream_left_open();
 }
