@@ -433,6 +433,16 @@ fn members_are_owned_through_leases_and_taken_over_when_a_replica_dies() {
         let expected = if mine.is_empty() { vec!["0".to_string()] } else { vec![mine.len().to_string(), mine.join(",")] };
         assert_eq!(cells[cells.len() - expected.len()..], expected[..], "{table}");
     }
+    // The console's fleet page shows the same: each replica and what it owns.
+    let (code, page) = c.get("/ui/fleet");
+    assert_eq!(code, 200, "{page}");
+    assert!(page.contains("<dd>etcd, shared by 3 replicas</dd>"), "{page}");
+    for id in ["a", "b", "c"] {
+        let mine: Vec<&str> = names.iter().zip(&owners).filter(|(_, o)| o.as_str() == id).map(|(m, _)| m.as_str()).collect();
+        let row = page.split(&format!("<tr data-replica=\"{id}\"><td>{id}</td>")).nth(1).and_then(|r| r.split("</tr>").next());
+        let row = row.unwrap_or_else(|| panic!("replica {id} in the console: {page}"));
+        assert!(row.ends_with(&format!("<td class=\"owned\">{}</td>", mine.join(", "))), "{id}: {row}");
+    }
     let metrics = a.get("/metrics").1;
     let owned_by_a = owners.iter().filter(|o| *o == "a").count();
     assert!(metrics.contains(&format!("kubefold_etcd_owned_members {owned_by_a}")), "a's metrics name the {owned_by_a} members it owns");

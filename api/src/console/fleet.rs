@@ -69,6 +69,34 @@ pub struct Stats {
     pub clusters: usize,
 }
 
+/// One replica over etcd as the console shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaRow {
+    /// The replica's id.
+    pub id: String,
+    /// The address it serves on.
+    pub address: String,
+    /// Seconds left before its lease expires unless renewed.
+    pub lease_remaining_seconds: u64,
+    /// The log revision it applied.
+    pub applied_revision: u64,
+    /// How far the log's head is ahead of it.
+    pub lag_revisions: u64,
+    /// The members it owns.
+    pub owned: Vec<String>,
+}
+
+/// The replicas sharing the etcd log, or why they could not be read.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Replicas {
+    /// Every registered replica, by id.
+    pub items: Vec<ReplicaRow>,
+    /// Why the shared log could not be read (the rows are then empty).
+    pub error: Option<String>,
+}
+
 /// The whole fleet at one moment.
 #[derive(Debug, Clone, Serialize)]
 pub struct FleetView {
@@ -78,6 +106,42 @@ pub struct FleetView {
     pub members: Vec<MemberRow>,
     /// The estimator endpoint of every member.
     pub estimators: Vec<EstimatorStatus>,
+    /// The replicas, when this kubefold is one of several over etcd.
+    pub replicas: Option<Replicas>,
+}
+
+/// How long the console waits for the shared log's replicas.
+const REPLICAS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The replicas over the shared log, `None` without one.
+async fn replicas(state: &ApiState) -> Option<Replicas> {
+    let shared = state.fleet.shared()?.clone();
+    let read = tokio::time::timeout(REPLICAS_TIMEOUT, shared.replicas()).await;
+    Some(match read {
+        Ok(Ok(replicas)) => Replicas {
+            items: replicas
+                .into_iter()
+                .map(|r| ReplicaRow {
+                    id: r.id,
+                    address: r.address,
+                    lease_remaining_seconds: r.lease_remaining_seconds,
+                    applied_revision: r.applied_revision,
+                    lag_revisions: r.lag_revisions,
+                    owned: r.owned,
+                })
+                .collect(),
+            error: None,
+        },
+        Ok(Err(e)) => Replicas { items: Vec::new(), error: Some(e.to_string()) },
+        Err(_) => Replicas { items: Vec::new(), error: Some(format!("the shared log did not answer within {} s", REPLICAS_TIMEOUT.as_secs())) },
+    })
+}
+
+/// The fleet with its replicas (read from the shared log, if any).
+pub async fn view_with_replicas(state: &ApiState) -> FleetView {
+    let mut view = view(state);
+    view.replicas = replicas(state).await;
+    view
 }
 
 /// A type key (`v1/pods`, `apps/v1/deployments`) as people say it.
@@ -139,7 +203,7 @@ pub fn view(state: &ApiState) -> FleetView {
         watches: crate::watch::open_watches(),
         clusters: names.len(),
     };
-    FleetView { stats, members, estimators: state.estimators.table() }
+    FleetView { stats, members, estimators: state.estimators.table(), replicas: None }
 }
 
 fn member_row(m: &MemberRow) -> String {
@@ -181,6 +245,29 @@ fn estimator_row(e: &EstimatorStatus) -> String {
     )
 }
 
+fn replica_row(r: &ReplicaRow) -> String {
+    format!(
+        "<tr data-replica=\"{id}\"><td>{id}</td><td>{address}</td><td class=\"num\">{lease} s</td><td class=\"num\">{applied}</td><td class=\"num\">{lag}</td><td class=\"owned\">{owned}</td></tr>",
+        id = escape(&r.id),
+        address = escape(&r.address),
+        lease = r.lease_remaining_seconds,
+        applied = r.applied_revision,
+        lag = r.lag_revisions,
+        owned = escape(&r.owned.join(", ")),
+    )
+}
+
+/// The replicas section (empty without etcd).
+fn replicas_section(replicas: Option<&Replicas>) -> String {
+    let Some(replicas) = replicas else { return String::new() };
+    let rows: String = replicas.items.iter().map(replica_row).collect();
+    // Always there, so that the live view can fill it in.
+    let error = format!("<p class=\"error\" id=\"replicas-error\">{}</p>", escape(replicas.error.as_deref().unwrap_or("")));
+    format!(
+        "<h2>Replicas over etcd</h2>{error}<table id=\"replicas\"><thead><tr><th>Replica</th><th>Address</th><th>Lease left</th><th>Applied revision</th><th>Lag (revisions)</th><th>Members owned</th></tr></thead><tbody>{rows}</tbody></table>"
+    )
+}
+
 /// The members table's header, shared with the script's rendering.
 const MEMBER_COLUMNS: &str = "<tr><th>Cluster</th><th>Phase</th><th>Objects</th><th>Objects per type</th><th>Lag</th><th>Relists</th><th>Reconnects</th><th>Events</th><th>Last error</th></tr>";
 
@@ -212,12 +299,13 @@ pub fn render(view: &FleetView, page: usize) -> String {
 <div><dt>Objects</dt><dd data-stat=\"objects\">{objects}</dd></div>\
 <div><dt>Events in the log</dt><dd data-stat=\"events\">{events}</dd></div>\
 <div><dt>Open watches</dt><dd data-stat=\"watches\">{watches}</dd></div>\
-<div><dt>Store</dt><dd>one process over sled</dd></div>\
+<div><dt>Store</dt><dd>{store}</dd></div>\
 </dl>\
 <figure id=\"rate\"><figcaption>Events per second: <span id=\"eps\">measured live</span></figcaption><div id=\"eps-chart\"></div></figure>\
 <h2>Members</h2>\
 <p class=\"controls\"><input id=\"member-filter\" type=\"search\" placeholder=\"Filter by name or phase\" hidden></p>\
 <table id=\"members\"><thead>{columns}</thead><tbody>{rows}</tbody></table>{pager}\
+{replicas}\
 <h2>Estimator endpoints</h2>\
 <table id=\"estimators\"><thead><tr><th>Cluster</th><th>Rule</th><th>Addresses</th><th>Probe</th><th>Error</th></tr></thead><tbody>{estimators}</tbody></table>\
 </section>",
@@ -231,6 +319,11 @@ pub fn render(view: &FleetView, page: usize) -> String {
         events = s.events,
         watches = s.watches,
         columns = MEMBER_COLUMNS,
+        store = match &view.replicas {
+            Some(r) => format!("etcd, shared by {} replicas", r.items.len()),
+            None => "one process over sled".to_string(),
+        },
+        replicas = replicas_section(view.replicas.as_ref()),
     )
 }
 
@@ -251,7 +344,7 @@ pub async fn page(req: HttpRequest, state: web::Data<ApiState>) -> HttpResponse 
         Some(Ok(n)) if n >= 1 => n,
         Some(_) => return crate::respond::status(&Status::bad_request("page must be a whole number from 1")),
     };
-    let view = view(&state);
+    let view = view_with_replicas(&state).await;
     let body = format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width\">\
 <title>kubefold fleet</title><link rel=\"stylesheet\" href=\"/ui/assets/console.css\"></head><body>\
@@ -274,6 +367,9 @@ struct Update<'a> {
     stats: &'a Stats,
     members: Vec<&'a MemberRow>,
     removed: Vec<&'a str>,
+    /// The replicas over etcd, in every line (a few rows).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replicas: Option<&'a Replicas>,
 }
 
 fn line(update: &Update<'_>) -> Bytes {
@@ -285,7 +381,13 @@ fn line(update: &Update<'_>) -> Bytes {
 /// The changes from `before` to `now` as a stream line.
 fn changes(before: Option<&FleetView>, now: &FleetView) -> Bytes {
     let Some(before) = before else {
-        return line(&Update { kind: "SNAPSHOT", stats: &now.stats, members: now.members.iter().collect(), removed: Vec::new() });
+        return line(&Update {
+            kind: "SNAPSHOT",
+            stats: &now.stats,
+            members: now.members.iter().collect(),
+            removed: Vec::new(),
+            replicas: now.replicas.as_ref(),
+        });
     };
     let old: BTreeMap<&str, &MemberRow> = before.members.iter().map(|m| (m.name.as_str(), m)).collect();
     let current: std::collections::BTreeSet<&str> = now.members.iter().map(|m| m.name.as_str()).collect();
@@ -294,6 +396,7 @@ fn changes(before: Option<&FleetView>, now: &FleetView) -> Bytes {
         stats: &now.stats,
         members: now.members.iter().filter(|m| old.get(m.name.as_str()) != Some(m)).collect(),
         removed: old.keys().filter(|n| !current.contains(*n)).copied().collect(),
+        replicas: now.replicas.as_ref(),
     })
 }
 
@@ -303,7 +406,7 @@ pub fn stream(state: Arc<ApiState>) -> HttpResponse {
         if before.is_some() {
             tokio::time::sleep(STREAM_INTERVAL).await;
         }
-        let now = view(&state);
+        let now = view_with_replicas(&state).await;
         let bytes = changes(before.as_ref(), &now);
         Some((Ok::<_, actix_web::Error>(bytes), (state, Some(now))))
     });
@@ -334,7 +437,7 @@ mod tests {
 
     fn fleet(members: Vec<MemberRow>) -> FleetView {
         let stats = Stats { head_resource_version: 42, compacted_resource_version: 7, objects: 10, events: 40, watches: 1, clusters: members.len() };
-        FleetView { stats, members, estimators: Vec::new() }
+        FleetView { stats, members, estimators: Vec::new(), replicas: None }
     }
 
     #[test]
@@ -380,5 +483,29 @@ mod tests {
         assert_eq!(next["members"][0]["phase"], "Stale");
         assert_eq!(next["removed"], serde_json::json!(["member3"]));
         assert_eq!(next["stats"]["headResourceVersion"], 42);
+        assert!(next.get("replicas").is_none(), "no replicas without etcd: {next}");
+    }
+
+    #[test]
+    fn replicas_over_etcd_are_shown_with_the_members_each_owns() {
+        let mut view = fleet(vec![member("member1", "Synced", 5), member("member2", "Synced", 2)]);
+        assert!(!render(&view, 0).contains("id=\"replicas\""), "no replicas section without etcd");
+        let row = |id: &str, owned: &[&str]| ReplicaRow {
+            id: id.to_string(),
+            address: "127.0.0.1:8080".to_string(),
+            lease_remaining_seconds: 12,
+            applied_revision: 99,
+            lag_revisions: 1,
+            owned: owned.iter().map(|m| m.to_string()).collect(),
+        };
+        view.replicas = Some(Replicas { items: vec![row("a", &["member1", "member2"]), row("b<x>", &[])], error: None });
+        let html = render(&view, 0);
+        assert!(html.contains("<dd>etcd, shared by 2 replicas</dd>"), "{html}");
+        assert!(html.contains("<tr data-replica=\"a\"><td>a</td><td>127.0.0.1:8080</td><td class=\"num\">12 s</td><td class=\"num\">99</td><td class=\"num\">1</td><td class=\"owned\">member1, member2</td></tr>"), "{html}");
+        assert!(html.contains("data-replica=\"b&lt;x&gt;\""), "ids are escaped: {html}");
+        let line: serde_json::Value = serde_json::from_slice(&changes(None, &view)).unwrap();
+        assert_eq!(line["replicas"]["items"][0]["owned"], serde_json::json!(["member1", "member2"]));
+        view.replicas = Some(Replicas { items: Vec::new(), error: Some("etcd is down".to_string()) });
+        assert!(render(&view, 0).contains("<p class=\"error\" id=\"replicas-error\">etcd is down</p>"));
     }
 }

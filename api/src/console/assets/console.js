@@ -171,6 +171,18 @@ const fleet = {
     }
     this.rate(s.headResourceVersion);
     this.renderMembers();
+    if (update.replicas) this.renderReplicas(update.replicas);
+  },
+
+  // Replicas over etcd (present only when kubefold runs on etcd).
+  renderReplicas(replicas) {
+    const body = document.querySelector('#replicas tbody');
+    if (!body) return;
+    body.innerHTML = replicas.items.map((r) => `<tr data-replica="${esc(r.id)}"><td>${esc(r.id)}</td><td>${esc(r.address)}</td>`
+      + `<td class="num">${r.leaseRemainingSeconds} s</td><td class="num">${r.appliedRevision}</td><td class="num">${r.lagRevisions}</td>`
+      + `<td class="owned">${esc(r.owned.join(', '))}</td></tr>`).join('');
+    const error = $('replicas-error');
+    if (error) error.textContent = replicas.error || '';
   },
 
   // Events per second from the head resourceVersion (one per event), last 60 samples.
