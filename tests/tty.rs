@@ -48,22 +48,20 @@ def read_until(text, limit):
 
 report = {}
 report["prompt"] = read_until(b"# ", 20)
+def size_shows(size):
+    """Types `stty size` until the shell prints `size` (at most 10 s)."""
+    for _ in range(20):
+        os.write(master, b"stty size\r")
+        if read_until(size, 0.5):
+            return True
+    return False
+
 # kubectl sends the first size from its own goroutine, racing with the
 # first typed line; ask until it has arrived (no resize has happened yet).
-report["first_size"] = False
-for _ in range(20):
-    os.write(master, b"stty size\r")
-    if read_until(b"33 101", 0.5):
-        report["first_size"] = True
-        break
+report["first_size"] = size_shows(b"33 101")
 set_size(master, 40, 120)
 os.kill(child.pid, signal.SIGWINCH)
-report["second_size"] = False
-for _ in range(20):
-    os.write(master, b"stty size\r")
-    if read_until(b"40 120", 0.5):
-        report["second_size"] = True
-        break
+report["second_size"] = size_shows(b"40 120")
 os.write(master, b"echo typed through\r")
 report["echo"] = read_until(b"typed through\r\n", 10)
 os.write(master, ("exit %s\r" % os.environ.get("EXIT_CODE", "5")).encode())
