@@ -383,8 +383,8 @@ fn a_thousand_watches_with_list_and_get_load_stay_live_and_bounded() {
         let readers: Vec<_> = (0..8).map(|_| tokio::spawn(read_load(http.clone(), kf.url.clone(), 3, stop.clone()))).collect();
         let mut open_watches = 0.0f64;
         let mut longest = vec![0u64; stats.len()];
-        // A minute in CI; `ops/chaos/run` runs it for ten.
-        let seconds: u64 = std::env::var("LOAD_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(60);
+        // Half a minute in CI; `ops/chaos/run` runs it for ten.
+        let seconds: u64 = std::env::var("LOAD_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(30);
         for _ in 0..seconds {
             tokio::time::sleep(Duration::from_secs(1)).await;
             let now = epoch.elapsed().as_millis() as u64;
