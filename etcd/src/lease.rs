@@ -326,11 +326,21 @@ async fn run(log: Arc<EtcdLog>, options: MembershipOptions, control: Arc<dyn Mem
     loop {
         let started = Instant::now();
         let Some((id, renewal)) = lease.as_ref().map(|(id, r)| (*id, r.clone())) else {
-            match register(&client, ttl_seconds, &replica_key, &record(&options, control.applied_revision())).await {
+            // A lease granted later than a TTL less a tick after its request
+            // was sent counts as lost at once: the registration waits no longer.
+            let current = record(&options, control.applied_revision());
+            let registering = register(&client, ttl_seconds, &replica_key, &current);
+            let registered = match tokio::time::timeout(options.ttl.saturating_sub(tick), registering).await {
+                Ok(registered) => registered,
+                Err(_) => Err(unavailable("etcd did not answer in time (its lease, if granted, expires unused)")),
+            };
+            match registered {
                 Ok(id) => {
                     info!(replica = %options.id, lease = format!("{id:016x}"), ttl_seconds, "Registered as a replica in etcd.");
                     // Renewed by a task of its own: slow takes or releases
-                    // here never delay a renewal.
+                    // here never delay a renewal. Its expiry is at least a
+                    // TTL after the grant was sent (`started`); the keeper
+                    // renews it at once.
                     let renewal = Arc::new(Renewal { renewed: Mutex::new(started), gone: AtomicBool::new(false) });
                     let keeper = tokio::spawn(keep_alive(client.clone(), id, tick, renewal.clone()));
                     lease = Some((id, renewal));
@@ -350,7 +360,7 @@ async fn run(log: Arc<EtcdLog>, options: MembershipOptions, control: Arc<dyn Mem
         let lost = if renewal.gone.load(Ordering::SeqCst) {
             warn!(lease = format!("{id:016x}"), "This replica's lease expired in etcd: its members' watchers stop.");
             true
-        } else if renewal.renewed.lock().unwrap_or_else(|e| e.into_inner()).elapsed() + tick >= options.ttl {
+        } else if renewal.safe_until(options.ttl, tick) <= Instant::now() {
             warn!(lease = format!("{id:016x}"), "This replica's lease was not renewed in time: its members' watchers stop.");
             true
         } else {
@@ -369,7 +379,8 @@ async fn run(log: Arc<EtcdLog>, options: MembershipOptions, control: Arc<dyn Mem
             *lease_slot.lock().unwrap_or_else(|e| e.into_inner()) = None;
             continue;
         }
-        match rebalance(&log, &client, &options, id, &replica_key, &mut written, &mut running, control.as_ref()).await {
+        let clock = LeaseClock { renewal: renewal.clone(), ttl: options.ttl, tick };
+        match rebalance(&log, &client, &options, id, &clock, &replica_key, &mut written, &mut running, control.as_ref()).await {
             Ok(()) if !settled => {
                 // The first round is done: the members left to others are
                 // released here too (they were awaited, as Connecting, by
@@ -382,7 +393,9 @@ async fn run(log: Arc<EtcdLog>, options: MembershipOptions, control: Arc<dyn Mem
             Ok(()) => {}
             Err(e) => warn!(error = %e, "Reading the members' owners from etcd failed; trying again."),
         }
-        tokio::time::sleep(tick.saturating_sub(started.elapsed())).await;
+        // The next round, or the lease's check when it comes first.
+        let next = (started + tick).min(renewal.safe_until(options.ttl, tick));
+        tokio::time::sleep_until(tokio::time::Instant::from_std(next)).await;
     }
 }
 
@@ -392,6 +405,42 @@ async fn run(log: Arc<EtcdLog>, options: MembershipOptions, control: Arc<dyn Mem
 struct Renewal {
     renewed: Mutex<Instant>,
     gone: AtomicBool,
+}
+
+impl Renewal {
+    /// Until when the lease surely lives (a tick before the earliest time
+    /// etcd may expire it): past it, it counts as lost.
+    fn safe_until(&self, ttl: Duration, tick: Duration) -> Instant {
+        *self.renewed.lock().unwrap_or_else(|e| e.into_inner()) + ttl.saturating_sub(tick)
+    }
+}
+
+/// What bounds the requests of an ownership round: the lease's renewals.
+struct LeaseClock {
+    renewal: Arc<Renewal>,
+    ttl: Duration,
+    tick: Duration,
+}
+
+impl LeaseClock {
+    /// Runs a request of the ownership loop, failing instead of waiting
+    /// once the lease may expire unrenewed: a replica cut off from etcd
+    /// is back at the top of its loop, and stops its members' watchers,
+    /// before etcd can give them to another replica.
+    async fn bounded<T>(&self, request: impl std::future::Future<Output = Result<T, SharedError>>) -> Result<T, SharedError> {
+        tokio::pin!(request);
+        loop {
+            let until = self.renewal.safe_until(self.ttl, self.tick);
+            if until <= Instant::now() {
+                return Err(unavailable("etcd did not answer before this replica's lease could expire"));
+            }
+            tokio::select! {
+                answer = &mut request => return answer,
+                // Renewed meanwhile: the request may go on.
+                _ = tokio::time::sleep_until(tokio::time::Instant::from_std(until)) => {}
+            }
+        }
+    }
 }
 
 /// Renews lease `id` every `tick` until etcd no longer knows it.
@@ -421,6 +470,36 @@ fn metrics_owned(owned: usize) {
     metrics::gauge!("kubefold_etcd_owned_members").set(owned as f64);
 }
 
+/// Starts the watchers of `member`, whose owner key this replica holds
+/// under `lease`. A start that does not finish while the lease surely
+/// lives is undone (the key stays: the next round starts it again).
+async fn start(log: &Arc<EtcdLog>, clock: &LeaseClock, member: &str, lease: i64, running: &mut BTreeSet<String>, control: &dyn MemberControl) -> Result<(), SharedError> {
+    log.fences().held.insert(member.to_string(), lease);
+    running.insert(member.to_string());
+    let taking = control.take(member.to_string());
+    if let Err(e) = clock.bounded(async {
+        taking.await;
+        Ok(())
+    })
+    .await
+    {
+        log.fences().held.remove(member);
+        running.remove(member);
+        control.release(member.to_string()).await;
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Deletes `member`'s owner key if it is held under `lease` (its watchers
+/// here are stopped): the replica that should own it takes it.
+async fn give_up_key(log: &Arc<EtcdLog>, client: &etcd_client::Client, clock: &LeaseClock, member: &str, lease: i64) -> Result<(), SharedError> {
+    let key = log.owner_key(member);
+    let release = Txn::new().when(vec![Compare::lease(key.clone(), CompareOp::Equal, lease)]).and_then(vec![TxnOp::delete(key, None)]);
+    clock.bounded(async { client.kv_client().txn(release).await.map_err(unavailable) }).await?;
+    Ok(())
+}
+
 /// Grants a lease and writes the registration under it.
 async fn register(client: &etcd_client::Client, ttl: i64, key: &[u8], record: &ReplicaRecord) -> Result<i64, SharedError> {
     let granted = client.lease_client().grant(ttl, None).await.map_err(unavailable)?;
@@ -436,6 +515,7 @@ async fn rebalance(
     client: &etcd_client::Client,
     options: &MembershipOptions,
     lease: i64,
+    clock: &LeaseClock,
     replica_key: &[u8],
     written: &mut Option<ReplicaRecord>,
     running: &mut BTreeSet<String>,
@@ -443,12 +523,13 @@ async fn rebalance(
 ) -> Result<(), SharedError> {
     let applied = control.applied_revision();
     metrics::gauge!("kubefold_etcd_applied_revision").set(applied as f64);
-    let state = read_state(&log.ownership_keys(), client).await?;
+    let state = clock.bounded(read_state(&log.ownership_keys(), client)).await?;
     metrics::gauge!("kubefold_etcd_lag_revisions").set(state.head_revision.saturating_sub(applied) as f64);
     let current = record(options, applied);
     if written.as_ref() != Some(&current) || !state.replicas.contains_key(&options.id) {
         let value = serde_json::to_vec(&current).map_err(unavailable)?;
-        client.kv_client().put(replica_key.to_vec(), value, Some(PutOptions::new().with_lease(lease))).await.map_err(unavailable)?;
+        let put = async { client.kv_client().put(replica_key.to_vec(), value, Some(PutOptions::new().with_lease(lease))).await.map_err(unavailable) };
+        clock.bounded(put).await?;
         *written = Some(current);
     }
     let mut live: Vec<(&str, &[String])> = state.replicas.iter().map(|(id, (r, _))| (id.as_str(), r.members.as_slice())).collect();
@@ -476,24 +557,26 @@ async fn rebalance(
                 log.fences().held.remove(member);
                 running.remove(member);
                 control.release(member.clone()).await;
-                let key = log.owner_key(member);
-                let release = Txn::new().when(vec![Compare::lease(key.clone(), CompareOp::Equal, lease)]).and_then(vec![TxnOp::delete(key, None)]);
-                client.kv_client().txn(release).await.map_err(unavailable)?;
+                give_up_key(log, client, clock, member, lease).await?;
             }
+            // A key still held here for a member another replica should
+            // own, its watchers stopped (a hand-over whose delete failed).
+            (false, false, Some((_, held))) if *held == lease => give_up_key(log, client, clock, member, lease).await?,
             // Nobody holds it and it should be here: take it.
             (true, false, None) => {
                 let key = log.owner_key(member);
                 let take = Txn::new()
                     .when(vec![Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
                     .and_then(vec![TxnOp::put(key, options.id.clone(), Some(PutOptions::new().with_lease(lease)))]);
-                let response = client.kv_client().txn(take).await.map_err(unavailable)?;
+                let response = clock.bounded(async { client.kv_client().txn(take).await.map_err(unavailable) }).await?;
                 if response.succeeded() {
-                    log.fences().held.insert(member.clone(), lease);
-                    running.insert(member.clone());
                     info!(member = %member, "This replica owns the member now.");
-                    control.take(member.clone()).await;
+                    start(log, clock, member, lease, running, control).await?;
                 }
             }
+            // Held under this lease with its watchers not running (their
+            // start did not finish in time): started again.
+            (true, false, Some((_, held))) if *held == lease => start(log, clock, member, lease, running, control).await?,
             _ => {}
         }
     }

@@ -469,22 +469,44 @@ impl SharedLog for EtcdLog {
         // 0) were fenced on it or later, so the range starts there.
         let (events_start, events_end, checkpoints_start) = (self.event_key_prefix(revision), prefix_end(&self.events_prefix()), self.checkpoints_prefix());
         let (kvs, head_revision, head_rv, compacted_rv) = self.wait(async move {
-            let mut kv = client.kv_client();
-            // The head and the floor first, then every key after `revision`
-            // as of the same revision: one consistent cut.
-            let response = kv.get(head.clone(), None).await.map_err(unavailable)?;
+            // The head, the floor and the first page of every key after
+            // `revision` in one transaction: one consistent cut, read in one
+            // round trip (a replica far from etcd catches up, after a commit
+            // fenced out by another replica's, as fast as one nearby).
+            let after = |start: &Vec<u8>, end: Vec<u8>| TxnOp::get(start.clone(), Some(GetOptions::new().with_range(end).with_limit(PAGE).with_min_mod_revision(revision as i64 + 1)));
+            let read = Txn::new().and_then(vec![
+                TxnOp::get(head.clone(), None),
+                TxnOp::get(compacted, None),
+                after(&events_start, events_end.clone()),
+                after(&checkpoints_start, prefix_end(&checkpoints_start)),
+            ]);
+            let response = client.kv_client().txn(read).await.map_err(unavailable)?;
             let at = response.header().map_or(0, |h| h.revision());
-            let head_revision = response.kvs().first().map_or(0, |kv| kv.mod_revision() as u64);
-            let head_kv = response.kvs().first().cloned();
+            let mut gets = response.op_responses().into_iter().map(|op| match op {
+                etcd_client::TxnOpResponse::Get(get) => Ok(get),
+                _ => Err(unavailable("etcd answered a read with another operation")),
+            });
+            let mut next = || gets.next().unwrap_or_else(|| Err(unavailable("etcd's answer lacks a read")));
+            let (head_get, floor, events, checkpoints) = (next()?, next()?, next()?, next()?);
+            let head_kv = head_get.kvs().first().cloned();
+            let head_revision = head_kv.as_ref().map_or(0, |kv| kv.mod_revision() as u64);
             let head_rv = match &head_kv {
                 Some(kv) => head_rv(kv.mod_revision() as u64, kv.value())?,
                 None => 0,
             };
-            let floor = kv.get(compacted, Some(GetOptions::new().with_revision(at))).await.map_err(unavailable)?;
             let compacted_rv = floor.kvs().first().and_then(|kv| std::str::from_utf8(kv.value()).ok()?.parse().ok()).unwrap_or(0u64);
-            let (mut kvs, _) = EtcdLog::range_after(&client, events_start, events_end, revision, at).await?;
-            let (checkpoints, _) = EtcdLog::range_after(&client, checkpoints_start.clone(), prefix_end(&checkpoints_start), revision, at).await?;
-            kvs.extend(checkpoints);
+            let mut kvs = Vec::new();
+            // A range longer than a page goes on at the same revision.
+            for (get, end) in [(events, events_end), (checkpoints, prefix_end(&checkpoints_start))] {
+                let more = get.more();
+                kvs.extend(get.kvs().iter().cloned());
+                if let (true, Some(last)) = (more, get.kvs().last()) {
+                    let mut from = last.key().to_vec();
+                    from.push(0);
+                    let (rest, _) = EtcdLog::range_after(&client, from, end, revision, at).await?;
+                    kvs.extend(rest);
+                }
+            }
             kvs.extend(head_kv.filter(|kv| kv.mod_revision() as u64 > revision));
             Ok((kvs, head_revision, head_rv, compacted_rv))
         })?;
