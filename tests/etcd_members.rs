@@ -129,6 +129,7 @@ fn members_added_through_the_admin_api_belong_to_every_replica() {
     let (code, removed) = delete(&b, "/admin/v1/clusters/member1");
     assert_eq!(code, 200, "{removed}");
     assert_eq!(removed["deletedObjects"].as_u64(), Some(objects), "{removed}");
+    assert_eq!(b.get("/admin/v1/clusters/member1").0, 404, "gone at once on the replica that removed it");
     for kf in [&a, &b] {
         wait_for(Duration::from_secs(30), "member1 gone", || kf.get("/admin/v1/clusters/member1").0 == 404);
         assert_eq!(pods_of(kf, "member1").0, BTreeSet::new(), "member1's pods gone from {}", kf.url);

@@ -13,7 +13,7 @@ use actix_web::{web, HttpResponse};
 use kubefold_actors::aggregator::{Aggregator, Backup, Compact};
 use kubefold_actors::cluster::ClusterSpec;
 use kubefold_actors::fleet::SyncState;
-use kubefold_actors::supervisor::{AddCluster, DropCluster, KnowCluster, SetSelection, Supervisor};
+use kubefold_actors::supervisor::{AddCluster, DropCluster, ForgetCluster, KnowCluster, SetSelection, Supervisor};
 use kubefold_engine::resources::TypeRef;
 use kubefold_engine::selection::{NamespaceFilter, ResourceSelection};
 use kubefold_engine::status::Status;
@@ -493,7 +493,10 @@ async fn remove_recorded(state: &ApiState, shared: &dyn kubefold_store::shared::
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     state.wait_consistent().await?;
-    control(state)?.members_changed(state.fleet.member_names());
+    let control = control(state)?;
+    // Forgotten here at once (the ownership loop would in its next round).
+    control.supervisor.send(ForgetCluster(name.to_string())).await.map_err(|e| Status::internal(e.to_string()))?;
+    control.members_changed(state.fleet.member_names());
     Ok(respond::json(&json!({"name": name, "deletedObjects": before.saturating_sub(objects_of(state, name))})))
 }
 

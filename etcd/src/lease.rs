@@ -22,6 +22,12 @@
 //! the member's watchers from the checkpoints committed with its events.
 //! When a replica joins, the owners of the members it should have release
 //! them (watchers stopped, then the key deleted) and it takes them.
+//!
+//! Members registered through the admin API are recorded in etcd
+//! ([`crate::records`]): every replica reads them each round, learns them
+//! ([`MemberControl::learn`]), and any live replica may own them (rendezvous
+//! hashing over all of them); one marked for removal is removed by its
+//! owner ([`MemberControl::remove`]) before its record goes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
