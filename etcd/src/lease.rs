@@ -583,6 +583,7 @@ async fn remove(
     running.remove(member);
     let removed = clock.bounded(async { control.remove(member.clone()).await.map_err(unavailable) }).await;
     if let Err(e) = removed {
+        log.fences().held.remove(member);
         warn!(member = %member, error = %e, "Removing the member's objects failed; the next round tries again.");
         return Ok(());
     }
@@ -726,6 +727,22 @@ mod tests {
         let two = of(&ids[..2]);
         let moved = two.iter().filter(|(m, o)| three[*m] != **o).count();
         assert_eq!(moved, three.values().filter(|o| *o == "c").count(), "only c's members move when c joins");
+    }
+
+    #[test]
+    fn a_recorded_member_goes_to_the_same_replica_on_every_replica_and_spreads() {
+        let ids = ["a", "b", "c"];
+        let mut per_replica = BTreeMap::new();
+        for i in 0..300 {
+            let member = format!("added{i}");
+            let owner = choose_any(&member, ids).unwrap();
+            let mut reversed = ids;
+            reversed.reverse();
+            assert_eq!(choose_any(&member, reversed), Some(owner), "whatever order a replica reads them in");
+            *per_replica.entry(owner).or_insert(0) += 1;
+        }
+        assert!(per_replica.values().all(|n| (70..=130).contains(n)), "{per_replica:?}");
+        assert_eq!(choose_any("m", []), None);
     }
 
     #[test]
