@@ -32,6 +32,9 @@ use serde::Deserialize;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a compaction may take (it scans the whole event log).
 const COMPACT_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long removing a member may take: over etcd the server waits up to
+/// 60 s for the member's owner to delete its objects.
+const REMOVE_TIMEOUT: Duration = Duration::from_secs(90);
 /// How long connecting to kubefold may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The least time between two redraws of the backup progress line.
@@ -204,7 +207,7 @@ pub fn run(args: AdminArgs) -> anyhow::Result<()> {
                 writeln!(stdout, "cluster \"{}\" registered (phase {})", cluster.spec.name, cluster.status.phase)?;
             }
             ClustersCommand::Remove { name } => {
-                let request = api.request(Method::DELETE, &["clusters", &name], Some(REQUEST_TIMEOUT));
+                let request = api.request(Method::DELETE, &["clusters", &name], Some(REMOVE_TIMEOUT));
                 let removal: ClusterRemoval = read_json(api.send(request)?)?;
                 writeln!(stdout, "cluster \"{}\" removed: {} objects deleted", removal.name, removal.deleted_objects)?;
             }

@@ -181,7 +181,8 @@ impl Replica {
                 members: members.iter().map(|m| m.name.clone()).collect(),
             };
             tracing::info!(replica = %id, members = members.len(), lease_ttl_seconds = self.lease_ttl.as_secs(), "Members are owned through etcd leases.");
-            let control = Arc::new(Control { members: members.into_iter().map(|m| (m.name.clone(), m)).collect(), fleet, supervisor, aggregator });
+            let members = std::sync::Mutex::new(members.into_iter().map(|m| (m.name.clone(), m)).collect());
+            let control = Arc::new(Control { members, fleet, supervisor, aggregator });
             let membership = kubefold_etcd::Membership::start(&self.log, options, control);
             *self.membership.lock().unwrap_or_else(|e| e.into_inner()) = Some(membership);
         }
@@ -216,7 +217,8 @@ fn host_name() -> String {
 /// The members' watchers as the ownership loop starts and stops them.
 #[cfg(feature = "etcd")]
 struct Control {
-    members: std::collections::BTreeMap<String, ClusterSpec>,
+    /// The configured members and those recorded in etcd, learned.
+    members: std::sync::Mutex<std::collections::BTreeMap<String, ClusterSpec>>,
     fleet: Arc<Fleet>,
     supervisor: Addr<Supervisor>,
     aggregator: Addr<Aggregator>,
@@ -225,7 +227,7 @@ struct Control {
 #[cfg(feature = "etcd")]
 impl kubefold_etcd::MemberControl for Control {
     fn take(&self, member: String) -> futures::future::BoxFuture<'static, ()> {
-        let spec = self.members.get(&member).cloned();
+        let spec = self.members.lock().unwrap_or_else(|e| e.into_inner()).get(&member).cloned();
         let (fleet, supervisor, aggregator) = (self.fleet.clone(), self.supervisor.clone(), self.aggregator.clone());
         Box::pin(async move {
             let Some(spec) = spec else { return };
@@ -265,6 +267,43 @@ impl kubefold_etcd::MemberControl for Control {
 
     fn applied_revision(&self) -> u64 {
         self.fleet.shared_applied_revision()
+    }
+
+    fn learn(&self, member: String, spec: Vec<u8>) -> futures::future::BoxFuture<'static, ()> {
+        let spec = match serde_json::from_slice::<ClusterSpec>(&spec) {
+            Ok(spec) if spec.name == member => spec,
+            Ok(spec) => {
+                tracing::error!(cluster = %member, named = %spec.name, "A member recorded in etcd names another member; it is left out.");
+                return Box::pin(async {});
+            }
+            Err(e) => {
+                tracing::error!(cluster = %member, error = %e, "A member recorded in etcd cannot be read; it is left out.");
+                return Box::pin(async {});
+            }
+        };
+        self.members.lock().unwrap_or_else(|e| e.into_inner()).insert(member, spec.clone());
+        let supervisor = self.supervisor.clone();
+        Box::pin(async move {
+            let _ = supervisor.send(kubefold_actors::supervisor::KnowCluster(spec)).await;
+        })
+    }
+
+    fn forget(&self, member: String) -> futures::future::BoxFuture<'static, ()> {
+        self.members.lock().unwrap_or_else(|e| e.into_inner()).remove(&member);
+        let supervisor = self.supervisor.clone();
+        Box::pin(async move {
+            let _ = supervisor.send(kubefold_actors::supervisor::ForgetCluster(member)).await;
+        })
+    }
+
+    fn remove(&self, member: String) -> futures::future::BoxFuture<'static, Result<(), String>> {
+        let supervisor = self.supervisor.clone();
+        self.members.lock().unwrap_or_else(|e| e.into_inner()).remove(&member);
+        Box::pin(async move {
+            let deleted = supervisor.send(kubefold_actors::supervisor::DropCluster(member.clone())).await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
+            tracing::info!(cluster = %member, deleted, "A removed member's objects were deleted.");
+            Ok(())
+        })
     }
 }
 

@@ -289,6 +289,19 @@ impl kubefold_etcd::MemberControl for Recorded {
     fn applied_revision(&self) -> u64 {
         0
     }
+
+    fn learn(&self, _member: String, _spec: Vec<u8>) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(async {})
+    }
+
+    fn forget(&self, _member: String) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(async {})
+    }
+
+    fn remove(&self, member: String) -> futures::future::BoxFuture<'static, Result<(), String>> {
+        self.released.lock().unwrap().push(member);
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// etcd's JSON gateway: `POST path body`, the answer as JSON.

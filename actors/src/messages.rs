@@ -115,6 +115,21 @@ pub struct TakeCluster {
 #[rtype(result = "()")]
 pub struct ReleaseCluster(pub String);
 
+/// Makes a member known without watching it (over a shared log: a member
+/// recorded there, which another replica may watch): it is served and
+/// reachable for edits. Its watchers restart with the new spec when they
+/// run here.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct KnowCluster(pub ClusterSpec);
+
+/// Forgets a member another replica removed (over a shared log): its
+/// watchers stop and it is no longer a member here; its objects' deletions
+/// come through the log.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct ForgetCluster(pub String);
+
 /// Removes a member cluster: its watchers stop and its objects become DELETED events.
 #[derive(Debug, Message)]
 #[rtype(result = "Result<usize, crate::supervisor::Error>")]

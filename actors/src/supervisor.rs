@@ -18,7 +18,7 @@ use tracing::info;
 use crate::aggregator::Aggregator;
 use crate::cluster::ClusterSpec;
 use crate::fleet::{Fleet, Supervision, WatchScope};
-pub use crate::messages::{AddCluster, DropCluster, ListClusters, ReleaseCluster, Relist, SetSelection, TakeCluster};
+pub use crate::messages::{AddCluster, DropCluster, ForgetCluster, KnowCluster, ListClusters, ReleaseCluster, Relist, SetSelection, TakeCluster};
 use crate::messages::{Prune, RemoveCluster, ScopeTicket, Stop};
 use crate::watcher::{ClusterWatcher, WatchTarget};
 
@@ -334,6 +334,30 @@ impl Handler<ReleaseCluster> for Supervisor {
         if watched {
             info!(cluster = %msg.0, "Cluster released: another replica watches it.");
         }
+    }
+}
+
+impl Handler<KnowCluster> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: KnowCluster, _ctx: &mut Self::Context) {
+        if self.clusters.contains_key(&msg.0.name) {
+            self.add_cluster(msg.0);
+        } else {
+            self.supervision.set_member(msg.0);
+        }
+    }
+}
+
+impl Handler<ForgetCluster> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: ForgetCluster, _ctx: &mut Self::Context) {
+        self.stop_watchers(&msg.0);
+        self.clusters.remove(&msg.0);
+        self.supervision.remove_member(&msg.0);
+        self.supervision.remove_status(&msg.0);
+        self.checkpoints.retain(|(c, _), _| c != &msg.0);
     }
 }
 

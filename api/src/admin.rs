@@ -13,7 +13,7 @@ use actix_web::{web, HttpResponse};
 use kubefold_actors::aggregator::{Aggregator, Backup, Compact};
 use kubefold_actors::cluster::ClusterSpec;
 use kubefold_actors::fleet::SyncState;
-use kubefold_actors::supervisor::{AddCluster, DropCluster, SetSelection, Supervisor};
+use kubefold_actors::supervisor::{AddCluster, DropCluster, ForgetCluster, KnowCluster, SetSelection, Supervisor};
 use kubefold_engine::resources::TypeRef;
 use kubefold_engine::selection::{NamespaceFilter, ResourceSelection};
 use kubefold_engine::status::Status;
@@ -153,13 +153,18 @@ fn cluster_json(state: &ApiState, spec: &ClusterSpec, source: &str) -> Value {
     json!({"spec": spec.redacted(), "source": source, "status": cluster_status(state, &spec.name)})
 }
 
-/// Every member cluster: configured (config file, flags) and registered (API).
-fn all_clusters(state: &ApiState) -> Result<Vec<(ClusterSpec, &'static str)>, Status> {
-    let registered = registered(state)?;
+/// Every member cluster: configured (config file, flags) and registered
+/// (API; over a shared log, those recorded there too).
+async fn all_clusters(state: &ApiState) -> Result<Vec<(ClusterSpec, &'static str)>, Status> {
+    let mut registered: Vec<String> = registered(state)?.into_iter().map(|s| s.name).collect();
+    if let Some(shared) = state.fleet.shared() {
+        let recorded = shared.members().await.map_err(|e| Status::unavailable(format!("cannot read the shared log's members: {e}")))?;
+        registered.extend(recorded.into_keys());
+    }
     let mut out = Vec::new();
     for name in state.fleet.member_names() {
         let Some(spec) = state.fleet.member(&name) else { continue };
-        let source = if registered.iter().any(|r| r.name == name) { "api" } else { "config" };
+        let source = if registered.contains(&name) { "api" } else { "config" };
         out.push((spec, source));
     }
     Ok(out)
@@ -174,7 +179,7 @@ pub async fn list_clusters(state: web::Data<ApiState>, req: actix_web::HttpReque
         Ok(page) => page,
         Err(s) => return respond::status(&s),
     };
-    match all_clusters(&state) {
+    match all_clusters(&state).await {
         Ok(mut clusters) => {
             clusters.sort_by(|a, b| a.0.name.cmp(&b.0.name));
             let (clusters, metadata) = page.cut(&clusters);
@@ -250,7 +255,7 @@ fn continue_name(token: &str) -> Option<String> {
 
 /// `GET /admin/v1/clusters/{name}`.
 pub async fn get_cluster(state: web::Data<ApiState>, name: web::Path<String>) -> HttpResponse {
-    match all_clusters(&state) {
+    match all_clusters(&state).await {
         Ok(clusters) => match clusters.iter().find(|(s, _)| s.name == *name) {
             Some((s, src)) => respond::json(&cluster_json(&state, s, src)),
             None => respond::status(&Status::not_found("admin.kubefold.io", "clusters", &name)),
@@ -355,8 +360,22 @@ pub async fn register_cluster(state: web::Data<ApiState>, payload: web::Payload)
         let body = crate::read_body(payload).await?;
         let mut spec = parse_spec(&state, &body)?;
         spec.restore_redacted(None).map_err(|e| Status::new(422, "Invalid", e))?;
+        let exists = || Status::new(409, "AlreadyExists", format!("cluster \"{}\" already exists", spec.name));
         if state.fleet.member(&spec.name).is_some() {
-            return Err(Status::new(409, "AlreadyExists", format!("cluster \"{}\" already exists", spec.name)));
+            return Err(exists());
+        }
+        if let Some(shared) = state.fleet.shared() {
+            // A replica of several: recorded in the shared log, where every
+            // replica reads it and one of them watches it.
+            let recorded = serde_json::to_vec(&spec).map_err(|e| Status::internal(e.to_string()))?;
+            let added = shared.add_member(&spec.name, recorded).await.map_err(|e| Status::unavailable(format!("cannot record the cluster in the shared log: {e}")))?;
+            if !added {
+                return Err(exists());
+            }
+            let control = control(&state)?;
+            control.supervisor.send(KnowCluster(spec.clone())).await.map_err(|e| Status::internal(e.to_string()))?;
+            control.members_changed(state.fleet.member_names());
+            return Ok(HttpResponse::Created().content_type(respond::JSON).body(cluster_json(&state, &spec, "api").to_string()));
         }
         let mut registry = registered(&state)?;
         registry.push(spec.clone());
@@ -386,6 +405,11 @@ pub async fn update_cluster(state: web::Data<ApiState>, name: web::Path<String>,
                 spec.restore_redacted(Some(existing)).map_err(|e| Status::new(422, "Invalid", e))?;
                 *existing = spec.clone()
             }
+            None if recorded(&state, &name).await? => {
+                return Err(Status::conflict(format!(
+                    "cluster \"{name}\" is recorded in the shared log of the replicas; remove it and register it again to change it"
+                )))
+            }
             None if state.fleet.member(&name).is_some() => {
                 return Err(Status::conflict(format!("cluster \"{name}\" comes from the configuration file; change it there")))
             }
@@ -399,10 +423,23 @@ pub async fn update_cluster(state: web::Data<ApiState>, name: web::Path<String>,
     result.unwrap_or_else(|s| respond::status(&s))
 }
 
+/// Whether `name` is a member recorded in the shared log (false without one).
+async fn recorded(state: &ApiState, name: &str) -> Result<bool, Status> {
+    let Some(shared) = state.fleet.shared() else { return Ok(false) };
+    let members = shared.members().await.map_err(|e| Status::unavailable(format!("cannot read the shared log's members: {e}")))?;
+    Ok(members.contains_key(name))
+}
+
 /// `DELETE /admin/v1/clusters/{name}`: stops watching; its objects become DELETED events.
 pub async fn remove_cluster(state: web::Data<ApiState>, name: web::Path<String>) -> HttpResponse {
     let _guard = REGISTRY_LOCK.lock().await;
     let result = async {
+        if let Some(shared) = state.fleet.shared() {
+            let marked = shared.remove_member(&name).await.map_err(|e| Status::unavailable(format!("cannot remove the cluster from the shared log: {e}")))?;
+            if marked {
+                return remove_recorded(&state, shared.as_ref(), &name).await;
+            }
+        }
         if state.fleet.member(&name).is_none() {
             return Err(Status::not_found("admin.kubefold.io", "clusters", &name));
         }
@@ -421,6 +458,46 @@ pub async fn remove_cluster(state: web::Data<ApiState>, name: web::Path<String>)
     }
     .await;
     result.unwrap_or_else(|s| respond::status(&s))
+}
+
+/// How long a removal through the shared log is awaited before 504.
+const REMOVAL_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The objects of `cluster` in this replica's index.
+fn objects_of(state: &ApiState, cluster: &str) -> usize {
+    let snapshot = state.fleet.snapshot();
+    snapshot.resource_keys().iter().map(|r| snapshot.count_cluster(r, cluster)).sum()
+}
+
+/// A member recorded in the shared log, marked for removal: its owner
+/// (whichever replica) stops its watchers, commits its objects' deletions
+/// and deletes the record. Answers once the record is gone and this
+/// replica applied the deletions; 504 Timeout if that takes longer than
+/// [`REMOVAL_WAIT`] (the removal goes on).
+async fn remove_recorded(state: &ApiState, shared: &dyn kubefold_store::shared::SharedLog, name: &str) -> Result<HttpResponse, Status> {
+    let before = objects_of(state, name);
+    let deadline = tokio::time::Instant::now() + REMOVAL_WAIT;
+    loop {
+        let members = shared.members().await.map_err(|e| Status::unavailable(format!("cannot read the shared log's members: {e}")))?;
+        if !members.contains_key(name) {
+            break;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(Status::new(
+                504,
+                "Timeout",
+                format!("cluster \"{name}\" is being removed: its owner has not finished deleting its objects yet (the removal goes on)"),
+            )
+            .with_details("admin.kubefold.io", "clusters", name));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    state.wait_consistent().await?;
+    let control = control(state)?;
+    // Forgotten here at once (the ownership loop would in its next round).
+    control.supervisor.send(ForgetCluster(name.to_string())).await.map_err(|e| Status::internal(e.to_string()))?;
+    control.members_changed(state.fleet.member_names());
+    Ok(respond::json(&json!({"name": name, "deletedObjects": before.saturating_sub(objects_of(state, name))})))
 }
 
 /// The store key of the resource selection set through this API.

@@ -22,6 +22,12 @@
 //! the member's watchers from the checkpoints committed with its events.
 //! When a replica joins, the owners of the members it should have release
 //! them (watchers stopped, then the key deleted) and it takes them.
+//!
+//! Members registered through the admin API are recorded in etcd
+//! ([`crate::records`]): every replica reads them each round, learns them
+//! ([`MemberControl::learn`]), and any live replica may own them (rendezvous
+//! hashing over all of them); one marked for removal is removed by its
+//! owner ([`MemberControl::remove`]) before its record goes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -132,7 +138,7 @@ impl EtcdLog {
 
     /// The keys the ownership state is read from.
     pub(crate) fn ownership_keys(&self) -> Keys {
-        Keys { replicas: self.replicas_prefix(), owners: self.owners_prefix(), head: self.head_key() }
+        Keys { replicas: self.replicas_prefix(), owners: self.owners_prefix(), head: self.head_key(), members: self.members_prefix(), removals: self.removals_prefix() }
     }
 }
 
@@ -168,6 +174,8 @@ pub(crate) struct Keys {
     replicas: Vec<u8>,
     owners: Vec<u8>,
     head: Vec<u8>,
+    members: Vec<u8>,
+    removals: Vec<u8>,
 }
 
 /// What the ownership loop drives: the watchers of one member.
@@ -181,6 +189,17 @@ pub trait MemberControl: Send + Sync + 'static {
     fn release(&self, member: String) -> BoxFuture<'static, ()>;
     /// The log revision this replica applied.
     fn applied_revision(&self) -> u64;
+    /// A member recorded in the log (added through the admin API of any
+    /// replica) is new here, or its recorded spec changed: this replica
+    /// serves it and may own it.
+    fn learn(&self, member: String, spec: Vec<u8>) -> BoxFuture<'static, ()>;
+    /// A recorded member's record is gone (its owner removed it): it is
+    /// forgotten here, its objects' deletions come through the log.
+    fn forget(&self, member: String) -> BoxFuture<'static, ()>;
+    /// Removes a recorded member whose owner key this replica holds: its
+    /// watchers stop and its objects' deletions are committed (fenced on
+    /// the owner key); an error when they could not be.
+    fn remove(&self, member: String) -> BoxFuture<'static, Result<(), String>>;
 }
 
 /// How a replica takes part in the ownership of members.
@@ -250,21 +269,29 @@ impl Membership {
 }
 
 /// The replicas (record and lease by id), the owners (replica id and lease
-/// by member) and the log head's revision, read at one revision.
+/// by member), the log head's revision, the members recorded through the
+/// admin API (spec by name) and those marked for removal, read at one
+/// revision.
 #[derive(Debug, Default)]
 struct State {
     replicas: BTreeMap<String, (ReplicaRecord, i64)>,
     owners: BTreeMap<String, (String, i64)>,
     head_revision: u64,
+    records: BTreeMap<String, Vec<u8>>,
+    removing: BTreeSet<String>,
 }
 
 async fn read_state(keys: &Keys, client: &etcd_client::Client) -> Result<State, SharedError> {
     let (replicas, owners) = (&keys.replicas, &keys.owners);
     let range = |p: &Vec<u8>| TxnOp::get(p.clone(), Some(GetOptions::new().with_range(prefix_end(p))));
-    let txn = Txn::new().and_then(vec![range(replicas), range(owners), TxnOp::get(keys.head.clone(), None)]);
+    let txn = Txn::new().and_then(vec![range(replicas), range(owners), TxnOp::get(keys.head.clone(), None), range(&keys.members), range(&keys.removals)]);
     let response = client.kv_client().txn(txn).await.map_err(unavailable)?;
     let mut state = State::default();
-    for (n, op) in response.op_responses().into_iter().enumerate() {
+    let mut answers = response.op_responses();
+    let records = answers.split_off(3.min(answers.len()));
+    let mut records = records.into_iter();
+    (state.records, state.removing) = crate::records::read_records(&keys.members, &keys.removals, [records.next(), records.next()]);
+    for (n, op) in answers.into_iter().enumerate() {
         let TxnOpResponse::Get(get) = op else { continue };
         for kv in get.kvs() {
             match n {
@@ -288,6 +315,16 @@ async fn read_state(keys: &Keys, client: &etcd_client::Client) -> Result<State, 
     Ok(state)
 }
 
+/// What one replica's ownership loop keeps between rounds.
+struct Local<'a> {
+    /// The registration last written.
+    written: &'a mut Option<ReplicaRecord>,
+    /// The members whose watchers run here.
+    running: &'a mut BTreeSet<String>,
+    /// The recorded members learned here, with their specs.
+    known: &'a mut BTreeMap<String, Vec<u8>>,
+}
+
 /// 64-bit FNV-1a, then a finalizer that spreads its bits.
 fn score(member: &str, replica: &str) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
@@ -308,6 +345,12 @@ fn choose<'a>(member: &str, replicas: impl IntoIterator<Item = (&'a str, &'a [St
     replicas.into_iter().filter(|(_, members)| members.iter().any(|m| m == member)).map(|(id, _)| (score(member, id), id)).max().map(|(_, id)| id)
 }
 
+/// The replica that should own a member recorded through the admin API:
+/// the highest score among all live replicas.
+fn choose_any<'a>(member: &str, replicas: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    replicas.into_iter().map(|id| (score(member, id), id)).max().map(|(_, id)| id)
+}
+
 /// The ownership loop: keeps the lease, registers, takes and releases members.
 async fn run(log: Arc<EtcdLog>, options: MembershipOptions, control: Arc<dyn MemberControl>, lease_slot: Arc<Mutex<Option<i64>>>) {
     let tick = (options.ttl / 3).clamp(Duration::from_millis(300), Duration::from_secs(5));
@@ -322,6 +365,8 @@ async fn run(log: Arc<EtcdLog>, options: MembershipOptions, control: Arc<dyn Mem
     // The members whose watchers run here (a commit refused by the fence
     // forgets the member's key at once; its watchers stop here).
     let mut running: BTreeSet<String> = BTreeSet::new();
+    // The recorded members learned here, with their specs.
+    let mut known: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     let mut settled = false;
     loop {
         let started = Instant::now();
@@ -380,7 +425,8 @@ async fn run(log: Arc<EtcdLog>, options: MembershipOptions, control: Arc<dyn Mem
             continue;
         }
         let clock = LeaseClock { renewal: renewal.clone(), ttl: options.ttl, tick };
-        match rebalance(&log, &client, &options, id, &clock, &replica_key, &mut written, &mut running, control.as_ref()).await {
+        let mut local = Local { written: &mut written, running: &mut running, known: &mut known };
+        match rebalance(&log, &client, &options, id, &clock, &replica_key, &mut local, control.as_ref()).await {
             Ok(()) if !settled => {
                 // The first round is done: the members left to others are
                 // released here too (they were awaited, as Connecting, by
@@ -500,6 +546,56 @@ async fn give_up_key(log: &Arc<EtcdLog>, client: &etcd_client::Client, clock: &L
     Ok(())
 }
 
+/// A recorded member marked for removal: when this replica holds its owner
+/// key, or should own it and nobody does (its owner died half-way), its
+/// watchers stop, its objects' deletions are committed under the owner
+/// key's fence, and then its record, mark and owner key go together.
+#[allow(clippy::too_many_arguments)]
+async fn remove(
+    log: &Arc<EtcdLog>,
+    client: &etcd_client::Client,
+    clock: &LeaseClock,
+    state: &State,
+    member: &String,
+    me: &str,
+    wanted: bool,
+    lease: i64,
+    running: &mut BTreeSet<String>,
+    known: &mut BTreeMap<String, Vec<u8>>,
+    control: &dyn MemberControl,
+) -> Result<(), SharedError> {
+    match state.owners.get(member) {
+        Some((_, held)) if *held == lease => {}
+        Some(_) => return Ok(()),
+        None if !wanted => return Ok(()),
+        None => {
+            let key = log.owner_key(member);
+            let take = Txn::new()
+                .when(vec![Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                .and_then(vec![TxnOp::put(key, me.to_string(), Some(PutOptions::new().with_lease(lease)))]);
+            if !clock.bounded(async { client.kv_client().txn(take).await.map_err(unavailable) }).await?.succeeded() {
+                return Ok(());
+            }
+        }
+    }
+    info!(member = %member, "Removing a member recorded in etcd: its watchers stop and its objects are deleted.");
+    log.fences().held.insert(member.clone(), lease);
+    running.remove(member);
+    let removed = clock.bounded(async { control.remove(member.clone()).await.map_err(unavailable) }).await;
+    if let Err(e) = removed {
+        log.fences().held.remove(member);
+        warn!(member = %member, error = %e, "Removing the member's objects failed; the next round tries again.");
+        return Ok(());
+    }
+    let finished = clock.bounded(log.finish_removal(client, member, lease)).await;
+    log.fences().held.remove(member);
+    if finished? {
+        known.remove(member);
+        info!(member = %member, "The member is removed: its objects were deleted, its record is gone.");
+    }
+    Ok(())
+}
+
 /// Grants a lease and writes the registration under it.
 async fn register(client: &etcd_client::Client, ttl: i64, key: &[u8], record: &ReplicaRecord) -> Result<i64, SharedError> {
     let granted = client.lease_client().grant(ttl, None).await.map_err(unavailable)?;
@@ -517,10 +613,10 @@ async fn rebalance(
     lease: i64,
     clock: &LeaseClock,
     replica_key: &[u8],
-    written: &mut Option<ReplicaRecord>,
-    running: &mut BTreeSet<String>,
+    local: &mut Local<'_>,
     control: &dyn MemberControl,
 ) -> Result<(), SharedError> {
+    let Local { written, running, known } = local;
     let applied = control.applied_revision();
     metrics::gauge!("kubefold_etcd_applied_revision").set(applied as f64);
     let state = clock.bounded(read_state(&log.ownership_keys(), client)).await?;
@@ -530,12 +626,33 @@ async fn rebalance(
         let value = serde_json::to_vec(&current).map_err(unavailable)?;
         let put = async { client.kv_client().put(replica_key.to_vec(), value, Some(PutOptions::new().with_lease(lease))).await.map_err(unavailable) };
         clock.bounded(put).await?;
-        *written = Some(current);
+        **written = Some(current);
     }
     let mut live: Vec<(&str, &[String])> = state.replicas.iter().map(|(id, (r, _))| (id.as_str(), r.members.as_slice())).collect();
     if !state.replicas.contains_key(&options.id) {
         live.push((options.id.as_str(), options.members.as_slice()));
     }
+    // The members recorded through the admin API (a configured member of
+    // the same name is the configuration's): learned, and forgotten once
+    // their record is gone; their commits are fenced as the configured ones.
+    let recorded: BTreeMap<&String, &Vec<u8>> = state.records.iter().filter(|(m, _)| !options.members.contains(m)).collect();
+    for (member, spec) in &recorded {
+        if known.get(*member) != Some(*spec) {
+            info!(member = %member, "A member recorded in etcd: served here, owned by one replica.");
+            control.learn((*member).clone(), (*spec).clone()).await;
+            known.insert((*member).clone(), (*spec).clone());
+        }
+    }
+    for member in known.keys().filter(|m| !recorded.contains_key(m)).cloned().collect::<Vec<_>>() {
+        if running.remove(&member) {
+            log.fences().held.remove(&member);
+            control.release(member.clone()).await;
+        }
+        info!(member = %member, "A member recorded in etcd was removed.");
+        control.forget(member.clone()).await;
+        known.remove(&member);
+    }
+    log.fences().managed = options.members.iter().chain(recorded.keys().copied()).cloned().collect();
     // Owner keys lost (deleted, or held under another lease) first.
     for member in running.clone() {
         let still = state.owners.get(&member).is_some_and(|(_, l)| *l == lease) && log.fences().held.contains_key(&member);
@@ -546,8 +663,14 @@ async fn rebalance(
             control.release(member).await;
         }
     }
-    for member in &options.members {
-        let wanted = choose(member, live.iter().copied());
+    let ids: Vec<&str> = live.iter().map(|(id, _)| *id).collect();
+    let members: Vec<&String> = options.members.iter().chain(recorded.keys().copied()).collect();
+    for member in members {
+        let wanted = if options.members.contains(member) { choose(member, live.iter().copied()) } else { choose_any(member, ids.iter().copied()) };
+        if state.removing.contains(member) && !options.members.contains(member) {
+            remove(log, client, clock, &state, member, &options.id, wanted == Some(options.id.as_str()), lease, running, known, control).await?;
+            continue;
+        }
         let holder = state.owners.get(member);
         let mine = running.contains(member);
         match (wanted == Some(options.id.as_str()), mine, holder) {
@@ -604,6 +727,22 @@ mod tests {
         let two = of(&ids[..2]);
         let moved = two.iter().filter(|(m, o)| three[*m] != **o).count();
         assert_eq!(moved, three.values().filter(|o| *o == "c").count(), "only c's members move when c joins");
+    }
+
+    #[test]
+    fn a_recorded_member_goes_to_the_same_replica_on_every_replica_and_spreads() {
+        let ids = ["a", "b", "c"];
+        let mut per_replica = BTreeMap::new();
+        for i in 0..300 {
+            let member = format!("added{i}");
+            let owner = choose_any(&member, ids).unwrap();
+            let mut reversed = ids;
+            reversed.reverse();
+            assert_eq!(choose_any(&member, reversed), Some(owner), "whatever order a replica reads them in");
+            *per_replica.entry(owner).or_insert(0) += 1;
+        }
+        assert!(per_replica.values().all(|n| (70..=130).contains(n)), "{per_replica:?}");
+        assert_eq!(choose_any("m", []), None);
     }
 
     #[test]

@@ -29,6 +29,7 @@
 //! fenced one on the other, its checkpoints in the last.
 
 mod lease;
+mod records;
 mod watch;
 
 use std::path::PathBuf;
@@ -535,6 +536,18 @@ impl SharedLog for EtcdLog {
     fn replicas(&self) -> SharedFuture<Vec<kubefold_store::shared::ReplicaStatus>> {
         let task = self.runtime().spawn(lease::read_replicas(self.client.clone(), self.ownership_keys()));
         Box::pin(async move { task.await.map_err(|e| unavailable(format!("the etcd client's task failed: {e}")))? })
+    }
+
+    fn add_member(&self, name: &str, spec: Vec<u8>) -> SharedFuture<bool> {
+        self.record_member(name, spec)
+    }
+
+    fn remove_member(&self, name: &str) -> SharedFuture<bool> {
+        self.mark_removal(name)
+    }
+
+    fn members(&self) -> SharedFuture<std::collections::BTreeMap<String, Vec<u8>>> {
+        self.recorded_members()
     }
 
     fn compact(&self, floor: u64, keep: &(dyn Fn(u64) -> bool + Sync)) -> Result<u64, SharedError> {

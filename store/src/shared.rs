@@ -161,6 +161,29 @@ pub trait SharedLog: Send + Sync + 'static {
     fn replicas(&self) -> SharedFuture<Vec<ReplicaStatus>> {
         Box::pin(async { Ok(Vec::new()) })
     }
+
+    /// Records a member added through the admin API (`spec`: its spec as
+    /// received, credentials included) so that every replica serves it and
+    /// one of them watches it; `false`, and nothing written, when a member
+    /// of that name is recorded already.
+    fn add_member(&self, name: &str, spec: Vec<u8>) -> SharedFuture<bool> {
+        let _ = (name, spec);
+        Box::pin(async { Err(SharedError::Unavailable("this log does not record members".to_string())) })
+    }
+
+    /// Asks for the removal of a recorded member: its owner stops its
+    /// watchers, commits its objects' deletions, then deletes the record.
+    /// `false` when no member of that name is recorded.
+    fn remove_member(&self, name: &str) -> SharedFuture<bool> {
+        let _ = name;
+        Box::pin(async { Ok(false) })
+    }
+
+    /// The members recorded in the log (name -> spec), those being removed
+    /// included.
+    fn members(&self) -> SharedFuture<std::collections::BTreeMap<String, Vec<u8>>> {
+        Box::pin(async { Ok(Default::default()) })
+    }
 }
 
 impl From<SharedError> for crate::Error {
