@@ -164,7 +164,7 @@ struct ServeArgs {
     /// Seconds between watch bookmarks.
     #[arg(long)]
     bookmark_interval_seconds: Option<u64>,
-    /// A fixed tick: milliseconds a watch gathers newly committed events before writing them (0: write each commit at once). Unset: at once while the client keeps up, gathered while its last write is pending.
+    /// Milliseconds a watch gathers newly committed events before writing them (0: write each commit at once).
     #[arg(long)]
     watch_flush_interval_ms: Option<u64>,
     /// Seconds an edit waits for its change to be ingested (read-your-writes).
@@ -345,7 +345,7 @@ fn serve_config(args: ServeArgs) -> anyhow::Result<Config> {
         config.bookmark_interval_seconds = b;
     }
     if let Some(w) = args.watch_flush_interval_ms {
-        config.watch_flush_interval_ms = Some(w);
+        config.watch_flush_interval_ms = w;
     }
     if let Some(r) = args.openapi_refresh_seconds {
         config.openapi_refresh_seconds = r;

@@ -546,7 +546,7 @@ pub fn run(
             listen: config.listen,
             workers: config.http_workers,
             bookmark_interval: Duration::from_secs(config.bookmark_interval_seconds.max(1)),
-            watch_flush_interval: config.watch_flush_interval_ms.map(Duration::from_millis),
+            watch_flush_interval: Duration::from_millis(config.watch_flush_interval_ms),
             min_watch_timeout: Duration::from_secs(config.min_request_timeout_seconds.max(1)),
             write_wait: Duration::from_secs(config.write_wait_seconds),
             client_stall_timeout: Some(Duration::from_secs(config.client_stall_timeout_seconds)).filter(|t| !t.is_zero()),

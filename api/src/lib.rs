@@ -102,11 +102,10 @@ pub struct ApiConfig {
     pub workers: usize,
     /// Interval of watch bookmarks (`allowWatchBookmarks=true`).
     pub bookmark_interval: Duration,
-    /// How a watch takes newly committed events and writes them: `None`
-    /// at once while its connection keeps up, gathered while its last
-    /// write is pending; `Some(interval)` at most once per interval (zero:
-    /// each commit at once). See `query::watch::Settings::flush_interval`.
-    pub watch_flush_interval: Option<Duration>,
+    /// A watch takes newly committed events at most once per this interval
+    /// and writes them together (zero: each commit at once); see
+    /// `query::watch::Watch::run`.
+    pub watch_flush_interval: Duration,
     /// Lower bound of the randomised default watch timeout.
     pub min_watch_timeout: Duration,
     /// How long a read waits for a resourceVersion the index has not reached
@@ -152,7 +151,7 @@ impl Default for ApiConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             workers: 2,
             bookmark_interval: Duration::from_secs(60),
-            watch_flush_interval: None,
+            watch_flush_interval: Duration::from_millis(20),
             min_watch_timeout: Duration::from_secs(1800),
             rv_wait: Duration::from_secs(3),
             write_wait: Duration::from_secs(10),

@@ -41,8 +41,6 @@ pub struct Queued {
     client: Option<(String, Arc<ClientWatches>)>,
     /// The client's budget in bytes (0: none).
     budget: usize,
-    /// Notified when the response body has taken everything queued.
-    drained: tokio::sync::Notify,
 }
 
 impl Queued {
@@ -54,7 +52,7 @@ impl Queued {
             let watches = clients.get_or_insert_with(HashMap::new).entry(name.to_string()).or_default().clone();
             (name.to_string(), watches)
         });
-        let queued = Arc::new(Queued { bytes: AtomicUsize::new(0), own: AtomicUsize::new(0), evicted: AtomicBool::new(false), client, budget, drained: tokio::sync::Notify::new() });
+        let queued = Arc::new(Queued { bytes: AtomicUsize::new(0), own: AtomicUsize::new(0), evicted: AtomicBool::new(false), client, budget });
         if let Some((_, watches)) = &queued.client {
             let mut list = watches.watches.lock().unwrap_or_else(|e| e.into_inner());
             list.retain(|w| w.strong_count() > 0);
@@ -82,28 +80,12 @@ impl Queued {
 
     /// Counts `n` bytes taken (or dropped), `own` of them the watch's own.
     pub fn sub(&self, n: usize, own: usize) {
-        if n > 0 && self.bytes.fetch_sub(n, Ordering::Relaxed) == n {
-            self.drained.notify_one();
-        }
+        self.bytes.fetch_sub(n, Ordering::Relaxed);
         if own > 0 {
             self.own.fetch_sub(own, Ordering::Relaxed);
             if let Some((_, c)) = &self.client {
                 c.unread.fetch_sub(own, Ordering::Relaxed);
             }
-        }
-    }
-
-    /// Resolves once the response body has taken everything queued (at
-    /// once when nothing is).
-    pub async fn drained(&self) {
-        loop {
-            let notified = self.drained.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.bytes() == 0 {
-                return;
-            }
-            notified.await;
         }
     }
 

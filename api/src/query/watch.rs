@@ -40,12 +40,6 @@ const SLOW_CLIENT_GRACE: Duration = Duration::from_secs(5);
 static NO_CONTENT: std::sync::LazyLock<kubefold_engine::event::IndexEntry> =
     std::sync::LazyLock::new(|| kubefold_engine::event::IndexEntry::new(0, "", "", [], []));
 
-/// The longest a watch whose previous write is still pending (its response
-/// body has not taken it: the connection's write buffer or socket is full,
-/// or its worker thread is busy) waits before it takes the events that came
-/// meanwhile; they then queue behind the pending write as before.
-pub const COALESCE_LIMIT: Duration = Duration::from_millis(20);
-
 /// Events taken from the fan-out at once and handed to a client as one message ...
 const BATCH_EVENTS: usize = 256;
 /// ... up to about this many bytes.
@@ -129,8 +123,8 @@ struct Watch {
     fleet: Arc<Fleet>,
     /// Interval of bookmarks (`allowWatchBookmarks=true`).
     bookmark_interval: Duration,
-    /// How the watch takes newly committed events: see [`Settings::flush_interval`].
-    flush_interval: Option<Duration>,
+    /// How often the watch takes newly committed events (see [`FlushClock`]).
+    flush_interval: Duration,
     scope: Scope,
     filter: Filter,
     table: Option<TablePrinter>,
@@ -163,15 +157,9 @@ struct Watch {
 pub struct Settings {
     /// Interval of bookmarks (`allowWatchBookmarks=true`).
     pub bookmark_interval: Duration,
-    /// How a watch takes newly committed events and writes them. `None`:
-    /// a take is written at once when the client's connection has taken
-    /// the watch's previous write, and while that is pending (up to
-    /// [`COALESCE_LIMIT`]) the events that come meanwhile wait and go
-    /// together in the next write. `Some(interval)`: at most once per
-    /// interval, on ticks shared by every watch (see [`FlushClock`]); an
-    /// event after a quieter spell goes at once. `Some(0)`: every commit
-    /// at once.
-    pub flush_interval: Option<Duration>,
+    /// A watch takes newly committed events at most once per this interval
+    /// and writes them together (zero: each commit at once).
+    pub flush_interval: Duration,
     /// Lower bound of the randomised default timeout.
     pub min_timeout: Duration,
     /// Bytes of events all the watches of one client may hold unread
@@ -404,16 +392,14 @@ impl Watch {
         // is not polled.
         let bookmark_due = tokio::time::sleep_until(next_bookmark.unwrap_or(deadline));
         tokio::pin!(bookmark_due);
-        // Events are written at once when the client's connection has
-        // taken the watch's last write, and gathered while that write is
-        // pending: a watch whose client keeps up gets each commit as it
-        // comes, and under load (a busy worker thread, a full socket) the
-        // events of the wait go together, one wake-up and one write for
-        // many. (A fixed tick, `Some(interval)`, gathered them whether or
-        // not the connection was busy: at a thousand watches every event
-        // waited up to the tick, 15 ms at the median.)
-        let tick = self.flush_interval.filter(|i| !i.is_zero()).map(FlushClock);
-        let coalesce = self.flush_interval.is_none();
+        // Events are taken from the fan-out at most once per flush tick
+        // (see `FlushClock`): after a take the watch sleeps to the next
+        // tick, and then takes all that came meanwhile, without waking for
+        // each. At a fleet's event rates, a thousand watches that each
+        // woke, matched and wrote once per commit spent most of kubefold's
+        // CPU (and their clients') on those wake-ups and writes, not on
+        // bytes. An event after a quieter spell goes at once.
+        let clock = FlushClock(self.flush_interval);
         loop {
             tokio::select! {
                 received = events.recv() => match received {
@@ -449,7 +435,6 @@ impl Watch {
                         };
                         // A full batch leaves more ready: those are taken at once.
                         let full = taken == BATCH_EVENTS || self.batch_bytes >= BATCH_BYTES;
-                        let wrote = self.batch_bytes > 0;
                         if !self.flush().await {
                             return;
                         }
@@ -457,13 +442,8 @@ impl Watch {
                             self.lagged(n, last).await;
                             return;
                         }
-                        if full {
-                            continue;
-                        }
-                        if let Some(at) = tick.map(|clock| clock.next_tick(tokio::time::Instant::now())) {
+                        if let Some(at) = clock.next_tick(tokio::time::Instant::now()).filter(|_| !full) {
                             tokio::time::sleep_until(at).await;
-                        } else if coalesce && wrote {
-                            let _ = tokio::time::timeout(COALESCE_LIMIT, self.queued.drained()).await;
                         }
                     }
                     Err(broadcast::error::RecvError::Lagged(n)) => {
@@ -643,10 +623,10 @@ impl Watch {
     }
 }
 
-/// The ticks every watch takes its events on when a flush interval is
-/// set: intervals of `.0` (not zero) counted from one instant for the
-/// whole process, so that under load the watches wake together, once a
-/// tick, and each takes every event of the tick before.
+/// The ticks every watch takes its events on: intervals of `.0` counted
+/// from one instant for the whole process, so that under load the watches
+/// wake together, once a tick, and each takes every event of the tick
+/// before (zero: no ticks, every commit is taken at once).
 #[derive(Debug, Clone, Copy)]
 struct FlushClock(Duration);
 
@@ -654,12 +634,16 @@ struct FlushClock(Duration);
 static FLUSH_EPOCH: std::sync::LazyLock<tokio::time::Instant> = std::sync::LazyLock::new(tokio::time::Instant::now);
 
 impl FlushClock {
-    /// The start of the tick after the one `now` falls in.
-    fn next_tick(self, now: tokio::time::Instant) -> tokio::time::Instant {
-        let interval = self.0.as_nanos().max(1);
+    /// The start of the tick after the one `now` falls in; `None` without
+    /// ticks.
+    fn next_tick(self, now: tokio::time::Instant) -> Option<tokio::time::Instant> {
+        if self.0.is_zero() {
+            return None;
+        }
+        let interval = self.0.as_nanos();
         let since = now.saturating_duration_since(*FLUSH_EPOCH).as_nanos();
         let next = (since / interval + 1) * interval;
-        *FLUSH_EPOCH + Duration::from_nanos(u64::try_from(next).unwrap_or(u64::MAX))
+        Some(*FLUSH_EPOCH + Duration::from_nanos(u64::try_from(next).unwrap_or(u64::MAX)))
     }
 }
 
@@ -725,7 +709,7 @@ mod tests {
 
     /// Every watch sleeps to the same tick boundaries, whenever its own
     /// take ended: the next boundary after now, never more than one
-    /// interval on.
+    /// interval on; none without an interval.
     #[test]
     fn flush_ticks_are_shared_boundaries_at_most_an_interval_on() {
         let ms = Duration::from_millis;
@@ -733,12 +717,13 @@ mod tests {
         let epoch = *FLUSH_EPOCH;
         for at in [0, 1, 7, 19, 20, 21, 39, 40, 1_000_003] {
             let now = epoch + ms(at);
-            let next = clock.next_tick(now);
+            let next = clock.next_tick(now).unwrap();
             assert!(next > now && next <= now + ms(20), "{at} ms: {:?}", next - now);
             assert_eq!((next - epoch).as_nanos() % ms(20).as_nanos(), 0, "{at} ms: a boundary");
         }
         // Two watches whose takes ended at different moments of one tick
         // wake together.
         assert_eq!(clock.next_tick(epoch + ms(41)), clock.next_tick(epoch + ms(59)));
+        assert_eq!(FlushClock(Duration::ZERO).next_tick(epoch + ms(5)), None);
     }
 }
