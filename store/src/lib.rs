@@ -103,7 +103,7 @@ pub use live_repair::{create_quarantine_dir, DAMAGE_NOTE};
 pub use pin::ReadPin;
 pub use record::{decode_event, encode_event};
 pub use repair::{Damage, Truncated};
-pub use serve::{write_served_event, ChunkBuf, ReadAhead};
+pub use serve::{write_served_event, ChunkBuf, ReadAhead, ReadCache};
 pub use usage::{RecordBytes, Usage};
 
 /// The on-disk format this build writes and reads.

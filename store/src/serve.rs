@@ -3,6 +3,8 @@
 //! resourceVersion spliced in, and [`ReadAhead`], neighbouring records
 //! read together for a page of a list.
 
+use std::sync::Arc;
+
 use super::*;
 
 /// Gaps up to this many bytes between records are read through by
@@ -12,12 +14,71 @@ pub(crate) const READ_AHEAD_GAP: u64 = 16 * 1024;
 /// ... and its reads are at most this long.
 pub(crate) const READ_AHEAD_SPAN: u64 = 1024 * 1024;
 
+/// A read through a [`ReadCache`] takes at least this many bytes from the
+/// first record it needs on ...
+pub(crate) const READ_CACHE_WINDOW: u64 = 16 * 1024;
+/// ... and the cache keeps at most about this many bytes of such reads.
+pub(crate) const READ_CACHE_BYTES: usize = 16 << 20;
+
+/// Spans of the record log a long list has read, kept for its next
+/// batches ([`Store::read_ahead_cached`]). A list is in (namespace, name,
+/// cluster) order, and each member's objects were committed in its own
+/// (namespace, name) order, so a list of many members reads each member's
+/// records in log order, one record every as many items as there are
+/// members: at 1,000 members a batch's records lie in as many places, one
+/// read each, and the next record of each member lies just after the last. A read of
+/// [`READ_CACHE_WINDOW`] from the first record it needs serves the
+/// member's next records too, as long as the span is kept: the cache
+/// keeps the spans read last, [`READ_CACHE_BYTES`] of them (1,024 members'
+/// windows), which at a few members is a few spans.
+#[derive(Default)]
+pub struct ReadCache {
+    /// By (segment, offset of the span's first byte).
+    spans: std::collections::BTreeMap<(u32, u32), Arc<Vec<u8>>>,
+    /// Oldest first.
+    order: std::collections::VecDeque<(u32, u32)>,
+    bytes: usize,
+    /// The log's segments and their lengths when the cache was first used:
+    /// a read is extended only within them (the records of a list were all
+    /// written by then).
+    sizes: Option<std::collections::BTreeMap<u32, u64>>,
+    /// Reads of the log made through the cache.
+    #[cfg(test)]
+    pub(crate) reads: usize,
+}
+
+impl ReadCache {
+    /// The kept span holding `p`'s record: its bytes and the record's place in them.
+    fn find(&self, p: &log::Pointer) -> Option<(Arc<Vec<u8>>, u32)> {
+        let ((segment, start), span) = self.spans.range(..=(p.segment, p.offset)).next_back()?;
+        let at = p.offset - start;
+        (*segment == p.segment && at as usize + p.len as usize <= span.len()).then(|| (span.clone(), at))
+    }
+
+    /// Keeps `span` (from `offset` of `segment`), dropping the oldest
+    /// spans beyond [`READ_CACHE_BYTES`].
+    fn keep(&mut self, segment: u32, offset: u32, span: Arc<Vec<u8>>) {
+        self.bytes += span.len();
+        if let Some(old) = self.spans.insert((segment, offset), span) {
+            self.bytes -= old.len();
+        } else {
+            self.order.push_back((segment, offset));
+        }
+        while self.bytes > READ_CACHE_BYTES {
+            let Some(key) = self.order.pop_front() else { break };
+            if let Some(old) = self.spans.remove(&key) {
+                self.bytes -= old.len();
+            }
+        }
+    }
+}
+
 /// Event records read together ([`Store::read_ahead`]).
 #[derive(Default)]
 pub struct ReadAhead {
     /// By RV.
     records: Vec<(u64, Held)>,
-    spans: Vec<Vec<u8>>,
+    pub(crate) spans: Vec<Arc<Vec<u8>>>,
     /// The dictionaries when the records were read (looked up once per
     /// batch, not once per record under the store's lock).
     dicts: Dicts,
@@ -209,6 +270,18 @@ impl Store {
     /// the order kubefold lists them in (namespace, name), so a page of a
     /// list is mostly a few runs of neighbouring records.
     pub fn read_ahead(&self, rvs: impl IntoIterator<Item = u64>) -> Result<ReadAhead> {
+        self.read_ahead_in(rvs, None)
+    }
+
+    /// [`Store::read_ahead`] for one of many batches of a long list:
+    /// records in a span `cache` kept are taken from it, and the reads
+    /// made are at least [`READ_CACHE_WINDOW`] long and kept for the next
+    /// batches (see [`ReadCache`]).
+    pub fn read_ahead_cached(&self, rvs: impl IntoIterator<Item = u64>, cache: &mut ReadCache) -> Result<ReadAhead> {
+        self.read_ahead_in(rvs, Some(cache))
+    }
+
+    fn read_ahead_in(&self, rvs: impl IntoIterator<Item = u64>, mut cache: Option<&mut ReadCache>) -> Result<ReadAhead> {
         let mut ahead = ReadAhead { dicts: self.dicts.read().unwrap_or_else(|e| e.into_inner()).clone(), ..ReadAhead::default() };
         let mut logged: Vec<(u64, log::Pointer)> = Vec::new();
         for (rv, located) in self.locations.get_many(rvs) {
@@ -223,6 +296,29 @@ impl Store {
             }
         }
         logged.sort_unstable_by_key(|(_, p)| (p.segment, p.offset));
+        if let Some(cache) = cache.as_deref_mut() {
+            if cache.sizes.is_none() {
+                cache.sizes = Some(self.log.segment_sizes().unwrap_or_default());
+            }
+            // Records in kept spans are taken from them; the others are read.
+            let mut unread = Vec::with_capacity(logged.len());
+            for (rv, p) in logged {
+                match cache.find(&p) {
+                    Some((span, at)) => {
+                        let bytes = &span[at as usize..(at + p.len) as usize];
+                        if crc32fast::hash(bytes) != p.crc {
+                            let what = format!("event {rv}: log segment {} at {}: checksum mismatch", p.segment, p.offset);
+                            self.note_damage(rv, &what);
+                            return Err(Error::Corrupt { what });
+                        }
+                        ahead.records.push((rv, Held::Span { span: ahead.spans.len() as u32, start: at, len: p.len }));
+                        ahead.spans.push(span);
+                    }
+                    None => unread.push((rv, p)),
+                }
+            }
+            logged = unread;
+        }
         let mut run = 0;
         while run < logged.len() {
             let first = logged[run].1;
@@ -236,7 +332,11 @@ impl Store {
                 end = end.max(p_end);
                 next += 1;
             }
-            let len = (end - u64::from(first.offset)) as usize;
+            let mut len = (end - u64::from(first.offset)) as usize;
+            // Through a cache: at least its window, within the segment.
+            if let Some(size) = cache.as_deref().and_then(|c| c.sizes.as_ref()?.get(&first.segment).copied()) {
+                len = len.max(READ_CACHE_WINDOW.min(size.saturating_sub(u64::from(first.offset))) as usize);
+            }
             // A segment gone since the pointers were read: those records
             // are read on their own, through their new pointers.
             if let Some(span) = self.log.read_span(first.segment, first.offset, len).map_err(|what| Error::Corrupt { what })? {
@@ -250,6 +350,14 @@ impl Store {
                         return Err(Error::Corrupt { what });
                     }
                     ahead.records.push((*rv, Held::Span { span: index, start, len: p.len }));
+                }
+                let span = Arc::new(span);
+                if let Some(cache) = cache.as_deref_mut() {
+                    #[cfg(test)]
+                    {
+                        cache.reads += 1;
+                    }
+                    cache.keep(first.segment, first.offset, span.clone());
                 }
                 ahead.spans.push(span);
             }

@@ -11,6 +11,8 @@ use proptest::prelude::*;
 
 use super::*;
 
+mod read_cache;
+
 fn pod_change(name: &str, member_rv: u64, delete: bool) -> Change {
     let pods = resources::find(&resources::builtin(), "", "v1", "pods").unwrap().clone();
     let raw = format!(

@@ -179,6 +179,7 @@ impl List {
         let (store, writer, pin) = (self.store, self.writer, self.pin);
         let mut current: Option<Current> = None;
         let mut ended = false;
+        let mut cache = kubefold_store::ReadCache::default();
         taking_turns(futures::stream::poll_fn(move |cx| {
             let _pin = &pin;
             if ended {
@@ -191,7 +192,7 @@ impl List {
             let batch = match &mut current {
                 Some(batch) => batch,
                 None => match std::task::ready!(batches.poll_recv(cx)) {
-                    Some(Feed::Batch { first, items, clusters }) => match store.read_ahead(items.iter().map(|item| item.rv)) {
+                    Some(Feed::Batch { first, items, clusters }) => match store.read_ahead_cached(items.iter().map(|item| item.rv), &mut cache) {
                         Ok(ahead) => current.insert(Current { first, items, clusters, ahead, pos: 0 }),
                         Err(e) => {
                             ended = true;
@@ -318,6 +319,7 @@ impl List {
 /// is passed on. Stops at the end, at an error (sent on) or when the
 /// client went away.
 fn produce(store: &kubefold_store::Store, writer: &ItemWriter, batches: &std::sync::mpsc::Receiver<Feed>, gzip: bool, tx: &tokio::sync::mpsc::Sender<Result<Option<(Produced, bool)>, String>>) {
+    let mut cache = kubefold_store::ReadCache::default();
     while let Ok(feed) = batches.recv() {
         let Feed::Batch { first, items, clusters } = feed else {
             let _ = tx.blocking_send(Ok(None));
@@ -325,7 +327,7 @@ fn produce(store: &kubefold_store::Store, writer: &ItemWriter, batches: &std::sy
         };
         let mut out = chunk_buffer(LIST_CHUNK_BYTES.min(items.len() * 4096) + 64);
         // The batch's records, neighbours read together.
-        let ahead = match store.read_ahead(items.iter().map(|item| item.rv)) {
+        let ahead = match store.read_ahead_cached(items.iter().map(|item| item.rv), &mut cache) {
             Ok(ahead) => ahead,
             Err(e) => {
                 let _ = tx.blocking_send(Err(e.to_string()));

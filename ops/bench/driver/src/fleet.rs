@@ -4,7 +4,8 @@
 //! initial sync, RSS, the list of every pod against the loopback limit (the
 //! same bytes served from memory), one cluster's pods, a 1% label selector,
 //! gets at a fixed rate, gets while many members are restored at once (each
-//! must be relisted), and a warm restart.
+//! must be relisted), the watch fan-out under churn ([`crate::fleet_watch`])
+//! and a warm restart.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -35,17 +36,22 @@ pub struct FleetPlan {
     pub restored: usize,
     /// Timed repetitions of the list of every pod.
     pub list_reps: usize,
+    /// Watch clients of the fan-out measure ([`crate::fleet_watch`]).
+    pub watch_clients: usize,
+    /// Events per second across the fleet during it.
+    pub watch_events_per_sec: f64,
 }
 
 impl FleetPlan {
-    /// `--quick`: 20 members, 20,000 pods.
+    /// `--quick`: 20 members, 20,000 pods; 100 watch clients, 200 events/s.
     pub fn quick() -> FleetPlan {
-        FleetPlan { members: 20, pods: 20_000, restored: 10, list_reps: 5 }
+        FleetPlan { members: 20, pods: 20_000, restored: 10, list_reps: 5, watch_clients: 100, watch_events_per_sec: 200.0 }
     }
 
-    /// The full run: Karmada's 1,000 members, and as many pods as asked (`--sizes`).
+    /// The full run: Karmada's 1,000 members, and as many pods as asked
+    /// (`--fleet-pods`); 1,000 watch clients, 1,000 events/s.
     pub fn full() -> FleetPlan {
-        FleetPlan { members: 1_000, pods: 2_000_000, restored: 100, list_reps: 3 }
+        FleetPlan { members: 1_000, pods: 2_000_000, restored: 100, list_reps: 3, watch_clients: 1_000, watch_events_per_sec: 1_000.0 }
     }
 }
 
@@ -349,6 +355,12 @@ pub async fn run(ctx: &Ctx, report: &mut Report, plan: &FleetPlan) -> Result<()>
     let (_, metrics) = client.get_bytes("/metrics", None).await?;
     let metrics_ms = t0.elapsed().as_secs_f64() * 1e3;
     let metrics_lines = metrics.iter().filter(|b| **b == b'\n').count();
+
+    // Watch fan-out with churn across the fleet.
+    let fan_out = crate::fleet_watch::FanOut { clients: plan.watch_clients, events_per_sec: plan.watch_events_per_sec };
+    if let Err(e) = crate::fleet_watch::run(ctx, report, &fan_out, &kubefold, &sim, &members).await {
+        report.note(format!("fleet watch fan-out not measured: {e:#}"));
+    }
 
     // Warm restart: SIGKILL, start again on the same data dir, time to the first list served.
     let before = client.get_json("/admin/v1/stats").await?;

@@ -6,7 +6,8 @@
 //! records batch-inserted into a raw sled tree). Prints one table and
 //! writes it as JSON.
 //!
-//! - [`fleet`]: `--fleet`, kubefold over many members of one simulator.
+//! - [`fleet`]: `--fleet`, kubefold over many members of one simulator;
+//!   [`fleet_watch`]: its watch fan-out under churn.
 //! - [`procs`]: child processes, /proc measurements, cleanup.
 //! - [`http`]: the HTTP/1.1 client and the in-memory "limit" server.
 //! - [`load`]: open- and closed-loop gets, watch clients, marker writes.
@@ -18,6 +19,7 @@
 //!   kubefold against the member directly.
 
 mod fleet;
+mod fleet_watch;
 mod http;
 mod load;
 mod phases;

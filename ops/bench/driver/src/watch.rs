@@ -21,7 +21,7 @@ use crate::stats::{summary, Summary};
 use crate::Ctx;
 
 /// A list's resourceVersion.
-async fn list_rv(addr: SocketAddr, path: &str) -> Result<u64> {
+pub(crate) async fn list_rv(addr: SocketAddr, path: &str) -> Result<u64> {
     let (status, body) = http::get_once(addr, path, Duration::from_secs(30)).await?;
     if status != 200 {
         bail!("GET {path}: HTTP {status}");
@@ -31,14 +31,18 @@ async fn list_rv(addr: SocketAddr, path: &str) -> Result<u64> {
 }
 
 /// One watch case's clients.
-struct WatchCase {
+pub(crate) struct WatchCase {
     name: String,
-    logs: Vec<WatchLog>,
+    /// What each client saw.
+    pub(crate) logs: Vec<WatchLog>,
     /// Member each client watched directly, when not kubefold.
     member_of: Vec<Option<u64>>,
-    window: (u64, u64),
-    kubefold_cpu: f64,
-    driver_cpu: f64,
+    /// The measured window (ns from `base`).
+    pub(crate) window: (u64, u64),
+    /// kubefold's CPU over the window (cores).
+    pub(crate) kubefold_cpu: f64,
+    /// The driver's CPU over the window (cores).
+    pub(crate) driver_cpu: f64,
     members_cpu: f64,
     connect_s: f64,
     /// Lateness of a 10 ms timer in the driver during the window (ms): how
@@ -53,7 +57,7 @@ struct WatchCase {
     /// Messages (writes) kubefold handed its watch clients over the
     /// window, and the lines in them (`kubefold_watch_messages_total`,
     /// `kubefold_watch_lines_total`).
-    writes: Option<(f64, f64)>,
+    pub(crate) writes: Option<(f64, f64)>,
 }
 
 /// kubefold's counts of watch messages and lines so far, from `/metrics`.
@@ -80,7 +84,10 @@ const TIMELINE_COLUMNS: [&str; 8] = [
     "cpu pressure some ms",
 ];
 
-async fn run_watch_case(
+/// Connects `clients` (address, path, what their lines are), lets them
+/// settle, and measures a window of `ctx.plan.watch_secs`: what each
+/// client received, and kubefold's, the driver's and `sims`' CPU.
+pub(crate) async fn run_watch_case(
     ctx: &Ctx,
     name: &str,
     base: Instant,

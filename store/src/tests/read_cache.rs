@@ -1,0 +1,39 @@
+//! [`crate::ReadCache`]: the batches of a list of many members, read
+//! through it, are served exactly as record by record, with a read per
+//! window rather than one per record.
+
+use super::*;
+
+/// 2,000 objects committed in order, ten places of 200 in the log (more
+/// than the read-ahead gap apart); 20 batches that take one object from
+/// each place, each batch the next object of every place (a list over ten
+/// members reads its records so). Through a cache, every object is served
+/// as it is read alone, and each place costs a read or two (its window),
+/// not one per object: at most 20 reads where the batches read alone take
+/// 200.
+#[test]
+fn batches_over_many_places_read_through_a_cache_serve_the_same_objects_with_few_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options { log_segment_bytes: 8 << 20, ..Options::default() };
+    let store = Store::open(dir.path(), &opts).unwrap();
+    let mut index = Index::at(0);
+    let events = commit_changes(&store, &mut index, (0..2000).map(|i| pod_change(&format!("p{i:04}"), i + 1, false)).collect());
+    let rvs: Vec<u64> = events.iter().map(|e| e.rv).collect();
+    let mut cache = ReadCache::default();
+    let mut alone_reads = 0;
+    for k in 0..20 {
+        let batch: Vec<u64> = (0..10).map(|place| rvs[place * 200 + k]).collect();
+        let cached = store.read_ahead_cached(batch.iter().copied(), &mut cache).unwrap();
+        let alone = store.read_ahead(batch.iter().copied()).unwrap();
+        alone_reads += alone.spans.len();
+        for rv in &batch {
+            let (mut one, mut through) = (ChunkBuf::default(), ChunkBuf::default());
+            assert!(store.write_served(*rv, Some("_m1"), &mut one).unwrap());
+            assert!(store.write_served_from(&cached, *rv, Some("_m1"), &mut through).unwrap());
+            assert_eq!(one.written(), through.written(), "object version {rv}");
+            assert_eq!(store.body_from(&cached, *rv).unwrap(), store.body(*rv).unwrap());
+        }
+    }
+    assert_eq!(alone_reads, 200, "read alone, each batch reads its ten places apart");
+    assert!(cache.reads <= 20, "{} reads through the cache", cache.reads);
+}
