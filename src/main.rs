@@ -12,6 +12,8 @@ mod admin_cli;
 mod config;
 mod demo;
 mod etcd;
+#[cfg(feature = "etcd")]
+mod etcd_load;
 mod karmada;
 mod offline;
 mod resolve;
@@ -130,6 +132,11 @@ enum Command {
         #[arg(long, value_name = "N", default_value_t = 0)]
         min_resource_version: u64,
     },
+    /// The raw etcd reference of `ops/bench/run --etcd`: a replica's
+    /// transactions written again to another etcd by a plain client.
+    #[cfg(feature = "etcd")]
+    #[command(hide = true)]
+    EtcdRawLoad(etcd_load::RawLoadArgs),
 }
 
 /// Flags of `kubefold serve`; they override the config file.
@@ -523,6 +530,8 @@ fn run() -> anyhow::Result<()> {
             private_files();
             offline::restore(&input, &data_dir, min_resource_version)
         }
+        #[cfg(feature = "etcd")]
+        Command::EtcdRawLoad(args) => etcd_load::run(args),
     }
 }
 

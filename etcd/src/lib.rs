@@ -41,6 +41,9 @@ use kubefold_engine::event::StoredEvent;
 use kubefold_store::shared::{rv_of, revision_of, CaughtUp, Replicated, SharedError, SharedFuture, SharedLog, MAX_EVENTS_PER_REVISION};
 use tracing::{info, warn};
 
+/// The etcd client crate kubefold's log is written with (the benchmarks'
+/// raw etcd reference writes with the same).
+pub use etcd_client;
 pub use lease::{MemberControl, Membership, MembershipOptions, ReplicaRecord, DEFAULT_LEASE_TTL};
 pub use watch::{Change, LogWatch};
 

@@ -56,7 +56,7 @@ impl FleetPlan {
 }
 
 /// The member lines written by the simulator, once it wrote them all.
-async fn wait_members(sim: &mut Proc, file: &Path, count: usize, timeout: Duration) -> Result<Vec<(String, SocketAddr)>> {
+pub async fn wait_members(sim: &mut Proc, file: &Path, count: usize, timeout: Duration) -> Result<Vec<(String, SocketAddr)>> {
     let deadline = Instant::now() + timeout;
     loop {
         if let Ok(text) = std::fs::read_to_string(file) {
@@ -95,7 +95,7 @@ fn spawn_kubefold(ctx: &Ctx, tag: &str, data_dir: &Path, members_file: &Path) ->
 }
 
 /// Spawn to `/readyz` 200 with every pod in `/admin/v1/stats`: (seconds since spawn, seconds after listening).
-async fn wait_synced(kubefold: &mut Proc, pods: usize, timeout: Duration) -> Result<(f64, f64)> {
+pub async fn wait_synced(kubefold: &mut Proc, pods: usize, timeout: Duration) -> Result<(f64, f64)> {
     let addr = kubefold.wait_listening(Duration::from_secs(120))?;
     let listen_s = kubefold.spawned.elapsed().as_secs_f64();
     let mut client = Client::new(addr);

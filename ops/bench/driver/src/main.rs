@@ -17,13 +17,17 @@
 //! - [`stats`]: percentiles of samples.
 //! - [`streams`]: `--streams`, exec and port-forward streams through
 //!   kubefold against the member directly.
+//! - [`replicas`], [`etcdproc`]: `--etcd`, kubefold replicas on etcd against
+//!   sled, a raw etcd load, one replica, and the lease TTL.
 
+mod etcdproc;
 mod fleet;
 mod fleet_watch;
 mod http;
 mod load;
 mod phases;
 mod procs;
+mod replicas;
 mod report;
 mod sledref;
 mod stats;
@@ -81,6 +85,8 @@ pub struct Plan {
     pub fleet: Option<fleet::FleetPlan>,
     /// `--streams`: only the streams phase ([`streams`]).
     pub streams: bool,
+    /// `--etcd`: the replicas-on-etcd run ([`replicas`]) instead of the size steps.
+    pub etcd: Option<replicas::EtcdPlan>,
 }
 
 impl Plan {
@@ -107,6 +113,7 @@ impl Plan {
             watch_pause_of: "kubefold".into(),
             fleet: None,
             streams: false,
+            etcd: None,
         }
     }
 
@@ -133,6 +140,7 @@ impl Plan {
             watch_pause_of: "kubefold".into(),
             fleet: None,
             streams: false,
+            etcd: None,
         }
     }
 
@@ -182,7 +190,7 @@ fn usage() -> ! {
         "usage: kubefold-bench --kubefold PATH [--quick] [--out DIR] [--budget-secs S] [--sizes N,N,..] [--sims N]\n\
          \x20                     [--watchers N] [--watch-settle-secs S] [--no-watch] [--only-watch] [--no-restart] [--command TEXT]\n\
          \x20                     [--watch-pause-ms MS [--watch-pause-of kubefold|members|driver|all]]\n\
-         \x20                     [--fleet [--fleet-members N] [--fleet-pods N]] [--streams]"
+         \x20                     [--fleet [--fleet-members N] [--fleet-pods N]] [--streams] [--etcd]"
     );
     std::process::exit(2)
 }
@@ -192,6 +200,10 @@ struct Args {
     kubefold: PathBuf,
     out: PathBuf,
     command: String,
+}
+
+fn argv_has(flag: &str) -> bool {
+    std::env::args().any(|a| a == flag)
 }
 
 fn parse_args() -> Result<Args> {
@@ -232,6 +244,7 @@ fn parse_args() -> Result<Args> {
             "--fleet-members" => fleet_members = Some(value().parse().context("--fleet-members")?),
             "--fleet-pods" => fleet_pods = Some(value().replace('_', "").parse().context("--fleet-pods")?),
             "--streams" => plan.streams = true,
+            "--etcd" => plan.etcd = Some(if quick { replicas::EtcdPlan::quick() } else { replicas::EtcdPlan::full() }),
             "--command" => command = value(),
             "-h" | "--help" => usage(),
             other => bail!("unknown argument {other:?}"),
@@ -251,6 +264,18 @@ fn parse_args() -> Result<Args> {
         }
     } else if fleet_members.is_some() || fleet_pods.is_some() {
         bail!("--fleet-members and --fleet-pods go with --fleet");
+    }
+    if let Some(etcd) = plan.etcd.as_mut() {
+        // --sizes and --sims size the etcd run too.
+        if argv_has("--sizes") {
+            etcd.sizes = plan.sizes.clone();
+        }
+        if argv_has("--sims") {
+            etcd.members = plan.sims;
+        }
+        if etcd.sizes.iter().any(|&n| n < etcd.members) {
+            bail!("--etcd: every size must be at least the number of members");
+        }
     }
     if plan.sims == 0 || plan.sims > 99 {
         bail!("--sims must be 1..99");
@@ -310,6 +335,10 @@ fn main() -> Result<()> {
     // The phases run on this (the main) thread: children are spawned from it.
     let outcome = match ctx.plan.fleet.clone() {
         Some(fleet) => runtime.block_on(fleet::run(&ctx, &mut report, &fleet)),
+        None if ctx.plan.etcd.is_some() => {
+            let plan = ctx.plan.etcd.clone().unwrap_or_else(replicas::EtcdPlan::quick);
+            runtime.block_on(replicas::run(&ctx, &mut report, &plan))
+        }
         None if ctx.plan.streams => runtime.block_on(streams::run(&ctx, &mut report)),
         None => runtime.block_on(phases::run(&ctx, &mut report)),
     };
