@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use kubefold_etcd::etcd_client::{Client, ConnectOptions, GetOptions, Txn, TxnOp};
+use kubefold_etcd::prefix_end;
 
 /// Flags of `kubefold etcd-raw-load`.
 #[derive(clap::Args)]
@@ -31,18 +32,6 @@ pub struct RawLoadArgs {
     /// another, as kubefold's fenced commits are).
     #[arg(long, default_value_t = 1)]
     concurrency: usize,
-}
-
-/// The key just after every key starting with `prefix`.
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
 }
 
 /// One of kubefold's transactions: its keys and values.
@@ -174,11 +163,6 @@ pub fn run(args: RawLoadArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_range_of_a_prefix_ends_after_its_keys() {
-        assert_eq!(prefix_end(b"/kubefold/"), b"/kubefold0".to_vec());
-    }
 
     #[test]
     fn every_transaction_gets_the_head_key_and_is_counted() {

@@ -101,7 +101,7 @@ fn unavailable(e: impl std::fmt::Display) -> SharedError {
 
 /// The key just after every key starting with `prefix` (etcd's range end
 /// of a prefix).
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();
     while let Some(last) = end.pop() {
         if last < 0xff {

@@ -274,13 +274,7 @@ pub async fn run(ctx: &Ctx, report: &mut Report, plan: &FleetPlan) -> Result<()>
     );
 
     // Gets at a fixed rate, by qualified name, over every member.
-    let mut seed = 0x2545_f491_4f6c_dd1du64;
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut next = crate::stats::xorshift(0x2545_f491_4f6c_dd1du64);
     let targets: Arc<Vec<Target>> = Arc::new(
         (0..20_000)
             .map(|_| {

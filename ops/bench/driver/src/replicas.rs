@@ -322,13 +322,7 @@ async fn measure(ctx: &Ctx, plan: &EtcdPlan, addrs: &[SocketAddr], members: &[(S
     }
 
     // Gets at a fixed rate, by qualified name, spread over the replicas.
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut next = crate::stats::xorshift(0x9e37_79b9_7f4a_7c15u64);
     let targets: Arc<Vec<Target>> = Arc::new(
         (0..20_000)
             .map(|k| {

@@ -19,6 +19,17 @@ pub struct Summary {
     pub mean: f64,
 }
 
+/// A xorshift64 sequence from `seed` (not zero): the same picks in every
+/// run, so two builds measured side by side get the same requests.
+pub fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    }
+}
+
 /// Summarises `samples` (any order).
 pub fn summary(mut samples: Vec<f64>) -> Summary {
     if samples.is_empty() {
