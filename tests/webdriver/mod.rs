@@ -43,7 +43,10 @@ impl Browser {
             .stderr(Stdio::null())
             .spawn()
             .expect("chromedriver starts");
-        let http = reqwest::blocking::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
+        // A bound against a hung browser, not a speed check: on a loaded
+        // 2-core machine one WebDriver call over a page of 1,000 live
+        // members has taken over a minute.
+        let http = reqwest::blocking::Client::builder().timeout(Duration::from_secs(180)).build().unwrap();
         let base = format!("http://127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(30);
         while http.get(format!("{base}/status")).send().map(|r| !r.status().is_success()).unwrap_or(true) {
