@@ -21,10 +21,18 @@ use kubefold_testdata::sim::{SimConfig, Workload};
 use serde_json::Value;
 
 const MEMBERS: usize = 6;
+const PODS: usize = 3000;
 
-/// Pods over the fleet (`KUBEFOLD_TEST_JOIN_PODS` for a larger run).
-fn pods() -> usize {
-    std::env::var("KUBEFOLD_TEST_JOIN_PODS").ok().and_then(|p| p.parse().ok()).unwrap_or(3000)
+/// Compacts etcd's history at its current revision, as an operator (or
+/// etcd's own `--auto-compaction-retention`, or a kube-apiserver sharing
+/// the etcd) does: after it, a watch from an older revision is refused.
+fn compact_etcd(etcd: &Etcd) -> u64 {
+    let client = reqwest::blocking::Client::new();
+    let status: Value = client.post(format!("{}/v3/maintenance/status", etcd.url())).body("{}").send().unwrap().json().unwrap();
+    let revision: u64 = status["header"]["revision"].as_str().unwrap().parse().unwrap();
+    let compacted = client.post(format!("{}/v3/kv/compaction", etcd.url())).body(format!(r#"{{"revision":"{revision}","physical":true}}"#)).send().unwrap();
+    assert!(compacted.status().is_success(), "etcd compacts at {revision}");
+    revision
 }
 
 /// `(replica id, owned members)` of `/admin/v1/replicas` on `kf`.
@@ -84,12 +92,9 @@ fn watch_markers(url: String, rv: u64) -> Arc<Mutex<(BTreeSet<(String, String)>,
 #[test]
 fn members_handed_to_joining_replicas_keep_their_changes_flowing() {
     let Some(etcd) = Etcd::start() else { return };
-    let ttl = std::env::var("KUBEFOLD_TEST_JOIN_TTL").unwrap_or_else(|_| "3".into());
-    let join_early = std::env::var("KUBEFOLD_TEST_JOIN_EARLY").is_ok();
-    let pods = pods();
     let fleet = fleet::start(FleetConfig {
         clusters: MEMBERS,
-        pods,
+        pods: PODS,
         member: SimConfig { workload: Workload::Empty, ..SimConfig::default() },
         ..FleetConfig::default()
     })
@@ -102,7 +107,7 @@ fn members_handed_to_joining_replicas_keep_their_changes_flowing() {
     let etcd_url = etcd.url();
     let serve = |i: usize| {
         let id = format!("r{}", i + 1);
-        Kubefold::serve(&dirs[i].1, &[], &["--clusters-file", &members_file, "--etcd-servers", &etcd_url, "--etcd-lease-ttl", &ttl, "--etcd-replica-id", &id])
+        Kubefold::serve(&dirs[i].1, &[], &["--clusters-file", &members_file, "--etcd-servers", &etcd_url, "--etcd-lease-ttl", "3", "--etcd-replica-id", &id])
     };
     let first = serve(0);
     let logs = Arc::new(Mutex::new(vec![first.log_handle()]));
@@ -112,15 +117,16 @@ fn members_handed_to_joining_replicas_keep_their_changes_flowing() {
             eprintln!("r{}'s log:\n{}", i + 1, log.lock().unwrap());
         }
     }));
-    if !join_early {
-        wait_for(Duration::from_secs(300), "r1 serving every pod", || pod_count(&first) == pods);
-    }
+    wait_for(Duration::from_secs(300), "r1 serving every pod", || pod_count(&first) == PODS);
+    // etcd's history up to now is compacted away: the replicas that join
+    // build their copies from etcd's current keys.
+    compact_etcd(&etcd);
 
     let (second, third) = (serve(1), serve(2));
     logs.lock().unwrap().extend([second.log_handle(), third.log_handle()]);
     let replicas = [&first, &second, &third];
     for kf in replicas {
-        wait_for(Duration::from_secs(300), "every replica serving every pod", || pod_count(kf) == pods);
+        wait_for(Duration::from_secs(300), "every replica serving every pod", || pod_count(kf) == PODS);
     }
     // Settled: the three replicas, each owning members, every member owned
     // once, the same over two lease renewals.
@@ -143,7 +149,7 @@ fn members_handed_to_joining_replicas_keep_their_changes_flowing() {
 
     // A change on every member, made on the member itself.
     let client = reqwest::blocking::Client::new();
-    let per = pods / MEMBERS;
+    let per = PODS / MEMBERS;
     let mut changes = Vec::new();
     for (m, member) in fleet.members().iter().enumerate() {
         for k in 0..3 {
