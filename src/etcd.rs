@@ -125,11 +125,18 @@ impl Replica {
                 use tracing::warn;
                 let mut backoff = std::time::Duration::from_millis(200);
                 let mut watch: Option<kubefold_etcd::LogWatch> = None;
+                // The revision etcd's history was last compacted at, as a
+                // watch that started before it was told: every catch-up
+                // after that read the log at a later revision, so the watch
+                // resumes from it at least (the log's head may be older:
+                // etcd's revisions also count the replicas' other keys and
+                // any other writer's).
+                let mut compacted = 0u64;
                 loop {
                     let Some(current) = watch.as_mut() else {
                         match aggregator.send(CatchUp).await {
                             Ok(Ok(revision)) => {
-                                watch = Some(log.watch(revision));
+                                watch = Some(log.watch(revision.max(compacted.saturating_sub(1))));
                                 backoff = std::time::Duration::from_millis(200);
                             }
                             Ok(Err(e)) => {
@@ -152,6 +159,14 @@ impl Replica {
                             }
                             Err(_) => return,
                         },
+                        Err(_) if current.compacted_at() > compacted => {
+                            compacted = current.compacted_at();
+                            tracing::info!(
+                                compacted_revision = compacted,
+                                "etcd's history was compacted past the revision this replica watched from; catching up with a range read, then watching from the compaction."
+                            );
+                            watch = None;
+                        }
                         Err(e) => {
                             warn!(error = %e, "The etcd watch failed; catching up, then watching again.");
                             tokio::time::sleep(backoff).await;

@@ -25,17 +25,32 @@ pub struct LogWatch {
     log: Arc<EtcdLog>,
     after: u64,
     stream: Option<WatchStream>,
+    /// The revision etcd's history was compacted at, when etcd cancelled
+    /// this watch because it started before it (0 otherwise).
+    compacted: u64,
 }
 
 impl LogWatch {
     pub(crate) fn new(log: Arc<EtcdLog>, after: u64) -> LogWatch {
-        LogWatch { log, after, stream: None }
+        LogWatch { log, after, stream: None, compacted: 0 }
     }
 
     /// Watches again after `revision` (a catch-up applied up to it).
     pub fn resume_after(&mut self, revision: u64) {
         self.after = revision;
         self.stream = None;
+    }
+
+    /// The revision etcd's history was compacted at, when etcd cancelled
+    /// this watch because it started before it (0 otherwise). etcd's
+    /// history is compacted by kubefold and also by others (an operator,
+    /// etcd's own `--auto-compaction-retention`, a kube-apiserver sharing
+    /// the etcd), at a revision that may be above the log's head: a watch
+    /// from the head is then refused until the log moves past it, while a
+    /// range read still gives everything. After a catch-up that read the
+    /// log after this, the watch resumes from it.
+    pub fn compacted_at(&self) -> u64 {
+        self.compacted
     }
 
     /// The revision the watch has delivered up to.
@@ -67,6 +82,7 @@ impl LogWatch {
         };
         if response.canceled() || response.compact_revision() > 0 {
             self.stream = None;
+            self.compacted = self.compacted.max(response.compact_revision().max(0) as u64);
             return Err(unavailable(format!("the etcd watch was cancelled (compacted at revision {})", response.compact_revision())));
         }
         let mut changes = Vec::new();

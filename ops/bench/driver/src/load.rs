@@ -370,10 +370,28 @@ fn record(log: &mut WatchLog, line: &[u8], kind: LineKind, finders: &Finders, no
     }
 }
 
+/// The value of the next marker annotation: unique in the driver's process.
+/// Every measure picks its pods in the same seeded order, so a serial that
+/// started again at each measure wrote a later measure's markers with the
+/// values the earlier one left on those pods: no-op patches, which a member
+/// answers 200 with the object unchanged (no new resourceVersion, no watch
+/// event), and the watch clients waited for events that never happen.
+fn next_marker() -> u64 {
+    static MARKERS: AtomicU64 = AtomicU64::new(0);
+    MARKERS.fetch_add(1, Ordering::Relaxed) + 1
+}
+
+/// The merge patch that writes marker `serial`.
+fn marker_patch(serial: u64) -> String {
+    format!("{{\"metadata\":{{\"annotations\":{{\"bench.kubefold.io/marker\":\"{serial}\"}}}}}}")
+}
+
 /// Marker writes: `rate` merge patches per second to random load pods of the
 /// members, each recorded as (event key, send time) once the member answers
 /// with the new resourceVersion. A pod the member's churn has deleted (404)
 /// is not a failure: another pod is picked at once (up to 5 tries a tick).
+/// Each marker's value is new in the process ([`next_marker`]), so every
+/// patch changes its pod, also when a pod is picked again.
 pub async fn marker_writes(
     members: Vec<SocketAddr>,
     pods_per_member: usize,
@@ -386,7 +404,6 @@ pub async fn marker_writes(
     let mut sent = Vec::new();
     let mut failures = 0;
     let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
-    let mut serial = 0u64;
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
@@ -397,9 +414,8 @@ pub async fn marker_writes(
             tries += 1;
             let m = rng.random_range(0..clients.len());
             let i = rng.random_range(0..pods_per_member.max(1));
-            serial += 1;
             let path = format!("/api/v1/namespaces/load-{}/pods/load-{i}", i % 10);
-            let body = format!("{{\"metadata\":{{\"annotations\":{{\"bench.kubefold.io/marker\":\"{serial}\"}}}}}}");
+            let body = marker_patch(next_marker());
             let t = base.elapsed().as_nanos() as u64;
             match clients[m].request(Method::PATCH, &path, "application/merge-patch+json", Bytes::from(body)).await {
                 Ok((200, reply)) => {
@@ -422,6 +438,19 @@ pub async fn marker_writes(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_marker_value_is_never_written_twice() {
+        // Two measures, one after the other, as the --etcd run makes them:
+        // the second's values differ from the first's, so its patches of the
+        // same pods change them (a member ignores a patch that changes nothing).
+        let first: Vec<u64> = (0..50).map(|_| next_marker()).collect();
+        let second: Vec<u64> = (0..50).map(|_| next_marker()).collect();
+        let all: std::collections::HashSet<u64> = first.iter().chain(&second).copied().collect();
+        assert_eq!(all.len(), 100, "{first:?} {second:?}");
+        let patch: serde_json::Value = serde_json::from_str(&marker_patch(second[0])).unwrap();
+        assert_eq!(patch["metadata"]["annotations"]["bench.kubefold.io/marker"], second[0].to_string());
+    }
 
     #[test]
     fn lines_are_classified_by_their_annotations() {
