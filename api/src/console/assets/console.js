@@ -129,6 +129,7 @@ async function boot(fromForm) {
 const fleet = {
   members: new Map(),
   estimators: new Map(),
+  estimatorsPending: false,
   page: 0,
   filter: '',
   samples: [],
@@ -232,6 +233,16 @@ const fleet = {
     if (event.type === 'ERROR') return;
     const e = event.object;
     if (event.type === 'DELETED') this.estimators.delete(e.cluster); else this.estimators.set(e.cluster, e);
+    // One rendering for a burst of events: a fleet of 1,000 members sends
+    // 1,000 at once, and rebuilding the whole table for each of them is
+    // quadratic work on the page's only thread.
+    if (!this.estimatorsPending) {
+      this.estimatorsPending = true;
+      setTimeout(() => { this.estimatorsPending = false; this.renderEstimators(); }, 100);
+    }
+  },
+
+  renderEstimators() {
     const rows = [...this.estimators.values()].sort((a, b) => a.cluster.localeCompare(b.cluster)).map((e) => {
       const p = e.probe;
       const probe = !p ? 'not probed yet' : p.reachable ? `reachable${p.latencyMs != null ? ` (${p.latencyMs.toFixed(1)} ms)` : ''}` : `unreachable: ${p.error || ''}`;
@@ -239,7 +250,8 @@ const fleet = {
       return `<tr data-cluster="${esc(e.cluster)}"><td>${esc(e.cluster)}</td><td>${esc(e.rule)}</td><td>${esc((e.addresses || []).join(', '))}</td>`
         + `<td class="probe ${cls}">${esc(probe)}</td><td class="error">${esc(e.error || '')}</td></tr>`;
     });
-    document.querySelector('#estimators tbody').innerHTML = rows.join('');
+    const body = document.querySelector('#estimators tbody');
+    if (body) body.innerHTML = rows.join('');
   },
 };
 
