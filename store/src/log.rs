@@ -212,6 +212,9 @@ struct Writer {
     next_id: u32,
     /// The newest commit's mark, repeated after appends of no commit.
     mark: Option<Mark>,
+    /// A segment was created by an append without `sync`: the directory
+    /// is synced by the next append with `sync`.
+    dir_dirty: bool,
     /// The write buffer, kept between appends (up to [`KEPT_BUFFER`]): a
     /// new one of a megabyte per commit cost page faults, a tenth of a
     /// sync's CPU time with its other fresh memory.
@@ -259,7 +262,7 @@ impl RecordLog {
         }
         let next_id = segments.keys().next_back().map_or(1, |id| id + 1);
         let mark = newest_mark(&segments);
-        Ok(RecordLog { dir, segment_bytes: segment_bytes.max(1), segments: RwLock::new(segments), writer: Mutex::new(Writer { active: None, next_id, mark, buf: Vec::new() }) })
+        Ok(RecordLog { dir, segment_bytes: segment_bytes.max(1), segments: RwLock::new(segments), writer: Mutex::new(Writer { active: None, next_id, mark, dir_dirty: false, buf: Vec::new() }) })
     }
 
     /// Appends `records` in order; their pointers in the same order. With
@@ -322,8 +325,12 @@ impl RecordLog {
         if buf.capacity() <= KEPT_BUFFER {
             writer.buf = buf;
         }
-        if created && sync {
+        if created {
+            writer.dir_dirty = true;
+        }
+        if sync && writer.dir_dirty {
             sync_dir(&self.dir)?;
+            writer.dir_dirty = false;
         }
         Ok(pointers)
     }
@@ -335,7 +342,9 @@ impl RecordLog {
             active.file.sync_data()?;
             active.dirty = false;
         }
-        sync_dir(&self.dir)
+        sync_dir(&self.dir)?;
+        writer.dir_dirty = false;
+        Ok(())
     }
 
     /// Reads the record at `pointer` into `out` (replacing what it held),

@@ -25,8 +25,10 @@ impl Store {
         let (index, path) = match self.read_snapshot(head, compacted) {
             Ok(mut index) => {
                 let snapshot_rv = index.head_rv();
+                let started = std::time::Instant::now();
                 let replayed = self.replay_into(&mut index, snapshot_rv.saturating_add(1), head, report)?;
                 index.set_head_rv(head);
+                tracing::info!(snapshot_rv, head_rv = head, replayed, seconds = started.elapsed().as_secs_f64(), "Log after the index snapshot replayed.");
                 (index, RecoveryPath::Snapshot { snapshot_rv, replayed })
             }
             // The snapshot is written after the log is flushed: sled's
@@ -78,7 +80,8 @@ impl Store {
     /// With [`Durability::Sync`], sled's head must be at least the head of
     /// the newest commit the record log holds, but for that commit itself
     /// (its records are synced before sled's batch: a crash between them
-    /// loses it, and it was never served). sled reads a damaged file up to
+    /// loses it, and it was never served; a group of commits has one mark,
+    /// see [`Store::commit_group`]). sled reads a damaged file up to
     /// the damage and answers from the state there, so a tree behind that
     /// lost commits it had made durable, and resourceVersions that were
     /// served: damage. (With [`Durability::Periodic`] a crash may lose the
