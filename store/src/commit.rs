@@ -91,7 +91,7 @@ impl Store {
             self.keep_below_ceiling(last.rv)?;
         }
         // The group's mark follows its last records, at its commit.
-        let pointers = self.log.append_marked(&records, false, None).map_err(io_error)?;
+        let pointers = self.log.append_unmarked(&records).map_err(io_error)?;
         group.bytes += records.iter().map(|r| r.len() as u64).sum::<u64>();
         let located: Vec<(u64, log::Pointer)> = commit.events.iter().map(|event| event.rv).zip(pointers).collect();
         for (resource, dict) in &new_dicts {

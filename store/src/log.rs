@@ -275,6 +275,18 @@ impl RecordLog {
     /// the commit they are (see [`Mark`]); without one, by the newest
     /// commit's mark.
     pub fn append_marked(&self, records: &[Vec<u8>], sync: bool, mark: Option<Mark>) -> std::io::Result<Vec<Pointer>> {
+        self.append_with(records, sync, mark, true)
+    }
+
+    /// [`RecordLog::append`] without a mark after the records: a commit of
+    /// a group whose mark follows its last commit's records (see
+    /// [`crate::Store::commit_group`]). A crash before that mark leaves
+    /// these records unmarked at the end: dead bytes no pointer names.
+    pub fn append_unmarked(&self, records: &[Vec<u8>]) -> std::io::Result<Vec<Pointer>> {
+        self.append_with(records, false, None, false)
+    }
+
+    fn append_with(&self, records: &[Vec<u8>], sync: bool, mark: Option<Mark>, marked: bool) -> std::io::Result<Vec<Pointer>> {
         let mut writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         let mut pointers = Vec::with_capacity(records.len());
         let mut buf = std::mem::take(&mut writer.buf);
@@ -312,7 +324,7 @@ impl RecordLog {
         if mark.is_some() {
             writer.mark = mark;
         }
-        if let (Some(mark), Some(_)) = (writer.mark, writer.active.as_ref()) {
+        if let (Some(mark), Some(_), true) = (writer.mark, writer.active.as_ref(), marked) {
             buf.extend_from_slice(&mark.encode());
         }
         if let Some(active) = writer.active.as_mut() {
