@@ -136,14 +136,25 @@ impl Store {
         let Group { batch, rvs, located, new_dicts, .. } = group;
         let sync = self.durability == Durability::Sync;
         let written = (|| -> Result<()> {
-            // Records first (synced with the group's mark), then the pointers to them.
-            let mark = rvs.map(|(first_rv, head_rv)| log::Mark { first_rv, head_rv });
-            if mark.is_some() {
-                self.log.append_marked(&[], sync, mark).map_err(io_error)?;
+            // Records first, then the pointers to them. With `Sync` the
+            // group's mark follows once sled flushed it (synced with the
+            // next group's records); otherwise before sled's batch.
+            let mark = rvs.map(|(first_rv, head_rv)| log::Mark { first_rv, head_rv, flushed: sync });
+            match (sync, mark) {
+                (true, Some(_)) => self.log.sync_appended().map_err(io_error)?,
+                (false, Some(_)) => {
+                    self.log.append_marked(&[], false, mark).map_err(io_error)?;
+                }
+                (_, None) => {}
             }
             self.tree()?.apply_batch(batch)?;
             if sync {
                 self.db()?.flush()?;
+                // The group is committed now whatever becomes of its mark:
+                // without one a start checks sled against an older mark.
+                if let Err(e) = mark.map_or(Ok(Vec::new()), |mark| self.log.append_marked(&[], false, Some(mark))) {
+                    tracing::warn!(error = %e, "Writing the mark of a committed group to the record log failed.");
+                }
             }
             Ok(())
         })();

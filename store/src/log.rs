@@ -64,16 +64,25 @@ pub const GROUP_EVENTS: usize = 256;
 /// compares the newest one with sled's head: sled's tree behind the log by
 /// more than the last commit (which sled may lose to a crash before its
 /// flush, never served) lost commits it had made durable, and is damaged.
+///
+/// A group of commits ([`crate::Store::commit_group`]) is marked once,
+/// after sled flushed it (`flushed`): sled's head is then never behind
+/// such a mark, whatever the size of the group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Mark {
     /// The commit's first resourceVersion.
     pub first_rv: u64,
     /// Its last one (the head after it).
     pub head_rv: u64,
+    /// Written after sled flushed the commit (`kfM2`); before it otherwise (`kfM1`).
+    pub flushed: bool,
 }
 
-/// First bytes of a [`Mark`] in a segment.
+/// First bytes of a [`Mark`] in a segment, written before sled's batch.
 const MARK_MAGIC: &[u8; 4] = b"kfM1";
+
+/// First bytes of a [`Mark`] written after sled flushed its commits.
+const FLUSHED_MARK_MAGIC: &[u8; 4] = b"kfM2";
 
 /// A [`Mark`]'s length: magic, two RVs, a CRC-32 of those.
 pub(crate) const MARK_LEN: usize = 4 + 8 + 8 + 4;
@@ -81,7 +90,7 @@ pub(crate) const MARK_LEN: usize = 4 + 8 + 8 + 4;
 impl Mark {
     fn encode(&self) -> [u8; MARK_LEN] {
         let mut out = [0u8; MARK_LEN];
-        out[..4].copy_from_slice(MARK_MAGIC);
+        out[..4].copy_from_slice(if self.flushed { FLUSHED_MARK_MAGIC } else { MARK_MAGIC });
         out[4..12].copy_from_slice(&self.first_rv.to_le_bytes());
         out[12..20].copy_from_slice(&self.head_rv.to_le_bytes());
         let crc = crc32fast::hash(&out[..20]);
@@ -90,11 +99,16 @@ impl Mark {
     }
 
     fn decode(bytes: &[u8]) -> Option<Mark> {
-        if bytes.len() != MARK_LEN || &bytes[..4] != MARK_MAGIC || crc32fast::hash(&bytes[..20]).to_le_bytes() != bytes[20..] {
+        if bytes.len() != MARK_LEN || crc32fast::hash(&bytes[..20]).to_le_bytes() != bytes[20..] {
             return None;
         }
+        let flushed = match &bytes[..4] {
+            magic if magic == MARK_MAGIC => false,
+            magic if magic == FLUSHED_MARK_MAGIC => true,
+            _ => return None,
+        };
         let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("eight bytes"));
-        Some(Mark { first_rv: word(4), head_rv: word(12) })
+        Some(Mark { first_rv: word(4), head_rv: word(12), flushed })
     }
 }
 
@@ -345,6 +359,22 @@ impl RecordLog {
             writer.dir_dirty = false;
         }
         Ok(pointers)
+    }
+
+    /// Syncs the records appended without `sync` (the active segment, and
+    /// the directory when a segment was created since), as an append with
+    /// `sync` would.
+    pub fn sync_appended(&self) -> std::io::Result<()> {
+        let mut writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(active) = writer.active.as_mut().filter(|a| a.dirty) {
+            active.file.sync_data()?;
+            active.dirty = false;
+        }
+        if writer.dir_dirty {
+            sync_dir(&self.dir)?;
+            writer.dir_dirty = false;
+        }
+        Ok(())
     }
 
     /// Syncs what was appended without `sync`.

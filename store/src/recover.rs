@@ -91,7 +91,11 @@ impl Store {
             return Ok(());
         }
         match self.log.last_mark() {
-            Some(mark) if mark.head_rv > head && mark.first_rv != head.saturating_add(1) => Err(Error::Corrupt {
+            // A group's mark comes after sled flushed it: sled has all of it.
+            Some(mark) if mark.flushed && mark.head_rv > head => Err(Error::Corrupt {
+                what: format!("sled's tree is behind the record log: its head is resourceVersion {head}, sled had flushed commits up to {}", mark.head_rv),
+            }),
+            Some(mark) if !mark.flushed && mark.head_rv > head && mark.first_rv != head.saturating_add(1) => Err(Error::Corrupt {
                 what: format!("sled's tree is behind the record log: its head is resourceVersion {head}, the log holds commits up to {}", mark.head_rv),
             }),
             _ => Ok(()),
