@@ -21,7 +21,7 @@ use tracing::{debug, error, info};
 
 use crate::fleet::{Fleet, Publisher};
 pub use crate::messages::{Backup, Compact};
-use crate::messages::{Ingest, IngestError, Prune, RemoveCluster};
+use crate::messages::{Ingest, IngestError, Prune, Queued, RemoveCluster};
 
 mod damage;
 mod group;
@@ -244,9 +244,11 @@ impl Aggregator {
     /// Scope check, reflector, stamp, then the batch staged in the group
     /// in progress (`to` is answered once the group is committed); with a
     /// shared log, committed at once.
-    fn stage_ingest(&mut self, msg: Ingest, to: Option<tokio::sync::oneshot::Sender<Result<usize, IngestError>>>) -> Result<Staged, kubefold_store::Error> {
+    fn stage_ingest(&mut self, msg: Ingest, to: Option<group::ReplySlot>) -> Result<Staged, kubefold_store::Error> {
         let started = Instant::now();
-        let Ingest { cluster, resource, mut batch, checkpoint, scope } = msg;
+        let Ingest { cluster, resource, mut batch, checkpoint, scope, queued } = msg;
+        // Taken up: no longer among the batches on their way.
+        drop(queued);
         if let Some(ticket) = scope {
             // A watcher the selection no longer runs (stopped, or replaced
             // by one with other namespaces) sends nothing more.
@@ -552,32 +554,31 @@ fn commit_failed(e: &kubefold_store::Error, cluster: &str, resource: &str) {
 }
 
 impl Handler<Ingest> for Aggregator {
-    type Result = actix::ResponseFuture<Result<usize, IngestError>>;
+    type Result = group::IngestReply;
 
     /// The batch is staged; the answer comes once its group is committed
     /// (see [`group`]).
     fn handle(&mut self, msg: Ingest, ctx: &mut Self::Context) -> Self::Result {
         let (cluster, resource) = (msg.cluster.clone(), msg.resource.clone());
-        let (to, answer) = tokio::sync::oneshot::channel();
-        match self.stage_ingest(msg, Some(to)) {
+        let slot = group::ReplySlot::default();
+        match self.stage_ingest(msg, Some(slot.clone())) {
             Err(e) => {
                 commit_failed(&e, &cluster, &resource);
-                Box::pin(std::future::ready(Err(IngestError::CommitFailed(e))))
+                group::IngestReply::now(Err(IngestError::CommitFailed(e)))
             }
-            Ok(Staged::Done(count)) => Box::pin(std::future::ready(Ok(count))),
+            Ok(Staged::Done(count)) => group::IngestReply::now(Ok(count)),
+            // No other batch on its way: committed at once, as its watcher
+            // goes on parsing its next one. Batches group only when they
+            // queue up.
+            Ok(Staged::Waiting(count)) if self.pending.full() || Queued::waiting() == 0 => {
+                group::IngestReply::now(self.finish_group().map(|()| count).map_err(IngestError::CommitFailed))
+            }
             Ok(Staged::Waiting(_)) => {
-                if self.pending.full() {
-                    let _ = self.finish_group();
-                } else if !self.pending.scheduled {
+                if !self.pending.scheduled {
                     self.pending.scheduled = true;
                     ctx.notify(group::FinishGroup);
                 }
-                Box::pin(async move {
-                    answer.await.unwrap_or_else(|_| {
-                        let what = "kubefold stopped before the batch was committed".to_string();
-                        Err(IngestError::CommitFailed(kubefold_store::Error::Unavailable { cause: kubefold_store::Cause::Other, what }))
-                    })
-                })
+                group::IngestReply::later(slot)
             }
         }
     }
@@ -686,7 +687,7 @@ mod tests {
     }
 
     fn send(aggregator: &mut Aggregator, batch: WatchBatch, checkpoint: &str) -> usize {
-        let msg = Ingest { cluster: "m1".into(), resource: "v1/pods".into(), batch, checkpoint: checkpoint.into(), scope: None };
+        let msg = Ingest { cluster: "m1".into(), resource: "v1/pods".into(), batch, checkpoint: checkpoint.into(), scope: None, queued: Default::default() };
         aggregator.ingest(msg).unwrap()
     }
 
