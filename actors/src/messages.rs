@@ -43,7 +43,9 @@ static QUEUED: AtomicUsize = AtomicUsize::new(0);
 /// A batch's place among those on their way to a sink: counted from its
 /// making until its sink takes it up (or it is dropped undelivered). The
 /// aggregator commits a batch at once when no other is on its way, and
-/// groups batches only when they queue up.
+/// groups batches only when they queue up. The count is the process's:
+/// batches on their way to the resolver count too, and can only make the
+/// aggregator group a batch with those waiting in its mailbox.
 #[derive(Debug)]
 pub struct Queued(());
 
