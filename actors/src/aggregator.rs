@@ -21,9 +21,10 @@ use tracing::{debug, error, info};
 
 use crate::fleet::{Fleet, Publisher};
 pub use crate::messages::{Backup, Compact};
-use crate::messages::{Ingest, IngestError, Prune, RemoveCluster};
+use crate::messages::{Ingest, IngestError, Prune, Queued, RemoveCluster};
 
 mod damage;
+mod group;
 mod replica;
 pub use damage::SetRelister;
 pub use replica::{ApplyReplicated, CatchUp};
@@ -136,6 +137,16 @@ pub struct Aggregator {
     rebuilding: Vec<damage::Rebuilding>,
     /// Where members' types are listed again (the supervisor).
     relister: Option<actix::Recipient<crate::messages::Relist>>,
+    /// The batches staged and not yet committed (see [`group`]).
+    pending: group::Pending,
+}
+
+/// What became of a watcher's batch.
+enum Staged {
+    /// Done: dropped, or committed on its own (a shared log); its events.
+    Done(usize),
+    /// Staged in the group in progress, answered once the group is committed.
+    Waiting(usize),
 }
 
 impl Aggregator {
@@ -158,6 +169,7 @@ impl Aggregator {
             repairing: false,
             rebuilding: Vec::new(),
             relister: None,
+            pending: group::Pending::default(),
             fleet,
         }
     }
@@ -219,18 +231,31 @@ impl Aggregator {
         self.store.retention_floor(max_events, self.retention.max_age_seconds.saturating_mul(1000), now)
     }
 
-    /// Scope check, reflector, stamp, commit, publish: one batch; returns
-    /// the number of events.
+    /// Scope check, reflector, stamp, commit, publish: one batch,
+    /// committed (with the group in progress, if any) before it returns;
+    /// returns the number of events.
     pub fn ingest(&mut self, msg: Ingest) -> Result<usize, kubefold_store::Error> {
+        match self.stage_ingest(msg, None)? {
+            Staged::Done(count) => Ok(count),
+            Staged::Waiting(count) => self.finish_group().map(|()| count),
+        }
+    }
+
+    /// Scope check, reflector, stamp, then the batch staged in the group
+    /// in progress (`to` is answered once the group is committed); with a
+    /// shared log, committed at once.
+    fn stage_ingest(&mut self, msg: Ingest, to: Option<group::ReplySlot>) -> Result<Staged, kubefold_store::Error> {
         let started = Instant::now();
-        let Ingest { cluster, resource, mut batch, checkpoint, scope } = msg;
+        let Ingest { cluster, resource, mut batch, checkpoint, scope, queued } = msg;
+        // Taken up: no longer among the batches on their way.
+        drop(queued);
         if let Some(ticket) = scope {
             // A watcher the selection no longer runs (stopped, or replaced
             // by one with other namespaces) sends nothing more.
             let current = self.fleet.scope(&cluster, &ticket.type_ref);
             let Some(current) = current.filter(|s| s.generation == ticket.generation) else {
                 debug!(cluster = %cluster, resource = %resource, "Batch of a stopped watcher dropped.");
-                return Ok(0);
+                return Ok(Staged::Done(0));
             };
             batch.retain(|i| current.namespaces.allows(&i.namespace));
         }
@@ -252,29 +277,17 @@ impl Aggregator {
                 .increment(count as u64);
             metrics::histogram!("kubefold_commit_duration_seconds").record(started.elapsed().as_secs_f64());
             metrics::histogram!("kubefold_commit_batch_events").record(count as f64);
-            return Ok(count);
+            return Ok(Staged::Done(count));
         }
+        let count = events.len();
         let commit = Commit { events, checkpoints };
-        if let Err(e) = self.store.commit(&commit) {
-            self.reflector.restore_index(before);
-            return Err(e);
-        }
-        let count = commit.events.len();
-        let index = self.reflector.index().clone();
-        metrics::counter!("kubefold_events_ingested_total", "cluster" => crate::cluster_series::label(&cluster), "resource" => resource.clone())
-            .increment(count as u64);
-        metrics::histogram!("kubefold_commit_duration_seconds").record(started.elapsed().as_secs_f64());
-        metrics::histogram!("kubefold_commit_batch_events").record(count as f64);
-        metrics::gauge!("kubefold_head_resource_version").set(index.head_rv() as f64);
-        self.publisher.publish(index, commit.events);
-        if count > 0 {
-            debug!(cluster = %cluster, resource = %resource, events = count, head_rv = self.head_rv(), "Batch committed.");
-        }
-        Ok(count)
+        self.stage_commit(before, commit, group::Reply { to, count, cluster, resource, started })?;
+        Ok(Staged::Waiting(count))
     }
 
     /// Turns every object of `cluster` into a DELETED event.
     pub fn remove_cluster(&mut self, cluster: &str) -> Result<usize, kubefold_store::Error> {
+        self.finish_group()?;
         let doomed = self.select(|_, key| key.cluster == cluster);
         let bodies = read_bodies(&self.store, &doomed)?;
         self.finish_removal(cluster, bodies)
@@ -283,6 +296,7 @@ impl Aggregator {
     /// The end of [`Aggregator::remove_cluster`], once the last bodies of
     /// its objects are read.
     fn finish_removal(&mut self, cluster: &str, bodies: Bodies) -> Result<usize, kubefold_store::Error> {
+        self.finish_group()?;
         let before = self.reflector.index().clone();
         let events = self.reflector.remove_cluster(cluster, |rv| Ok::<_, std::convert::Infallible>(bodies.get(&rv).cloned()));
         let events = events.unwrap_or_else(|never| match never {});
@@ -303,6 +317,7 @@ impl Aggregator {
     /// events, and forgets the checkpoints of types no longer watched.
     /// Objects of types kubefold cannot name (unknown keys) are kept.
     pub fn prune(&mut self, clusters: &[String], forget: &[(String, String)]) -> Result<usize, kubefold_store::Error> {
+        self.finish_group()?;
         let plan = self.plan_prune(clusters, forget);
         let bodies = read_bodies(&self.store, &plan.doomed)?;
         self.finish_prune(plan, bodies)
@@ -334,6 +349,7 @@ impl Aggregator {
     /// The end of [`Aggregator::prune`], once the last bodies of the
     /// objects it deletes are read.
     fn finish_prune(&mut self, plan: PrunePlan, bodies: Bodies) -> Result<usize, kubefold_store::Error> {
+        self.finish_group()?;
         let mut doomed: HashMap<String, HashSet<ObjectKey>> = HashMap::new();
         for (resource, key, _) in plan.doomed {
             doomed.entry(resource).or_default().insert(key);
@@ -379,6 +395,8 @@ impl Aggregator {
             return Ok(0);
         }
         stamp(&mut events);
+        // Callers finished the group in progress before `before`.
+        debug_assert!(self.pending.is_empty());
         let commit = Commit { events, checkpoints: Vec::new() };
         if let Err(e) = self.store.commit(&commit) {
             self.reflector.restore_index(before);
@@ -447,6 +465,7 @@ impl Actor for Aggregator {
             if this.compacting {
                 return;
             }
+            let _ = this.finish_group();
             let floor = match this.floor() {
                 Ok(f) => f,
                 Err(e) => {
@@ -495,8 +514,12 @@ impl Actor for Aggregator {
                 }),
             );
         });
-        ctx.run_interval(damage::DAMAGE_CHECK_EVERY, |this, ctx| this.check_damage(ctx));
+        ctx.run_interval(damage::DAMAGE_CHECK_EVERY, |this, ctx| {
+            let _ = this.finish_group();
+            this.check_damage(ctx);
+        });
         ctx.run_interval(SNAPSHOT_CHECK_EVERY, |this, ctx| {
+            let _ = this.finish_group();
             if this.snapshot_due() {
                 this.start_snapshot(ctx);
             }
@@ -506,6 +529,7 @@ impl Actor for Aggregator {
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
+        let _ = self.finish_group();
         if let Err(e) = self.store.flush() {
             error!(error = %e, "Store flush at shutdown failed.");
         }
@@ -530,14 +554,33 @@ fn commit_failed(e: &kubefold_store::Error, cluster: &str, resource: &str) {
 }
 
 impl Handler<Ingest> for Aggregator {
-    type Result = Result<usize, IngestError>;
+    type Result = group::IngestReply;
 
-    fn handle(&mut self, msg: Ingest, _ctx: &mut Self::Context) -> Self::Result {
+    /// The batch is staged; the answer comes once its group is committed
+    /// (see [`group`]).
+    fn handle(&mut self, msg: Ingest, ctx: &mut Self::Context) -> Self::Result {
         let (cluster, resource) = (msg.cluster.clone(), msg.resource.clone());
-        self.ingest(msg).map_err(|e| {
-            commit_failed(&e, &cluster, &resource);
-            IngestError::CommitFailed(e)
-        })
+        let slot = group::ReplySlot::default();
+        match self.stage_ingest(msg, Some(slot.clone())) {
+            Err(e) => {
+                commit_failed(&e, &cluster, &resource);
+                group::IngestReply::now(Err(IngestError::CommitFailed(e)))
+            }
+            Ok(Staged::Done(count)) => group::IngestReply::now(Ok(count)),
+            // No other batch on its way: committed at once, as its watcher
+            // goes on parsing its next one. Batches group only when they
+            // queue up.
+            Ok(Staged::Waiting(count)) if self.pending.full() || Queued::waiting() == 0 => {
+                group::IngestReply::now(self.finish_group().map(|()| count).map_err(IngestError::CommitFailed))
+            }
+            Ok(Staged::Waiting(_)) => {
+                if !self.pending.scheduled {
+                    self.pending.scheduled = true;
+                    ctx.notify(group::FinishGroup);
+                }
+                group::IngestReply::later(slot)
+            }
+        }
     }
 }
 
@@ -547,6 +590,7 @@ impl Handler<Compact> for Aggregator {
     /// Readers older than the floor get 410 at once; the deletion runs off
     /// the actor's thread while commits go on (see `Store::compact`).
     fn handle(&mut self, _msg: Compact, _ctx: &mut Self::Context) -> Self::Result {
+        let _ = self.finish_group();
         let floor = match self.floor() {
             Ok(floor) => floor,
             Err(e) => return Box::pin(actix::fut::ready(Err(Error::CompactionFailed(e)))),
@@ -568,6 +612,7 @@ impl Handler<Backup> for Aggregator {
     /// The backup is written off the actor's thread, and the actor handles
     /// no other message (no commit) until it is done: a consistent copy.
     fn handle(&mut self, msg: Backup, _ctx: &mut Self::Context) -> Self::Result {
+        let _ = self.finish_group();
         let head_rv = self.head_rv();
         let store = self.store.clone();
         let include_credentials = msg.include_credentials;
@@ -594,6 +639,7 @@ impl Handler<Prune> for Aggregator {
     /// The last bodies of the objects to delete are read off the actor's
     /// thread; no other message (no commit) is handled meanwhile.
     fn handle(&mut self, msg: Prune, _ctx: &mut Self::Context) -> Self::Result {
+        let _ = self.finish_group();
         let plan = self.plan_prune(&msg.clusters, &msg.forget);
         let (store, doomed) = (self.store.clone(), plan.doomed.clone());
         let read = tokio::task::spawn_blocking(move || read_bodies(&store, &doomed));
@@ -612,6 +658,7 @@ impl Handler<RemoveCluster> for Aggregator {
 
     /// As [`Prune`]: the last bodies are read off the actor's thread.
     fn handle(&mut self, msg: RemoveCluster, _ctx: &mut Self::Context) -> Self::Result {
+        let _ = self.finish_group();
         let cluster = msg.cluster;
         let (store, doomed) = (self.store.clone(), self.select(|_, key| key.cluster == cluster));
         let read = tokio::task::spawn_blocking(move || read_bodies(&store, &doomed));
@@ -640,7 +687,7 @@ mod tests {
     }
 
     fn send(aggregator: &mut Aggregator, batch: WatchBatch, checkpoint: &str) -> usize {
-        let msg = Ingest { cluster: "m1".into(), resource: "v1/pods".into(), batch, checkpoint: checkpoint.into(), scope: None };
+        let msg = Ingest { cluster: "m1".into(), resource: "v1/pods".into(), batch, checkpoint: checkpoint.into(), scope: None, queued: Default::default() };
         aggregator.ingest(msg).unwrap()
     }
 

@@ -1,6 +1,8 @@
 //! Messages between the actors, by the actor that handles them. Each reply
 //! that can fail carries the error enum of that boundary.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use actix::Message;
 use kubefold_engine::resources::TypeRef;
 use kubefold_engine::selection::ResourceSelection;
@@ -30,6 +32,46 @@ pub struct Ingest {
     /// keeps only the objects of the namespaces it selects. `None` for
     /// watchers outside the selection (the resolver's).
     pub scope: Option<ScopeTicket>,
+    /// Counts the batch among those on their way until its sink takes it
+    /// up ([`Queued::waiting`]).
+    pub queued: Queued,
+}
+
+/// Batches made for a sink and not yet taken up by it, in this process.
+static QUEUED: AtomicUsize = AtomicUsize::new(0);
+
+/// A batch's place among those on their way to a sink: counted from its
+/// making until its sink takes it up (or it is dropped undelivered). The
+/// aggregator commits a batch at once when no other is on its way, and
+/// groups batches only when they queue up. The count is the process's:
+/// batches on their way to the resolver count too, and can only make the
+/// aggregator group a batch with those waiting in its mailbox.
+#[derive(Debug)]
+pub struct Queued(());
+
+impl Queued {
+    /// Counts one more batch on its way.
+    pub fn new() -> Self {
+        QUEUED.fetch_add(1, Ordering::AcqRel);
+        Queued(())
+    }
+
+    /// How many batches are on their way, not yet taken up.
+    pub fn waiting() -> usize {
+        QUEUED.load(Ordering::Acquire)
+    }
+}
+
+impl Default for Queued {
+    fn default() -> Self {
+        Queued::new()
+    }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        QUEUED.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Why a watcher's batch was not taken.

@@ -25,7 +25,7 @@ use tracing::{debug, info, warn};
 use crate::cluster::ClusterSpec;
 use crate::fleet::{SyncState, WatcherReport};
 use crate::machine::{Input, Machine, Request};
-use crate::messages::{Ingest, IngestError, Stop, WatchBatch};
+use crate::messages::{Ingest, IngestError, Queued, Stop, WatchBatch};
 
 /// Page size of the watcher's lists.
 const LIST_PAGE: u32 = 500;
@@ -527,7 +527,7 @@ impl Run {
     }
 
     async fn commit(&self, batch: WatchBatch, checkpoint: String) -> Result<usize, CommitError> {
-        let msg = Ingest { cluster: self.spec.name.clone(), resource: self.key.clone(), batch, checkpoint, scope: self.report.ticket().cloned() };
+        let msg = Ingest { cluster: self.spec.name.clone(), resource: self.key.clone(), batch, checkpoint, scope: self.report.ticket().cloned(), queued: Queued::new() };
         Ok(self.sink.send(msg).await.map_err(CommitError::SinkUnavailable)??)
     }
 

@@ -28,7 +28,9 @@
 //! synced and sled has flushed, which [`Store::commit`] waits for when
 //! [`Durability::Sync`] is chosen (records first: a durable pointer never
 //! names bytes that are not), and which happens within `flush_every_ms`
-//! otherwise.
+//! otherwise. Several commits can be made durable with one sync: staged
+//! ([`Store::stage`]) into a [`Group`], then committed together
+//! ([`Store::commit_group`], one sled batch: all of the group or none).
 
 //!
 //! Modules, by job:
@@ -65,6 +67,8 @@ mod codec;
 mod commit;
 mod compact;
 mod fault;
+#[cfg(test)]
+mod group_tests;
 mod keys;
 mod live_repair;
 pub mod log;
@@ -98,6 +102,7 @@ use read::*;
 use record::*;
 
 pub use ceiling::{read_ceiling, CEILING_FILE, CEILING_STEP};
+pub use commit::Group;
 pub use fault::{Cause, Fault};
 pub use live_repair::{create_quarantine_dir, DAMAGE_NOTE};
 pub use pin::ReadPin;

@@ -64,16 +64,25 @@ pub const GROUP_EVENTS: usize = 256;
 /// compares the newest one with sled's head: sled's tree behind the log by
 /// more than the last commit (which sled may lose to a crash before its
 /// flush, never served) lost commits it had made durable, and is damaged.
+///
+/// A group of commits ([`crate::Store::commit_group`]) is marked once,
+/// after sled flushed it (`flushed`): sled's head is then never behind
+/// such a mark, whatever the size of the group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Mark {
     /// The commit's first resourceVersion.
     pub first_rv: u64,
     /// Its last one (the head after it).
     pub head_rv: u64,
+    /// Written after sled flushed the commit (`kfM2`); before it otherwise (`kfM1`).
+    pub flushed: bool,
 }
 
-/// First bytes of a [`Mark`] in a segment.
+/// First bytes of a [`Mark`] in a segment, written before sled's batch.
 const MARK_MAGIC: &[u8; 4] = b"kfM1";
+
+/// First bytes of a [`Mark`] written after sled flushed its commits.
+const FLUSHED_MARK_MAGIC: &[u8; 4] = b"kfM2";
 
 /// A [`Mark`]'s length: magic, two RVs, a CRC-32 of those.
 pub(crate) const MARK_LEN: usize = 4 + 8 + 8 + 4;
@@ -81,7 +90,7 @@ pub(crate) const MARK_LEN: usize = 4 + 8 + 8 + 4;
 impl Mark {
     fn encode(&self) -> [u8; MARK_LEN] {
         let mut out = [0u8; MARK_LEN];
-        out[..4].copy_from_slice(MARK_MAGIC);
+        out[..4].copy_from_slice(if self.flushed { FLUSHED_MARK_MAGIC } else { MARK_MAGIC });
         out[4..12].copy_from_slice(&self.first_rv.to_le_bytes());
         out[12..20].copy_from_slice(&self.head_rv.to_le_bytes());
         let crc = crc32fast::hash(&out[..20]);
@@ -90,11 +99,16 @@ impl Mark {
     }
 
     fn decode(bytes: &[u8]) -> Option<Mark> {
-        if bytes.len() != MARK_LEN || &bytes[..4] != MARK_MAGIC || crc32fast::hash(&bytes[..20]).to_le_bytes() != bytes[20..] {
+        if bytes.len() != MARK_LEN || crc32fast::hash(&bytes[..20]).to_le_bytes() != bytes[20..] {
             return None;
         }
+        let flushed = match &bytes[..4] {
+            magic if magic == MARK_MAGIC => false,
+            magic if magic == FLUSHED_MARK_MAGIC => true,
+            _ => return None,
+        };
         let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("eight bytes"));
-        Some(Mark { first_rv: word(4), head_rv: word(12) })
+        Some(Mark { first_rv: word(4), head_rv: word(12), flushed })
     }
 }
 
@@ -212,6 +226,9 @@ struct Writer {
     next_id: u32,
     /// The newest commit's mark, repeated after appends of no commit.
     mark: Option<Mark>,
+    /// A segment was created by an append without `sync`: the directory
+    /// is synced by the next append with `sync`.
+    dir_dirty: bool,
     /// The write buffer, kept between appends (up to [`KEPT_BUFFER`]): a
     /// new one of a megabyte per commit cost page faults, a tenth of a
     /// sync's CPU time with its other fresh memory.
@@ -259,7 +276,7 @@ impl RecordLog {
         }
         let next_id = segments.keys().next_back().map_or(1, |id| id + 1);
         let mark = newest_mark(&segments);
-        Ok(RecordLog { dir, segment_bytes: segment_bytes.max(1), segments: RwLock::new(segments), writer: Mutex::new(Writer { active: None, next_id, mark, buf: Vec::new() }) })
+        Ok(RecordLog { dir, segment_bytes: segment_bytes.max(1), segments: RwLock::new(segments), writer: Mutex::new(Writer { active: None, next_id, mark, dir_dirty: false, buf: Vec::new() }) })
     }
 
     /// Appends `records` in order; their pointers in the same order. With
@@ -272,6 +289,18 @@ impl RecordLog {
     /// the commit they are (see [`Mark`]); without one, by the newest
     /// commit's mark.
     pub fn append_marked(&self, records: &[Vec<u8>], sync: bool, mark: Option<Mark>) -> std::io::Result<Vec<Pointer>> {
+        self.append_with(records, sync, mark, true)
+    }
+
+    /// [`RecordLog::append`] without a mark after the records: a commit of
+    /// a group whose mark follows its last commit's records (see
+    /// [`crate::Store::commit_group`]). A crash before that mark leaves
+    /// these records unmarked at the end: dead bytes no pointer names.
+    pub fn append_unmarked(&self, records: &[Vec<u8>]) -> std::io::Result<Vec<Pointer>> {
+        self.append_with(records, false, None, false)
+    }
+
+    fn append_with(&self, records: &[Vec<u8>], sync: bool, mark: Option<Mark>, marked: bool) -> std::io::Result<Vec<Pointer>> {
         let mut writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         let mut pointers = Vec::with_capacity(records.len());
         let mut buf = std::mem::take(&mut writer.buf);
@@ -309,7 +338,7 @@ impl RecordLog {
         if mark.is_some() {
             writer.mark = mark;
         }
-        if let (Some(mark), Some(_)) = (writer.mark, writer.active.as_ref()) {
+        if let (Some(mark), Some(_), true) = (writer.mark, writer.active.as_ref(), marked) {
             buf.extend_from_slice(&mark.encode());
         }
         if let Some(active) = writer.active.as_mut() {
@@ -322,10 +351,30 @@ impl RecordLog {
         if buf.capacity() <= KEPT_BUFFER {
             writer.buf = buf;
         }
-        if created && sync {
+        if created {
+            writer.dir_dirty = true;
+        }
+        if sync && writer.dir_dirty {
             sync_dir(&self.dir)?;
+            writer.dir_dirty = false;
         }
         Ok(pointers)
+    }
+
+    /// Syncs the records appended without `sync` (the active segment, and
+    /// the directory when a segment was created since), as an append with
+    /// `sync` would.
+    pub fn sync_appended(&self) -> std::io::Result<()> {
+        let mut writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(active) = writer.active.as_mut().filter(|a| a.dirty) {
+            active.file.sync_data()?;
+            active.dirty = false;
+        }
+        if writer.dir_dirty {
+            sync_dir(&self.dir)?;
+            writer.dir_dirty = false;
+        }
+        Ok(())
     }
 
     /// Syncs what was appended without `sync`.
@@ -335,7 +384,9 @@ impl RecordLog {
             active.file.sync_data()?;
             active.dirty = false;
         }
-        sync_dir(&self.dir)
+        sync_dir(&self.dir)?;
+        writer.dir_dirty = false;
+        Ok(())
     }
 
     /// Reads the record at `pointer` into `out` (replacing what it held),

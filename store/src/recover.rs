@@ -25,8 +25,10 @@ impl Store {
         let (index, path) = match self.read_snapshot(head, compacted) {
             Ok(mut index) => {
                 let snapshot_rv = index.head_rv();
+                let started = std::time::Instant::now();
                 let replayed = self.replay_into(&mut index, snapshot_rv.saturating_add(1), head, report)?;
                 index.set_head_rv(head);
+                tracing::info!(snapshot_rv, head_rv = head, replayed, seconds = started.elapsed().as_secs_f64(), "Log after the index snapshot replayed.");
                 (index, RecoveryPath::Snapshot { snapshot_rv, replayed })
             }
             // The snapshot is written after the log is flushed: sled's
@@ -78,7 +80,8 @@ impl Store {
     /// With [`Durability::Sync`], sled's head must be at least the head of
     /// the newest commit the record log holds, but for that commit itself
     /// (its records are synced before sled's batch: a crash between them
-    /// loses it, and it was never served). sled reads a damaged file up to
+    /// loses it, and it was never served; a group of commits has one mark,
+    /// see [`Store::commit_group`]). sled reads a damaged file up to
     /// the damage and answers from the state there, so a tree behind that
     /// lost commits it had made durable, and resourceVersions that were
     /// served: damage. (With [`Durability::Periodic`] a crash may lose the
@@ -88,7 +91,11 @@ impl Store {
             return Ok(());
         }
         match self.log.last_mark() {
-            Some(mark) if mark.head_rv > head && mark.first_rv != head.saturating_add(1) => Err(Error::Corrupt {
+            // A group's mark comes after sled flushed it: sled has all of it.
+            Some(mark) if mark.flushed && mark.head_rv > head => Err(Error::Corrupt {
+                what: format!("sled's tree is behind the record log: its head is resourceVersion {head}, sled had flushed commits up to {}", mark.head_rv),
+            }),
+            Some(mark) if !mark.flushed && mark.head_rv > head && mark.first_rv != head.saturating_add(1) => Err(Error::Corrupt {
                 what: format!("sled's tree is behind the record log: its head is resourceVersion {head}, the log holds commits up to {}", mark.head_rv),
             }),
             _ => Ok(()),

@@ -218,6 +218,7 @@ impl Store {
     pub(crate) fn read_snapshot(&self, head: u64, compacted: u64) -> Result<Index, Unused> {
         let path = self.dir.join(SNAPSHOT_FILE);
         let damaged = |what: &str| Unused::Damaged(what.to_string());
+        let started = std::time::Instant::now();
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Unused::Stale("no snapshot".into())),
@@ -260,11 +261,23 @@ impl Store {
         if !r.is_done() {
             return Err(damaged("snapshot has trailing bytes"));
         }
+        let read_seconds = started.elapsed().as_secs_f64();
         let decoded = decode_chunks(body, &chunks).map_err(Unused::Damaged)?;
+        let decode_seconds = started.elapsed().as_secs_f64() - read_seconds;
         let mut index = Index::at(header.head_rv);
         for ((resource, _, _), entries) in chunks.iter().zip(decoded) {
             index.load_all(resource, entries);
         }
+        let build_seconds = started.elapsed().as_secs_f64() - read_seconds - decode_seconds;
+        tracing::info!(
+            rv = header.head_rv,
+            bytes = bytes.len(),
+            objects = index.total(),
+            read_seconds,
+            decode_seconds,
+            build_seconds,
+            "Index snapshot loaded (read and checked, decoded, index built)."
+        );
         Ok(index)
     }
 

@@ -259,7 +259,7 @@ mod tests {
     }
 
     fn send(aggregator: &mut Aggregator, cluster: &str, batch: WatchBatch, checkpoint: &str) -> usize {
-        let msg = Ingest { cluster: cluster.into(), resource: "v1/pods".into(), batch, checkpoint: checkpoint.into(), scope: None };
+        let msg = Ingest { cluster: cluster.into(), resource: "v1/pods".into(), batch, checkpoint: checkpoint.into(), scope: None, queued: Default::default() };
         aggregator.ingest(msg).unwrap()
     }
 

@@ -557,7 +557,7 @@ mod tests {
     }
 
     fn batch(resource: &str, batch: WatchBatch) -> Ingest {
-        Ingest { cluster: "karmada".into(), resource: resource.into(), batch, checkpoint: "1".into(), scope: None }
+        Ingest { cluster: "karmada".into(), resource: resource.into(), batch, checkpoint: "1".into(), scope: None, queued: Default::default() }
     }
 
     fn config_with_control_plane() -> EstimatorConfig {
