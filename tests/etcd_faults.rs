@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use common::*;
 use etcd_support::*;
+use kubefold_testdata::SimHandle;
 
 /// The watch `events` from `from` on `kf`, applied to the list at `from`,
 /// give the list at the last event's resourceVersion: nothing missing,
@@ -69,6 +70,17 @@ fn owners(etcd: &Etcd, names: &[String]) -> Vec<String> {
         settled
     });
     out
+}
+
+/// Each member's owner (replica `a` or `b`, as etcd records it) synced
+/// it and serves exactly the member's pods.
+fn owners_converged(etcd: &Etcd, names: &[String], members: &[(String, SimHandle)], a: &Kubefold, b: &Kubefold) {
+    let now = owners(etcd, names);
+    for ((member, owner), sim) in names.iter().zip(&now).zip(members) {
+        let kf = if owner == "a" { a } else { b };
+        wait_for(Duration::from_secs(60), "the owner synced", || kf.get_json(&format!("/admin/v1/clusters/{member}"))["status"]["synced"] == true);
+        assert_converged(kf, std::slice::from_ref(sim), "/api/v1/pods", "v1/pods");
+    }
 }
 
 /// A watch on `kf` from `from`: the next `n` events.
@@ -231,12 +243,7 @@ fn a_replica_cut_off_from_etcd_loses_its_members_and_writes_nothing_after() {
     // a is back: registered again, it may take members back; whichever
     // writes, both converge and agree.
     wait_for(Duration::from_secs(60), "a registered again", || a.logs().matches("Registered as a replica in etcd").count() >= 2);
-    let now = owners(&etcd, &names);
-    for ((member, owner), sim) in names.iter().zip(&now).zip(&members) {
-        let kf = if owner == "a" { &a } else { &b };
-        wait_for(Duration::from_secs(60), "the owner synced", || kf.get_json(&format!("/admin/v1/clusters/{member}"))["status"]["synced"] == true);
-        assert_converged(kf, std::slice::from_ref(sim), "/api/v1/pods", "v1/pods");
-    }
+    owners_converged(&etcd, &names, &members, &a, &b);
     assert_same_lists(&[&a, &b]);
     let on_b = watch(&b, from, 25);
     assert_eq!(on_b.len(), 25, "{on_b:?}");
@@ -289,12 +296,7 @@ fn a_replica_restarted_on_its_own_data_dir_serves_every_object() {
     let again = a.log_handle();
     let _dump_again = Dump(Box::new(move || eprintln!("A's log after the restarts:\n{}", again.lock().unwrap())));
 
-    let now = owners(&etcd, &names);
-    for ((member, owner), sim) in names.iter().zip(&now).zip(&members) {
-        let kf = if owner == "a" { &a } else { &b };
-        wait_for(Duration::from_secs(60), "the owner synced", || kf.get_json(&format!("/admin/v1/clusters/{member}"))["status"]["synced"] == true);
-        assert_converged(kf, std::slice::from_ref(sim), "/api/v1/pods", "v1/pods");
-    }
+    owners_converged(&etcd, &names, &members, &a, &b);
     assert_same_lists(&[&a, &b]);
     assert_same_lists(&[&b, &a]);
     let on_b = watch(&b, from, 25);

@@ -696,7 +696,7 @@ mod tests {
     }
 
     /// kubefold starting on `dir`: the store recovered, its fleet and aggregator.
-    fn start(dir: &std::path::Path) -> (Arc<Fleet>, Aggregator) {
+    pub(super) fn start(dir: &std::path::Path) -> (Arc<Fleet>, Aggregator) {
         let store = kubefold_store::Store::open(dir, &Options::default()).unwrap();
         let recovered = store.recover().unwrap();
         let fleet = Fleet::new(resources::builtin(), NameStyle::Qualified, store, recovered.index, recovered.compacted_rv);

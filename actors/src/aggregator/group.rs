@@ -203,17 +203,11 @@ impl Aggregator {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use actix::Actor;
-    use kubefold_engine::names::NameStyle;
     use kubefold_engine::object::{ingest, Ingested};
     use kubefold_engine::resources;
-    use kubefold_store::Options;
 
-    use super::super::Retention;
-    use super::Aggregator;
-    use crate::fleet::Fleet;
+    use super::super::tests::start;
     use crate::messages::{Ingest, Queued, WatchBatch};
 
     fn pod(cluster: &str, name: &str) -> Ingested {
@@ -225,14 +219,6 @@ mod tests {
     fn list(cluster: &str, names: &[&str], checkpoint: &str) -> Ingest {
         let batch = WatchBatch::Relist(names.iter().map(|n| pod(cluster, n)).collect());
         Ingest { cluster: cluster.into(), resource: "v1/pods".into(), batch, checkpoint: checkpoint.into(), scope: None, queued: Queued::new() }
-    }
-
-    fn start(dir: &std::path::Path) -> (Arc<Fleet>, Aggregator) {
-        let store = kubefold_store::Store::open(dir, &Options::default()).unwrap();
-        let recovered = store.recover().unwrap();
-        let fleet = Fleet::new(resources::builtin(), NameStyle::Qualified, store, recovered.index, recovered.compacted_rv);
-        let aggregator = Aggregator::new(fleet.take_publisher().unwrap(), Retention::default());
-        (fleet, aggregator)
     }
 
     /// A batch alone is committed at once, and one sent while another
