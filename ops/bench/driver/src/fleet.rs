@@ -81,8 +81,10 @@ pub async fn wait_members(sim: &mut Proc, file: &Path, count: usize, timeout: Du
     }
 }
 
-fn spawn_kubefold(ctx: &Ctx, tag: &str, data_dir: &Path, members_file: &Path) -> Result<Proc> {
-    let args: Vec<String> = vec![
+/// `kubefold serve` on a free port over `data_dir`, its members from
+/// `members_file` (the simulator's `NAME=URL` lines).
+pub(crate) fn serve_args(data_dir: &Path, members_file: &Path) -> Vec<String> {
+    vec![
         "serve".into(),
         "--listen".into(),
         "127.0.0.1:0".into(),
@@ -90,7 +92,11 @@ fn spawn_kubefold(ctx: &Ctx, tag: &str, data_dir: &Path, members_file: &Path) ->
         data_dir.display().to_string(),
         "--clusters-file".into(),
         members_file.display().to_string(),
-    ];
+    ]
+}
+
+fn spawn_kubefold(ctx: &Ctx, tag: &str, data_dir: &Path, members_file: &Path) -> Result<Proc> {
+    let args = serve_args(data_dir, members_file);
     Proc::spawn("kubefold", &ctx.kubefold, &args, &ctx.logs.join(format!("{tag}.log")))
 }
 

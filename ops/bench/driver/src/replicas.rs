@@ -85,15 +85,7 @@ impl EtcdPlan {
 const DEFAULT_TTL: u64 = 15;
 
 fn kubefold_args(data_dir: &Path, members_file: &Path, etcd: Option<(&Etcd, &str, Option<u64>)>) -> Vec<String> {
-    let mut args: Vec<String> = vec![
-        "serve".into(),
-        "--listen".into(),
-        "127.0.0.1:0".into(),
-        "--data-dir".into(),
-        data_dir.display().to_string(),
-        "--clusters-file".into(),
-        members_file.display().to_string(),
-    ];
+    let mut args = crate::fleet::serve_args(data_dir, members_file);
     if let Some((etcd, id, ttl)) = etcd {
         args.extend(["--etcd-servers".into(), etcd.url(), "--etcd-replica-id".into(), id.into()]);
         if let Some(ttl) = ttl {
