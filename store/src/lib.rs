@@ -106,7 +106,7 @@ pub use commit::Group;
 pub use fault::{Cause, Fault};
 pub use live_repair::{create_quarantine_dir, DAMAGE_NOTE};
 pub use pin::ReadPin;
-pub use record::{decode_event, encode_event};
+pub use record::{decode_event, decode_event_with, encode_event, new_dictionaries, Dicts, RecordEncoder};
 pub use repair::{Damage, Truncated};
 pub use serve::{write_served_event, ChunkBuf, ReadAhead, ReadCache};
 pub use usage::{RecordBytes, Usage};

@@ -47,7 +47,7 @@ pub(crate) const DICT_MIN_BYTES: usize = 4 * 1024;
 /// ... and at most this many (LZ4 reaches back 64 KiB).
 pub(crate) const DICT_MAX_BYTES: usize = 16 * 1024;
 /// Compression dictionaries by resource type (immutable once written).
-pub(crate) type Dicts = std::collections::HashMap<String, std::sync::Arc<[u8]>>;
+pub type Dicts = std::collections::HashMap<String, std::sync::Arc<[u8]>>;
 
 /// Largest record the store decodes: no length read from a damaged record
 /// can make decoding allocate more than this.
@@ -130,6 +130,21 @@ impl Compressors {
                 }
             },
         }
+    }
+}
+
+/// Encodes records for a store that keeps its dictionaries elsewhere (the
+/// shared log on etcd keeps them in etcd): [`encode_event`] with the
+/// dictionary of each event's type, the dictionaries' preparation kept
+/// between events.
+#[derive(Default)]
+pub struct RecordEncoder(Compressors);
+
+impl RecordEncoder {
+    /// The record of `event`, its body compressed with `dict` (the
+    /// dictionary of its type) when given.
+    pub fn encode(&mut self, event: &StoredEvent, dict: Option<&std::sync::Arc<[u8]>>) -> Result<Vec<u8>> {
+        encode_event_with(event, dict, &mut self.0)
     }
 }
 
@@ -299,8 +314,9 @@ pub fn decode_event(bytes: &[u8]) -> Result<StoredEvent> {
     decode_event_with(bytes, &Dicts::new())
 }
 
-/// [`decode_event`] with the store's dictionaries.
-pub(crate) fn decode_event_with(bytes: &[u8], dicts: &Dicts) -> Result<StoredEvent> {
+/// [`decode_event`] with `dicts`, the dictionaries of the store the record
+/// comes from.
+pub fn decode_event_with(bytes: &[u8], dicts: &Dicts) -> Result<StoredEvent> {
     let (head, used) = decode_head(bytes)?;
     let (row, body) = split_row(head.rv, head.body_codec, head.body_len, &bytes[used..])?;
     let json = decompress_body(head.rv, &head.resource, head.body_codec, head.body_len as usize, body, dicts)?;
@@ -400,9 +416,10 @@ pub(crate) fn decode_event_head(bytes: &[u8]) -> Result<StoredEvent> {
     Ok(decode_head(bytes)?.0.into_event(Vec::new(), None))
 }
 
-/// Dictionaries for the types in `events` that have none yet, each made of
-/// the first bodies of that type in `events` when they are large enough.
-pub(crate) fn new_dictionaries(dicts: &Dicts, events: &[StoredEvent]) -> Vec<(String, std::sync::Arc<[u8]>)> {
+/// Dictionaries for the types in `events` that have none in `dicts` yet,
+/// each made of the first bodies of that type in `events` when they are
+/// large enough.
+pub fn new_dictionaries(dicts: &Dicts, events: &[StoredEvent]) -> Vec<(String, std::sync::Arc<[u8]>)> {
     let mut building: BTreeMap<&str, Vec<u8>> = BTreeMap::new();
     for event in events {
         if dicts.contains_key(&event.resource) {
