@@ -83,6 +83,10 @@ impl Etcd {
             &peer_url,
             "--initial-cluster",
             &format!("{name}={peer_url}"),
+            // etcd's suggested maximum database size (its default is 2 GB):
+            // the raw copies of 1M pods sit beside kubefold's own.
+            "--quota-backend-bytes",
+            "8589934592",
         ]
         .iter()
         .map(|s| s.to_string())
