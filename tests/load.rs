@@ -1106,7 +1106,7 @@ fn an_initial_list_is_committed_in_list_order() {
 /// kube-apiserver's `meta.AsPartialObjectMetadata`).
 #[test]
 fn long_lists_hold_every_object_once_in_page_order() {
-    let fleet = Fleet::start(2, 0.0, |c| c.pods = 6_000);
+    let fleet = Fleet::start(2, 0.0, |c| c.pods = 3_500);
     let kf = &fleet.kf;
     let mut members = 0;
     for (name, sim) in &fleet.members {
@@ -1122,7 +1122,7 @@ fn long_lists_hold_every_object_once_in_page_order() {
     let items = whole["items"].as_array().unwrap();
     assert_eq!(items.len(), members);
     let listed_bytes: usize = items.iter().map(|o| o.to_string().len()).sum();
-    assert!(listed_bytes > 4 << 20, "the list must span several chunks: {listed_bytes} bytes");
+    assert!(listed_bytes > 2 << 20, "the list must span several chunks of 1 MiB: {listed_bytes} bytes");
     // The same snapshot in pages of 100 (each page scanned and written at
     // once; a whole list is scanned while it streams).
     let paged = |path: &str, query: &str| -> Vec<serde_json::Value> {
@@ -1155,7 +1155,8 @@ fn long_lists_hold_every_object_once_in_page_order() {
                 _ => o["metadata"]["namespace"] == "load-3" && o["metadata"]["labels"]["app"] == "load",
             })
             .collect();
-        assert!(matching.len() > 1_000 && matching.len() < items.len(), "{path}?{query}: {} of {}", matching.len(), items.len());
+        // Over 512 objects: scanned while it streams.
+        assert!(matching.len() > 512 && matching.len() < items.len(), "{path}?{query}: {} of {}", matching.len(), items.len());
         let list: serde_json::Value = http.get(format!("{}{path}?{query}&resourceVersion={rv}&resourceVersionMatch=Exact", kf.url)).send().unwrap().json().unwrap();
         let listed = list["items"].as_array().unwrap();
         assert_eq!(listed.len(), matching.len(), "{path}?{query}");

@@ -320,12 +320,19 @@ fn converged(kf: &Kubefold, members: &[(String, SimHandle)], resource_path: &str
     for (cluster, sim) in members {
         let member: Value = serde_json::from_str(&http_get(&format!("{}{resource_path}", sim.url())).1).unwrap();
         let x: u64 = member["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
-        wait_for(Duration::from_secs(60), "kubefold reaching the member's RV", || {
+        // The list's resourceVersion is the member's newest change of any
+        // type: a type's watch reaches it only with a bookmark (about once
+        // a minute, as kube-apiserver sends them). Its newest object is
+        // what kubefold must have reached; a deletion after it that
+        // kubefold has not applied yet shows below as an object the member
+        // lacks, and the comparison is made again.
+        let newest = member["items"].as_array().unwrap().iter().filter_map(|o| o["metadata"]["resourceVersion"].as_str()?.parse::<u64>().ok()).max().unwrap_or(0);
+        wait_for(Duration::from_secs(60), "kubefold reaching the member's newest object", || {
             let status = kf.get_json(&format!("/admin/v1/clusters/{cluster}"));
             status["status"]["resources"][resource_key]["checkpoint"]
                 .as_str()
                 .and_then(|c| c.parse::<u64>().ok())
-                .is_some_and(|c| c >= x)
+                .is_some_and(|c| c >= newest)
         });
         let mine = kf.get_json(&format!("/clusters/{cluster}{resource_path}"));
         let key = |o: &Value| format!("{}/{}", o["metadata"]["namespace"].as_str().unwrap_or(""), o["metadata"]["name"].as_str().unwrap());
