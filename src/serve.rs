@@ -590,6 +590,11 @@ pub fn run(
         let state = Arc::new(state);
         let (server, addrs) = kubefold_api::server(state, Some(listener)).context("cannot start the API listener")?;
         let addr = addrs.first().copied().context("the API listener has no address")?;
+        // The server runs once polled: spawned before the members are
+        // added, whose watchers start on this thread (at 1,000 members
+        // that took seconds, while connections waited in the backlog).
+        let handle = server.handle();
+        let server_task = actix::spawn(server);
         info!(listen = %addr, "Serving the Kubernetes API.");
         on_listening(addr);
         // Members are contacted only after reads are served from the store;
@@ -597,8 +602,14 @@ pub fn run(
         match &replica {
             Some(replica) => replica.own_members(clusters.clone(), addr, fleet.clone(), supervisor.clone(), aggregator.clone()),
             None => {
-                for cluster in &clusters {
-                    supervisor.do_send(AddCluster(cluster.clone()));
+                // A few at a time: the supervisor starts each member's
+                // watchers on this thread, and the server, polled between
+                // them, finishes starting meanwhile.
+                for some in clusters.chunks(8) {
+                    for cluster in some {
+                        supervisor.do_send(AddCluster(cluster.clone()));
+                    }
+                    tokio::task::yield_now().await;
                 }
             }
         }
@@ -606,8 +617,6 @@ pub fn run(
             let configured = clusters.iter().map(|c| c.name.clone()).collect();
             actix::spawn(crate::karmada::run(karmada, configured, supervisor.clone(), resolver.clone(), fleet.clone()))
         });
-        let handle = server.handle();
-        let server_task = actix::spawn(server);
         shutdown.await;
         info!("Shutting down.");
         if let Some(replica) = &replica {
