@@ -18,16 +18,6 @@ use kubefold_engine::status::Status;
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc};
 
-/// What taking the events ready in a watch's channel came to.
-enum Took {
-    /// Every event taken was handed on; `full`: a whole batch was taken,
-    /// so more may be ready.
-    Handed { full: bool },
-    /// The watch ended (its client went away, it fell behind its channel
-    /// and was closed, or the fan-out closed).
-    Ended,
-}
-
 use super::params::{flag, Query};
 use super::scope::{Filter, Scope};
 use super::table::{IncludeObject, TablePrinter};
@@ -122,6 +112,16 @@ enum Start {
     After(u64),
     /// Only what happens from now on.
     Now,
+}
+
+/// What taking the events ready in a watch's channel came to.
+enum Took {
+    /// Every event taken was handed on; `full`: a whole batch was taken,
+    /// so more may be ready.
+    Handed { full: bool },
+    /// The watch ended (its client went away, it fell behind its channel
+    /// and was closed, or the fan-out closed).
+    Ended,
 }
 
 /// Lines handed to a watch's response body at once, and how many of their
