@@ -4,6 +4,8 @@
 //! - [`published`]: the latest index snapshot, the live event fan-out, the
 //!   recent events and the compaction floor. Written by the aggregator
 //!   alone, through its [`Publisher`].
+//!   The live events go to a channel per type and per (type, namespace)
+//!   watched ([`fanout`]), so that an event wakes only the watches it concerns.
 //! - [`members`]: the members' connection settings, the scope of every
 //!   running watcher, every watcher's status and each member's restore
 //!   signal. Written by the supervisor ([`Supervision`]) and, for its own
@@ -21,6 +23,7 @@
 //! each (`take_*`), by the one writer they are for.
 
 pub mod catalog;
+pub mod fanout;
 pub mod karmada;
 pub mod members;
 pub mod published;
@@ -35,11 +38,11 @@ use kubefold_engine::names::NameStyle;
 use kubefold_engine::resources::{ResourceType, TypeRef};
 use kubefold_engine::selection::ResourceSelection;
 use kubefold_store::Store;
-use tokio::sync::broadcast;
 
 pub use catalog::{discovered_types, Catalog, DISCOVERED_TYPES_KEY};
 pub use members::{Members, SyncState, WatchScope, WatcherStatus};
-pub use published::{Published, Publisher, FANOUT_CAPACITY, RECENT_BYTES, RECENT_EVENTS};
+pub use fanout::{Subscription, FANOUT_CAPACITY, NAMESPACE_FANOUT_CAPACITY};
+pub use published::{Published, Publisher, RECENT_BYTES, RECENT_EVENTS};
 pub use supervision::{Reporting, Supervision, WatcherReport};
 
 use crate::cluster::ClusterSpec;
@@ -187,10 +190,18 @@ impl Fleet {
         self.published.snapshot()
     }
 
-    /// Subscribes to committed events. Subscribe before taking the snapshot
-    /// to see every event after it.
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<StoredEvent>> {
-        self.published.subscribe()
+    /// Subscribes to the committed events of type `resource` (its key,
+    /// `v1/pods`) in `namespace`, or in every namespace (see
+    /// [`Published::subscribe`]). Subscribe before taking the snapshot to
+    /// see every event after it.
+    pub fn subscribe(&self, resource: &str, namespace: Option<&str>) -> Subscription {
+        self.published.subscribe(resource, namespace)
+    }
+
+    /// The head RV whose events have all reached the fan-out (see
+    /// [`Published::sent_head`]).
+    pub fn sent_head(&self) -> u64 {
+        self.published.sent_head()
     }
 
     /// Number of live watch subscriptions.

@@ -11,13 +11,10 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 use kubefold_engine::event::StoredEvent;
 use kubefold_engine::index::Index;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::watch;
 
+use super::fanout::{Fanout, Subscription};
 use super::Fleet;
-
-/// How many committed events the live fan-out buffers for slow watch clients
-/// before they are dropped with 410 Expired.
-pub const FANOUT_CAPACITY: usize = 16 * 1024;
 
 /// The latest committed events kept in memory for watches that resume from
 /// a recent resourceVersion, as kube-apiserver's watch cache keeps a window
@@ -53,7 +50,8 @@ impl Recent {
 /// What the aggregator published last.
 pub struct Published {
     snapshot: ArcSwap<Index>,
-    events: broadcast::Sender<Arc<StoredEvent>>,
+    /// The live events, by the type and namespace they concern.
+    fanout: Arc<Fanout>,
     recent: Mutex<Recent>,
     compacted_rv: AtomicU64,
     /// The head RV of every snapshot published, for waiters.
@@ -63,10 +61,9 @@ pub struct Published {
 impl Published {
     /// Starts from the recovered `index`, compacted up to `compacted_rv`.
     pub(super) fn new(index: Index, compacted_rv: u64) -> Published {
-        let (events, _) = broadcast::channel(FANOUT_CAPACITY);
         let recent = Mutex::new(Recent { events: VecDeque::new(), bytes: 0, floor: index.head_rv() });
         let head = watch::Sender::new(index.head_rv());
-        Published { snapshot: ArcSwap::from_pointee(index), events, recent, compacted_rv: AtomicU64::new(compacted_rv), head }
+        Published { snapshot: ArcSwap::from_pointee(index), fanout: Fanout::new(), recent, compacted_rv: AtomicU64::new(compacted_rv), head }
     }
 
     /// The latest consistent snapshot of the index.
@@ -74,15 +71,29 @@ impl Published {
         self.snapshot.load_full()
     }
 
-    /// Subscribes to committed events. Subscribe before taking the snapshot
-    /// to see every event after it.
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<StoredEvent>> {
-        self.events.subscribe()
+    /// Subscribes to the committed events of type `resource` (its key,
+    /// `v1/pods`) in `namespace`, or in every namespace. Subscribe before
+    /// taking the snapshot to see every event after it.
+    pub fn subscribe(&self, resource: &str, namespace: Option<&str>) -> Subscription {
+        self.fanout.subscribe(resource, namespace)
     }
 
     /// Number of live watch subscriptions.
     pub fn watchers(&self) -> usize {
-        self.events.receiver_count()
+        self.fanout.subscriptions()
+    }
+
+    /// Number of fan-out channels open (a type's, or a type's in one
+    /// namespace): one per key someone watches.
+    pub fn fanout_channels(&self) -> usize {
+        self.fanout.channel_count()
+    }
+
+    /// The head RV of the last publication whose events have all been
+    /// handed to the fan-out: a watch that takes every event ready in its
+    /// channel after reading it has taken every event of its key up to it.
+    pub fn sent_head(&self) -> u64 {
+        *self.head.borrow()
     }
 
     /// Events up to this RV were compacted away.
@@ -158,10 +169,7 @@ impl Publisher {
         }
         let head = index.head_rv();
         published.snapshot.store(Arc::new(index));
-        for event in events {
-            // No receivers is not an error: nobody watches.
-            let _ = published.events.send(event);
-        }
+        published.fanout.send(&events);
         published.head.send_replace(head);
     }
 

@@ -22,6 +22,8 @@ pub mod scope;
 pub mod snapshot;
 pub mod table;
 pub mod watch;
+#[cfg(test)]
+mod watch_fanout_tests;
 
 use kubefold_actors::fleet::Fleet;
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use kubefold_actors::fleet::Fleet;
+use kubefold_actors::fleet::{Fleet, Subscription};
 use kubefold_engine::event::{EventType, StoredEvent};
 use kubefold_engine::index::Index;
 use kubefold_engine::status::Status;
@@ -114,6 +114,16 @@ enum Start {
     Now,
 }
 
+/// What taking the events ready in a watch's channel came to.
+enum Took {
+    /// Every event taken was handed on; `full`: a whole batch was taken,
+    /// so more may be ready.
+    Handed { full: bool },
+    /// The watch ended (its client went away, it fell behind its channel
+    /// and was closed, or the fan-out closed).
+    Ended,
+}
+
 /// Lines handed to a watch's response body at once, and how many of their
 /// bytes are the watch's own (counted into its client's budget, see
 /// [`crate::watch_budget`]) rather than shared with other watches.
@@ -187,7 +197,7 @@ pub struct Running {
     snapshot: Arc<Index>,
     pin: Option<kubefold_store::ReadPin>,
     compacted: u64,
-    events: broadcast::Receiver<Arc<StoredEvent>>,
+    events: Subscription,
     deadline: tokio::time::Instant,
 }
 
@@ -254,8 +264,11 @@ pub fn open(
     let (tx, messages) = mpsc::channel::<Message>(CLIENT_BUFFER + 1);
     let budget = usize::try_from(settings.client_budget_bytes).unwrap_or(usize::MAX);
     let queued = Queued::new(client, budget);
-    // Subscribe before reading the snapshot so that no event falls between them.
-    let events = fleet.subscribe();
+    // Subscribe before reading the snapshot so that no event falls between
+    // them: to the events of the watched type in the watched namespace, or
+    // in every namespace, so that the watch is woken only by those (the
+    // filter still checks each event, and the cluster and selectors).
+    let events = fleet.subscribe(&scope.resource.key(), scope.namespace.as_deref());
     // What the watch reads from the store before its live events is kept
     // from compaction until it is sent: the snapshot's objects (initial
     // state) or the events after its resourceVersion (replay). The floor is
@@ -297,7 +310,7 @@ impl Watch {
         start: Start,
         (snapshot, pin): (Arc<kubefold_engine::index::Index>, Option<kubefold_store::ReadPin>),
         compacted: u64,
-        mut events: broadcast::Receiver<Arc<StoredEvent>>,
+        mut events: Subscription,
         deadline: tokio::time::Instant,
     ) {
         self.resource_key = self.scope.resource.key();
@@ -404,44 +417,11 @@ impl Watch {
             tokio::select! {
                 received = events.recv() => match received {
                     Ok(event) => {
-                        // The events committed with it (one commit
-                        // publishes them together) and those of the flush
-                        // interval go to the client as one message: one
-                        // wake-up and one write, not one per event.
-                        self.batch = Some(Vec::new());
-                        self.batch_bytes = 0;
-                        self.batch_own = 0;
-                        let mut next = Ok(event);
-                        let mut taken = 0;
-                        let lagged = loop {
-                            match next {
-                                Ok(event) => {
-                                    if event.rv > last {
-                                        last = event.rv;
-                                        if !self.forward(&event).await {
-                                            return;
-                                        }
-                                    }
-                                }
-                                Err(broadcast::error::TryRecvError::Lagged(n)) => break Some(n),
-                                Err(broadcast::error::TryRecvError::Closed) => break None,
-                                Err(broadcast::error::TryRecvError::Empty) => break None,
-                            }
-                            taken += 1;
-                            if taken == BATCH_EVENTS || self.batch_bytes >= BATCH_BYTES {
-                                break None;
-                            }
-                            next = events.try_recv();
+                        let full = match self.take(Ok(event), &mut events, &mut last).await {
+                            Took::Handed { full } => full,
+                            Took::Ended => return,
                         };
                         // A full batch leaves more ready: those are taken at once.
-                        let full = taken == BATCH_EVENTS || self.batch_bytes >= BATCH_BYTES;
-                        if !self.flush().await {
-                            return;
-                        }
-                        if let Some(n) = lagged {
-                            self.lagged(n, last).await;
-                            return;
-                        }
                         if let Some(at) = clock.next_tick(tokio::time::Instant::now()).filter(|_| !full) {
                             tokio::time::sleep_until(at).await;
                         }
@@ -453,6 +433,23 @@ impl Watch {
                     Err(broadcast::error::RecvError::Closed) => return,
                 },
                 _ = &mut bookmark_due, if self.bookmarks && next_bookmark.is_some() => {
+                    // A bookmark carries the fleet's head, as
+                    // kube-apiserver's do even when nothing of the
+                    // watch's type happens: its client resumes from there
+                    // and need not replay the other types' events. Every
+                    // event of the watch's channel up to that head is in
+                    // the channel once the head is read (see
+                    // `Fleet::sent_head`): they are taken first, so that
+                    // the bookmark follows every one of them.
+                    let head = self.fleet.sent_head();
+                    loop {
+                        match self.take(events.try_recv(), &mut events, &mut last).await {
+                            Took::Handed { full: true } => {}
+                            Took::Handed { full: false } => break,
+                            Took::Ended => return,
+                        }
+                    }
+                    last = last.max(head);
                     if !self.send_bookmark(last, false).await {
                         return;
                     }
@@ -466,8 +463,60 @@ impl Watch {
         }
     }
 
-    /// Closes a watch that fell `n` events behind the fan-out (`last`: the
-    /// last event it took).
+    /// Takes `first` and the events ready after it in the watch's channel
+    /// (at most a batch) and hands those that concern it to the client as
+    /// one message: the events committed together (one commit publishes
+    /// them together) and those of the flush interval make one wake-up and
+    /// one write, not one per event. `last`: the RV of the last event
+    /// taken; events at or below it (committed before the watch's start
+    /// point) are skipped.
+    async fn take(
+        &mut self,
+        first: Result<Arc<StoredEvent>, broadcast::error::TryRecvError>,
+        events: &mut Subscription,
+        last: &mut u64,
+    ) -> Took {
+        self.batch = Some(Vec::new());
+        self.batch_bytes = 0;
+        self.batch_own = 0;
+        let mut next = first;
+        let mut taken = 0;
+        let (lagged, closed) = loop {
+            match next {
+                Ok(event) => {
+                    if event.rv > *last {
+                        *last = event.rv;
+                        if !self.forward(&event).await {
+                            return Took::Ended;
+                        }
+                    }
+                }
+                Err(broadcast::error::TryRecvError::Lagged(n)) => break (Some(n), false),
+                Err(broadcast::error::TryRecvError::Closed) => break (None, true),
+                Err(broadcast::error::TryRecvError::Empty) => break (None, false),
+            }
+            taken += 1;
+            if taken == BATCH_EVENTS || self.batch_bytes >= BATCH_BYTES {
+                break (None, false);
+            }
+            next = events.try_recv();
+        };
+        let full = taken == BATCH_EVENTS || self.batch_bytes >= BATCH_BYTES;
+        if !self.flush().await {
+            return Took::Ended;
+        }
+        if let Some(n) = lagged {
+            self.lagged(n, *last).await;
+            return Took::Ended;
+        }
+        if closed {
+            return Took::Ended;
+        }
+        Took::Handed { full }
+    }
+
+    /// Closes a watch that fell `n` events behind its channel of the
+    /// fan-out (`last`: the last event it took).
     async fn lagged(&mut self, n: u64, last: u64) {
         metrics::counter!("kubefold_watch_slow_closed_total", "reason" => "watch_bound").increment(1);
         tracing::info!(skipped = n, last, "Slow watch client closed.");
