@@ -7,6 +7,20 @@
 //! - `kubefold admin`: the admin API from the command line.
 //! - `kubefold backup`, `kubefold restore`: a stopped kubefold's data dir to a
 //!   backup file and back, with their progress on stderr (`offline`).
+//!
+//! Modules:
+//! - `serve`: wiring of `kubefold serve` (store, index, aggregator,
+//!   watchers, HTTP server) and its orderly stop.
+//! - `config`: the configuration file and its defaults.
+//! - `demo`: `kubefold demo`.
+//! - `status`: `kubefold status`.
+//! - `admin_cli`: `kubefold admin ...` over the admin REST API.
+//! - `offline`: `kubefold backup` and `kubefold restore`.
+//! - `resolve`: `kubefold resolve`, estimator endpoints resolved once.
+//! - `karmada`: members and the resource selection from a Karmada control
+//!   plane.
+//! - `etcd`: etcd as the log shared by several replicas (`etcd` feature);
+//!   `etcd_load`: the benchmarks' raw etcd reference load.
 
 mod admin_cli;
 mod config;

@@ -31,6 +31,10 @@
 //!   a transaction carrying a member's changes is also fenced on its owner
 //!   key being held under the writer's lease.
 //!
+//! Modules: [`lease`] (replicas, leases and member ownership), `records`
+//! (members added through the admin API, kept in etcd), `watch` (the
+//! watch of the log that feeds a replica's index: [`LogWatch`]).
+//!
 //! etcd's own request limits (128 operations and 1.5 MiB a transaction by
 //! default) bound each transaction: a larger batch is committed as several,
 //! fenced one on the other, its checkpoints in the last.

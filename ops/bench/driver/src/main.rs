@@ -15,6 +15,7 @@
 //! - [`report`]: figures, the table and the JSON file.
 //! - [`sledref`]: the raw-sled reference, in child processes.
 //! - [`stats`]: percentiles of samples.
+//! - [`watch`]: the watch clients' latency and delivery measures.
 //! - [`streams`]: `--streams`, exec and port-forward streams through
 //!   kubefold against the member directly.
 //! - [`replicas`], [`etcdproc`]: `--etcd`, kubefold replicas on etcd against
