@@ -138,7 +138,7 @@ fn removing_a_cluster_turns_its_objects_into_deleted_events() {
 /// of its snapshot arrives as ADDED before the initial-events-end bookmark.
 #[test]
 fn lists_and_initial_watch_states_streaming_while_compaction_passes_them_are_whole() {
-    const PODS: usize = 12_000;
+    const PODS: usize = 6_000;
     let sim = kubefold_testdata::start(kubefold_testdata::SimConfig { name: "member1".into(), pods: PODS, ..Default::default() }).unwrap();
     let members = vec![("member1".to_string(), sim)];
     let (tmp, dir) = data_dir();

@@ -99,15 +99,16 @@ fn faults(f: impl FnOnce(&mut Faults)) -> Faults {
     faults
 }
 
-/// Transient faults of one member, one after the other over one fleet
-/// (two members with churn, two watch clients throughout).
+/// A fault of one member: its name, the faults, what kubefold's status
+/// shows of it, and how long it lasts at least.
+type Transient = (&'static str, Faults, Shows, Duration);
+
+/// Transient faults of the member's answers (latency, errors, throttling,
+/// expired watches), one after the other over one fleet (two members with
+/// churn, two watch clients throughout).
 #[test]
-fn transient_member_faults_never_block_reads_and_converge() {
-    let fleet = Fleet::start(2, 10.0, |_| {});
-    let kf = &fleet.kf;
-    let member1 = fleet.sim("member1");
-    let clients = [WatchClient::start(&kf.url), WatchClient::start(&kf.url)];
-    let table: Vec<(&str, Faults, Shows, Duration)> = vec![
+fn transient_answer_faults_never_block_reads_and_converge() {
+    transient_faults_never_block_reads_and_converge(vec![
         ("fixed latency of 400 ms", faults(|f| {
             f.latency_ms = 400;
             f.watch_close_after_ms = Some(1000);
@@ -132,6 +133,14 @@ fn transient_member_faults_never_block_reads_and_converge() {
             f.watch_close_after_ms = Some(1000);
         }), Shows::Errors, Duration::from_secs(3)),
         ("a 410 storm", faults(|f| f.expire_watches = true), Shows::Relists, Duration::from_secs(3)),
+    ]);
+}
+
+/// Transient faults of the member's connections (lists and watches broken
+/// off, the member offline), one after the other over one fleet, as above.
+#[test]
+fn transient_connection_faults_never_block_reads_and_converge() {
+    transient_faults_never_block_reads_and_converge(vec![
         ("streaming lists reset mid-body under a 410 storm", faults(|f| {
             f.list_reset_rate = 1.0;
             f.expire_watches = true;
@@ -146,7 +155,17 @@ fn transient_member_faults_never_block_reads_and_converge() {
         ("watch streams closed after 3 events", faults(|f| f.watch_close_after_events = Some(3)), Shows::Reconnects, Duration::from_secs(3)),
         ("offline, connections refused", faults(|f| f.offline = Some(Offline { mode: OfflineMode::Refuse, for_ms: None })), Shows::Stale, Duration::from_secs(8)),
         ("offline, connections hang", faults(|f| f.offline = Some(Offline { mode: OfflineMode::Hang, for_ms: None })), Shows::Nothing, Duration::from_secs(5)),
-    ];
+    ]);
+}
+
+/// Applies each fault of `table` to member1 in turn (two members with
+/// churn, two watch clients throughout): kubefold shows it, serves reads
+/// during it, keeps its watches alive, and converges after it.
+fn transient_faults_never_block_reads_and_converge(table: Vec<Transient>) {
+    let fleet = Fleet::start(2, 10.0, |_| {});
+    let kf = &fleet.kf;
+    let member1 = fleet.sim("member1");
+    let clients = [WatchClient::start(&kf.url), WatchClient::start(&kf.url)];
     for (name, fault, shows, dwell) in table {
         let started = Instant::now();
         let was = before(kf, "member1");
