@@ -6,6 +6,8 @@
 
 #![allow(dead_code)]
 
+pub mod load;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
