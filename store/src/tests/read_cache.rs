@@ -37,3 +37,34 @@ fn batches_over_many_places_read_through_a_cache_serve_the_same_objects_with_few
     assert_eq!(alone_reads, 200, "read alone, each batch reads its ten places apart");
     assert!(cache.reads <= 20, "{} reads through the cache", cache.reads);
 }
+
+/// A sparse list through a cache (a selector matching one object in a
+/// hundred: each next object lies past the window): after its trial the
+/// cache reads the records' own bytes, not a window each, and serves the
+/// same objects. Windows for all 100 reads would be 1.6 MB.
+#[test]
+fn a_sparse_list_through_a_cache_stops_reading_windows_that_serve_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options { log_segment_bytes: 64 << 20, ..Options::default() };
+    let store = Store::open(dir.path(), &opts).unwrap();
+    let mut index = Index::at(0);
+    let events = commit_changes(&store, &mut index, (0..10_000).map(|i| pod_change(&format!("p{i:05}"), i + 1, false)).collect());
+    let rvs: Vec<u64> = events.iter().map(|e| e.rv).collect();
+    let mut cache = ReadCache::default();
+    let mut served = 0;
+    for k in 0..10 {
+        let batch: Vec<u64> = (0..10).map(|i| rvs[(k * 10 + i) * 100]).collect();
+        let cached = store.read_ahead_cached(batch.iter().copied(), &mut cache).unwrap();
+        for rv in &batch {
+            served += usize::from(store.body_from(&cached, *rv).unwrap().is_some());
+            let (mut one, mut through) = (ChunkBuf::default(), ChunkBuf::default());
+            assert!(store.write_served(*rv, Some("_m1"), &mut one).unwrap());
+            assert!(store.write_served_from(&cached, *rv, Some("_m1"), &mut through).unwrap());
+            assert_eq!(one.written(), through.written(), "object version {rv}");
+        }
+    }
+    assert_eq!(served, 100, "every object served");
+    assert_eq!(cache.reads, 100, "one read per object: none lies in another's window");
+    let windows = 100 * crate::serve::READ_CACHE_WINDOW as usize;
+    assert!(cache.bytes_read < windows / 2, "{} bytes read through the cache (windows for each: {windows})", cache.bytes_read);
+}
