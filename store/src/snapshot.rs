@@ -264,9 +264,15 @@ impl Store {
         let read_seconds = started.elapsed().as_secs_f64();
         let decoded = decode_chunks(body, &chunks).map_err(Unused::Damaged)?;
         let decode_seconds = started.elapsed().as_secs_f64() - read_seconds;
+        // A type's chunks loaded at once: each of its maps built once.
         let mut index = Index::at(header.head_rv);
-        for ((resource, _, _), entries) in chunks.iter().zip(decoded) {
-            index.load_all(resource, entries);
+        let mut decoded = chunks.iter().map(|(resource, _, _)| resource).zip(decoded).peekable();
+        while let Some((resource, first)) = decoded.next() {
+            let mut of_type = vec![first];
+            while let Some((_, entries)) = decoded.next_if(|(next, _)| next == &resource) {
+                of_type.push(entries);
+            }
+            index.load_all(resource, of_type.into_iter().flatten());
         }
         let build_seconds = started.elapsed().as_secs_f64() - read_seconds - decode_seconds;
         tracing::info!(
