@@ -288,7 +288,7 @@ impl Aggregator {
     /// Turns every object of `cluster` into a DELETED event.
     pub fn remove_cluster(&mut self, cluster: &str) -> Result<usize, kubefold_store::Error> {
         self.finish_group()?;
-        let doomed = self.select(|_, key| key.cluster == cluster);
+        let doomed = self.select(&[cluster], |_, _| true);
         let bodies = read_bodies(&self.store, &doomed)?;
         self.finish_removal(cluster, bodies)
     }
@@ -328,10 +328,8 @@ impl Aggregator {
         let fleet = &self.fleet;
         let mut unwatched: std::collections::BTreeSet<(String, String)> = std::collections::BTreeSet::new();
         let mut types: HashMap<String, Option<kubefold_engine::resources::TypeRef>> = HashMap::new();
-        let doomed = self.select(|resource, key| {
-            if !clusters.contains(&key.cluster) {
-                return false;
-            }
+        let of_clusters: Vec<&str> = clusters.iter().map(String::as_str).collect();
+        let doomed = self.select(&of_clusters, |resource, key| {
             let type_ref = types.entry(resource.to_string()).or_insert_with(|| fleet.known_type_by_key(resource).map(|r| r.type_ref()));
             let Some(type_ref) = type_ref else { return false };
             match fleet.scope(&key.cluster, type_ref) {
@@ -355,7 +353,9 @@ impl Aggregator {
             doomed.entry(resource).or_default().insert(key);
         }
         let before = self.reflector.index().clone();
+        let clusters: Vec<&str> = plan.clusters.iter().map(String::as_str).collect();
         let events = self.reflector.remove_where(
+            &clusters,
             |resource, key| doomed.get(resource).is_some_and(|keys| keys.contains(key)),
             |rv| Ok::<_, std::convert::Infallible>(bodies.get(&rv).cloned()),
         );
@@ -376,14 +376,20 @@ impl Aggregator {
         Ok(count)
     }
 
-    /// The objects for which `doomed(resource, key)` holds, with the RV of
-    /// their current version.
-    fn select(&self, mut doomed: impl FnMut(&str, &ObjectKey) -> bool) -> Vec<(String, ObjectKey, u64)> {
+    /// The objects of `clusters` for which `doomed(resource, key)` holds,
+    /// with the RV of their current version; only those clusters' own maps
+    /// are walked.
+    fn select(&self, clusters: &[&str], mut doomed: impl FnMut(&str, &ObjectKey) -> bool) -> Vec<(String, ObjectKey, u64)> {
         let index = self.reflector.index();
         let mut selected = Vec::new();
+        let mut clusters = clusters.to_vec();
+        clusters.sort_unstable();
+        clusters.dedup();
         for resource in index.resource_keys() {
-            let objects = index.range(&resource, None, None).filter(|(key, _)| doomed(&resource, key));
-            selected.extend(objects.map(|(key, entry)| (resource.clone(), key.clone(), entry.rv)));
+            for cluster in &clusters {
+                let objects = index.range_of_cluster(&resource, cluster, None, None).filter(|(key, _)| doomed(&resource, key));
+                selected.extend(objects.map(|(key, entry)| (resource.clone(), key.clone(), entry.rv)));
+            }
         }
         selected
     }
@@ -660,7 +666,7 @@ impl Handler<RemoveCluster> for Aggregator {
     fn handle(&mut self, msg: RemoveCluster, _ctx: &mut Self::Context) -> Self::Result {
         let _ = self.finish_group();
         let cluster = msg.cluster;
-        let (store, doomed) = (self.store.clone(), self.select(|_, key| key.cluster == cluster));
+        let (store, doomed) = (self.store.clone(), self.select(&[cluster.as_str()], |_, _| true));
         let read = tokio::task::spawn_blocking(move || read_bodies(&store, &doomed));
         AtomicResponse::new(Box::pin(read.into_actor(self).map(move |bodies, this: &mut Aggregator, _| {
             let bodies = bodies.map_err(|_| Error::ThreadFailed("cluster removal"))??;
