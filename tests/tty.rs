@@ -46,8 +46,22 @@ def read_until(text, limit):
                 return True
     return text in seen
 
+def prompt():
+    """The shell's prompt. kubectl may miss the first one (its websocket
+    client drops output that comes before it has set up its streams:
+    "Unknown stream id 1, discarding message"), and says so itself: "If
+    you don't see a command prompt, try pressing enter". After 3 s without
+    it, enter is pressed as a user would, once a second for 15 s."""
+    if read_until(b"# ", 3):
+        return True
+    for _ in range(15):
+        os.write(master, b"\r")
+        if read_until(b"# ", 1):
+            return True
+    return False
+
 report = {}
-report["prompt"] = read_until(b"# ", 20)
+report["prompt"] = prompt()
 def size_shows(size):
     """Types `stty size` until the shell prints `size` (at most 10 s)."""
     for _ in range(20):
