@@ -4,6 +4,18 @@
 
 use super::*;
 
+/// A store of `count` pods committed in order (names `p00000` on), in log
+/// segments of `segment_bytes`, and the RVs of their events.
+fn pods_in_order(count: u64, segment_bytes: u64) -> (tempfile::TempDir, Store, Vec<u64>) {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options { log_segment_bytes: segment_bytes, ..Options::default() };
+    let store = Store::open(dir.path(), &opts).unwrap();
+    let mut index = Index::at(0);
+    let events = commit_changes(&store, &mut index, (0..count).map(|i| pod_change(&format!("p{i:05}"), i + 1, false)).collect());
+    let rvs = events.iter().map(|e| e.rv).collect();
+    (dir, store, rvs)
+}
+
 /// 2,000 objects committed in order, ten places of 200 in the log (more
 /// than the read-ahead gap apart); 20 batches that take one object from
 /// each place, each batch the next object of every place (a list over ten
@@ -13,12 +25,7 @@ use super::*;
 /// 200.
 #[test]
 fn batches_over_many_places_read_through_a_cache_serve_the_same_objects_with_few_reads() {
-    let dir = tempfile::tempdir().unwrap();
-    let opts = Options { log_segment_bytes: 8 << 20, ..Options::default() };
-    let store = Store::open(dir.path(), &opts).unwrap();
-    let mut index = Index::at(0);
-    let events = commit_changes(&store, &mut index, (0..2000).map(|i| pod_change(&format!("p{i:04}"), i + 1, false)).collect());
-    let rvs: Vec<u64> = events.iter().map(|e| e.rv).collect();
+    let (_dir, store, rvs) = pods_in_order(2000, 8 << 20);
     let mut cache = ReadCache::default();
     let mut alone_reads = 0;
     for k in 0..20 {
@@ -44,12 +51,7 @@ fn batches_over_many_places_read_through_a_cache_serve_the_same_objects_with_few
 /// same objects. Windows for all 100 reads would be 1.6 MB.
 #[test]
 fn a_sparse_list_through_a_cache_stops_reading_windows_that_serve_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let opts = Options { log_segment_bytes: 64 << 20, ..Options::default() };
-    let store = Store::open(dir.path(), &opts).unwrap();
-    let mut index = Index::at(0);
-    let events = commit_changes(&store, &mut index, (0..10_000).map(|i| pod_change(&format!("p{i:05}"), i + 1, false)).collect());
-    let rvs: Vec<u64> = events.iter().map(|e| e.rv).collect();
+    let (_dir, store, rvs) = pods_in_order(10_000, 64 << 20);
     let mut cache = ReadCache::default();
     let mut served = 0;
     for k in 0..10 {
