@@ -557,6 +557,24 @@ fn a_member_that_ignores_send_initial_events_is_synced_with_paged_lists() {
     assert_same_objects(kf, "member1", sim, "/api/v1/pods", Duration::from_secs(30));
 }
 
+/// `SimHandle::set_faults` returns once an offline mode is in force: the
+/// port refuses at once after `refuse`, and answers at once after the fault
+/// is cleared (the server is listening again), so a test's next request
+/// sees the state it set, not a server still stopping or starting.
+#[test]
+fn set_faults_returns_once_the_member_is_offline_or_back() {
+    let sim = kubefold_testdata::start(kubefold_testdata::SimConfig::default()).unwrap();
+    let http = client(Duration::from_secs(10));
+    let pods = format!("{}/api/v1/pods", sim.url());
+    for round in 0..5 {
+        sim.set_faults(faults(|f| f.offline = Some(Offline { mode: OfflineMode::Refuse, for_ms: None })));
+        assert!(std::net::TcpStream::connect(sim.addr()).is_err(), "round {round}: the port refuses once set_faults returned");
+        sim.set_faults(Faults::default());
+        let answer = http.get(&pods).send();
+        assert!(answer.as_ref().is_ok_and(|r| r.status() == 200), "round {round}: answered once set_faults returned: {answer:?}");
+    }
+}
+
 /// The simulator's fault endpoint itself, over HTTP, as `kubefold sim` users drive it.
 #[test]
 fn the_fault_endpoint_switches_faults_at_runtime() {

@@ -318,7 +318,11 @@ pub fn assert_converged(kf: &Kubefold, members: &[(String, SimHandle)], resource
 
 fn converged(kf: &Kubefold, members: &[(String, SimHandle)], resource_path: &str, resource_key: &str) -> Result<(), String> {
     for (cluster, sim) in members {
-        let member: Value = serde_json::from_str(&http_get(&format!("{}{resource_path}", sim.url())).1).unwrap();
+        let (code, body) = http_get(&format!("{}{resource_path}", sim.url()));
+        if code != 200 {
+            return Err(format!("{cluster} answered its list {code}: {body}"));
+        }
+        let member: Value = serde_json::from_str(&body).unwrap();
         let x: u64 = member["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
         // The list's resourceVersion is the member's newest change of any
         // type: a type's watch reaches it only with a bookmark (about once

@@ -207,6 +207,9 @@ pub struct FaultState {
     skew_secs: AtomicI64,
     set: watch::Sender<Arc<FaultSet>>,
     offline_until: Mutex<Option<Instant>>,
+    /// The newest generation whose `offline` mode the server has acted on
+    /// (stopped listening, paused, or listens and answers again).
+    offline_applied: watch::Sender<u64>,
 }
 
 impl FaultState {
@@ -217,6 +220,7 @@ impl FaultState {
             skew_secs: AtomicI64::new(0),
             set: watch::channel(Arc::new(FaultSet::default())).0,
             offline_until: Mutex::new(None),
+            offline_applied: watch::channel(0).0,
         };
         state.replace(faults);
         state
@@ -247,15 +251,45 @@ impl FaultState {
         self.skew_secs.load(Ordering::Relaxed)
     }
 
-    /// Puts `faults` in force (the caller validated them).
-    pub fn replace(&self, faults: Faults) {
+    /// Puts `faults` in force (the caller validated them); returns their
+    /// generation.
+    pub fn replace(&self, faults: Faults) -> u64 {
         let until = faults.offline.and_then(|o| o.for_ms).map(|ms| Instant::now() + Duration::from_millis(ms));
         *self.offline_until.lock().unwrap_or_else(|e| e.into_inner()) = until;
         self.active.store(faults.any(), Ordering::Relaxed);
         self.skew_secs.store(faults.clock_skew_secs, Ordering::Relaxed);
+        let mut generation = 0;
         self.set.send_modify(|set| {
-            *set = Arc::new(FaultSet { faults, generation: set.generation + 1, epoch: set.epoch });
+            generation = set.generation + 1;
+            *set = Arc::new(FaultSet { faults, generation, epoch: set.epoch });
         });
+        generation
+    }
+
+    /// Records that the server acted on the `offline` mode of `generation`.
+    pub fn offline_applied(&self, generation: u64) {
+        self.offline_applied.send_if_modified(|applied| {
+            let newer = generation > *applied;
+            if newer {
+                *applied = generation;
+            }
+            newer
+        });
+    }
+
+    /// Blocks (a caller's thread, not the server's) until the server acted
+    /// on the `offline` mode of `generation` or `limit` passed; whether it did.
+    pub fn wait_offline_applied(&self, generation: u64, limit: Duration) -> bool {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if *self.offline_applied.borrow() >= generation {
+                return true;
+            }
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// Drops every open watch (a restart of the API server).

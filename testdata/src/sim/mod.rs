@@ -532,7 +532,10 @@ impl SimHandle {
             panic!("invalid faults: {e}");
         }
         tracing::info!(cluster = %self.shared.config.name, faults = %serde_json::to_string(&faults).unwrap_or_default(), "Faults set.");
-        self.shared.faults.replace(faults);
+        let generation = self.shared.faults.replace(faults);
+        if !self.shared.faults.wait_offline_applied(generation, Duration::from_secs(10)) {
+            tracing::warn!(cluster = %self.shared.config.name, "The offline fault was not acted on within 10 s.");
+        }
     }
 
     /// The faults in force (also `GET /sim/faults`).
@@ -759,7 +762,10 @@ async fn stay_up(
     let mut paused = false;
     let mut changes = shared.faults.subscribe();
     loop {
-        let offline = changes.borrow_and_update().faults.offline.map(|o| o.mode);
+        let (offline, generation) = {
+            let set = changes.borrow_and_update();
+            (set.faults.offline.map(|o| o.mode), set.generation)
+        };
         let mut retry = None;
         match offline {
             Some(faults::OfflineMode::Refuse) => {
@@ -795,6 +801,9 @@ async fn stay_up(
                     paused = hang;
                 }
             }
+        }
+        if retry.is_none() {
+            shared.faults.offline_applied(generation);
         }
         let wake = match (retry, shared.faults.offline_until()) {
             (Some(a), Some(b)) => Some(a.min(b)),
