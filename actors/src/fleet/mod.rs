@@ -242,6 +242,11 @@ impl Fleet {
         self.members.status()
     }
 
+    /// Status of `cluster`'s watchers, by resource type (see [`Members::status_of`]).
+    pub fn status_of(&self, cluster: &str) -> BTreeMap<String, WatcherStatus> {
+        self.members.status_of(cluster)
+    }
+
     /// The signal of `cluster`'s restores (see [`WatcherReport::member_restored`]).
     pub fn restores(&self, cluster: &str) -> tokio::sync::watch::Receiver<u64> {
         self.members.restores(cluster)
