@@ -265,13 +265,17 @@ impl Aggregator {
             true => Vec::new(),
             false => vec![(cluster.clone(), resource.clone(), checkpoint)],
         };
-        let before = self.reflector.index().clone();
+        // The index to go back to should the batch fail: taken once a group
+        // (a clone after a publication makes the next change of every node
+        // a copy, and 1,000 members' keys interleave, so nearly every
+        // object of a batch is in a node of its own).
+        let before = (self.shared.is_some() || self.pending.is_empty()).then(|| self.reflector.index().clone());
         let store = &self.store;
         let mut events = self.reflector.apply(&cluster, &resource, batch, |rv| store.body(rv).ok().flatten());
         stamp(&mut events);
         if let Some(shared) = self.shared.clone() {
             // The events reach the index as the shared log gives them back.
-            self.reflector.restore_index(before);
+            self.reflector.restore_index(before.expect("taken with a shared log"));
             let count = self.commit_shared(&shared, events, checkpoints, Vec::new())?;
             metrics::counter!("kubefold_events_ingested_total", "cluster" => cluster.clone(), "resource" => resource.clone())
                 .increment(count as u64);

@@ -13,7 +13,7 @@ use std::sync::{Arc, OnceLock};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Lists that run at once unless configured otherwise (`relistConcurrency`).
-pub const DEFAULT_CONCURRENT_RELISTS: usize = 32;
+pub const DEFAULT_CONCURRENT_RELISTS: usize = 128;
 
 /// A bound on concurrent lists, and how many wait for it.
 #[derive(Debug)]

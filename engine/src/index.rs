@@ -156,12 +156,30 @@ impl Index {
     }
 
     /// Puts one object's entry in, counting it when it is new.
-    fn put(&mut self, resource: &str, key: ObjectKey, entry: Arc<IndexEntry>) {
+    fn put(&mut self, resource: &str, key: ObjectKey, entry: Arc<IndexEntry>, added: bool) {
         let objects = match self.resources.get_mut(resource) {
             Some(objects) => objects,
             None => self.resources.entry(resource.to_string()).or_default(),
         };
         let of_cluster = cluster_objects(&mut self.clusters, resource, &key.cluster);
+        if added {
+            // An object new to the index, as its event says: put in with one
+            // walk down the type's map (a lookup first was a second walk).
+            let key = Arc::new(key);
+            match objects.insert(key.clone(), entry.clone()) {
+                None => {
+                    self.counts.entry(resource.to_string()).or_default().count(&key, true);
+                    labels::relabel(type_labels(&mut self.labels, resource), &key, None, Some(&entry));
+                    of_cluster.insert(key, entry);
+                }
+                // It was there after all: replaced, in both maps.
+                Some(old) => {
+                    of_cluster.insert(key.clone(), entry.clone());
+                    labels::relabel(type_labels(&mut self.labels, resource), &key, Some(&old), Some(&entry));
+                }
+            }
+            return;
+        }
         match objects.get_mut(&key) {
             Some(slot) => {
                 let old = std::mem::replace(slot, entry.clone());
@@ -217,7 +235,7 @@ impl Index {
 
     /// Inserts an entry loaded from the store (recovery).
     pub fn load(&mut self, resource: &str, key: ObjectKey, entry: IndexEntry) {
-        self.put(resource, key, Arc::new(entry));
+        self.put(resource, key, Arc::new(entry), false);
     }
 
     /// Inserts entries loaded from the store (recovery), in list order for
@@ -310,7 +328,8 @@ impl Index {
     /// Applies one committed event: the only way the index changes.
     pub fn apply(&mut self, event: &StoredEvent) {
         match event.event_type {
-            EventType::Added | EventType::Modified => self.put(&event.resource, event.key.clone(), Arc::new(event.index_entry())),
+            EventType::Added => self.put(&event.resource, event.key.clone(), Arc::new(event.index_entry()), true),
+            EventType::Modified => self.put(&event.resource, event.key.clone(), Arc::new(event.index_entry()), false),
             EventType::Deleted => self.take(&event.resource, &event.key),
         }
         self.head_rv = self.head_rv.max(event.rv);
@@ -498,7 +517,7 @@ impl Index {
                 index.take(&event.resource, &event.key);
             } else {
                 let previous = load(event.prev_rv)?;
-                index.put(&event.resource, event.key.clone(), Arc::new(previous.index_entry()));
+                index.put(&event.resource, event.key.clone(), Arc::new(previous.index_entry()), false);
             }
         }
         index.head_rv = rv;
@@ -700,6 +719,30 @@ mod tests {
     /// The objects read by label are those walking the type finds with
     /// that label, in the same order, from any key and in any namespace:
     /// through additions, label changes, deletions, a rewind and a load.
+    /// An ADDED event for an object the index holds (a replayed event)
+    /// replaces it everywhere, as a MODIFIED would: one object, counted
+    /// once, with the new labels, in its cluster's map too.
+    #[test]
+    fn an_added_object_already_there_is_replaced() {
+        use crate::object::ingest;
+        let pods = crate::resources::find(&crate::resources::builtin(), "", "v1", "pods").unwrap().clone();
+        let labelled = |member_rv: &str, tier: &str| {
+            let raw = format!(r#"{{"metadata":{{"name":"p","namespace":"a","resourceVersion":"{member_rv}","labels":{{"tier":"{tier}"}}}}}}"#);
+            ingest(&pods, "m", raw.as_bytes()).unwrap()
+        };
+        let mut index = Index::at(0);
+        for (rv, tier) in [(1, "t0"), (2, "t1")] {
+            index.apply(&StoredEvent::new(rv, EventType::Added, "v1/pods", "m", 0, labelled(&rv.to_string(), tier)));
+        }
+        assert_eq!(index.len("v1/pods"), 1);
+        let current = index.get("v1/pods", &ObjectKey { namespace: "a".into(), name: "p".into(), cluster: "m".into() }).unwrap().clone();
+        assert_eq!(current.rv, 2);
+        let of_cluster: Vec<u64> = index.range_of_cluster("v1/pods", "m", None, None).map(|(_, e)| e.rv).collect();
+        assert_eq!(of_cluster, [2]);
+        assert_eq!((index.count_label("v1/pods", "tier", "t0"), index.count_label("v1/pods", "tier", "t1")), (0, 1));
+        assert_eq!(index.range_with_label("v1/pods", ("tier", "t1"), None, None).count(), 1);
+    }
+
     #[test]
     fn label_ranges_are_what_a_walk_finds() {
         use crate::object::ingest;

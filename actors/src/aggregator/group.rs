@@ -142,15 +142,26 @@ impl Handler<FinishGroup> for Aggregator {
 }
 
 impl Aggregator {
-    /// Stages one batch's events (applied to the index already, which was
-    /// `before` them) in the group in progress.
-    pub(crate) fn stage_commit(&mut self, before: Index, commit: kubefold_store::Commit, reply: Reply) -> Result<(), kubefold_store::Error> {
-        if let Err(e) = self.store.stage(&mut self.pending.group, &commit) {
-            self.reflector.restore_index(before);
+    /// Stages one batch's events (applied to the index already) in the
+    /// group in progress; `before` is the index before them, given with
+    /// the group's first batch. When the batch cannot be staged, the
+    /// index goes back to the group's start with the events of the
+    /// batches staged before it applied again: as it was before this one.
+    pub(crate) fn stage_commit(&mut self, before: Option<Index>, commit: kubefold_store::Commit, reply: Reply) -> Result<(), kubefold_store::Error> {
+        let pending = &mut self.pending;
+        if pending.before.is_none() {
+            pending.before = before;
+        }
+        if let Err(e) = self.store.stage(&mut pending.group, &commit) {
+            let mut index = match pending.group.is_empty() {
+                true => pending.before.take(),
+                false => pending.before.clone(),
+            }
+            .expect("the index before a group is kept from its first batch");
+            pending.events.iter().for_each(|event| index.apply(event));
+            self.reflector.restore_index(index);
             return Err(e);
         }
-        let pending = &mut self.pending;
-        pending.before.get_or_insert(before);
         pending.events.extend(commit.events);
         pending.replies.push(reply);
         Ok(())
@@ -219,6 +230,36 @@ mod tests {
     fn list(cluster: &str, names: &[&str], checkpoint: &str) -> Ingest {
         let batch = WatchBatch::Relist(names.iter().map(|n| pod(cluster, n)).collect());
         Ingest { cluster: cluster.into(), resource: "v1/pods".into(), batch, checkpoint: checkpoint.into(), scope: None, queued: Queued::new() }
+    }
+
+    /// The names of the pods of the aggregator's working index, in list order.
+    fn working_names(aggregator: &super::super::Aggregator) -> Vec<String> {
+        aggregator.reflector.index().range("v1/pods", None, None).map(|(k, _)| format!("{}/{}", k.cluster, k.name)).collect()
+    }
+
+    /// A batch that cannot be staged leaves the index as the batches
+    /// staged before it in the same group made it (they are committed
+    /// with their group), and a first batch that cannot be staged leaves
+    /// it as the last group did: the group keeps one index to go back to.
+    #[test]
+    fn a_batch_that_cannot_be_staged_takes_only_its_own_changes_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let (fleet, mut aggregator) = start(dir.path());
+        aggregator.ingest(list("m1", &["a"], "1")).unwrap();
+        assert!(matches!(aggregator.stage_ingest(list("m2", &["b", "c"], "2"), None), Ok(super::super::Staged::Waiting(2))));
+        fleet.store().inject_fault(Some(kubefold_store::Fault::Fail(28)));
+        assert!(aggregator.stage_ingest(list("m3", &["d"], "3"), None).is_err());
+        assert_eq!(working_names(&aggregator), ["m1/a", "m2/b", "m2/c"], "the staged batch stays, the failed one is gone");
+        fleet.store().inject_fault(None);
+        aggregator.finish_group().unwrap();
+        assert_eq!(fleet.snapshot().len("v1/pods"), 3, "the staged batch is committed and published");
+        fleet.store().inject_fault(Some(kubefold_store::Fault::Fail(28)));
+        assert!(aggregator.stage_ingest(list("m4", &["e"], "4"), None).is_err());
+        assert_eq!(working_names(&aggregator), ["m1/a", "m2/b", "m2/c"], "a failed first batch of a group is gone too");
+        fleet.store().inject_fault(None);
+        aggregator.ingest(list("m4", &["e"], "4")).unwrap();
+        assert_eq!(working_names(&aggregator), ["m1/a", "m2/b", "m2/c", "m4/e"]);
+        assert_eq!(fleet.snapshot().len("v1/pods"), 4);
     }
 
     /// A batch alone is committed at once, and one sent while another

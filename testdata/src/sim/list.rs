@@ -171,9 +171,12 @@ impl ListOptions {
         !self.label_selector.is_empty() || !self.field_selector.is_empty()
     }
 
-    /// Whether an object passes both selectors.
+    /// Whether an object passes both selectors. An empty selector reads
+    /// nothing of the object (a generated pod's fields are made from its
+    /// whole body).
     pub fn matches(&self, object: &Object) -> bool {
-        self.label_selector.matches_pairs(&object.labels()) && self.field_selector.matches_pairs(&object.fields())
+        (self.label_selector.is_empty() || self.label_selector.matches_pairs(&object.labels()))
+            && (self.field_selector.is_empty() || self.field_selector.matches_pairs(&object.fields()))
     }
 
     /// The version a list must wait for before it can be served: the `N`

@@ -231,19 +231,32 @@ fn info(shared: &Shared) -> Info<'_> {
     Info { title: "Kubernetes", version: &shared.config.git_version }
 }
 
+/// A group-version document and the hash its URL carries in `/openapi/v3`.
+#[derive(Clone)]
+struct Document {
+    doc: Arc<Value>,
+    hash: Arc<str>,
+}
+
 /// Documents of group-versions of built-in types only, by the server's
 /// version and the keys of the types served there (what they depend on).
-type Cache = Mutex<HashMap<(String, Vec<String>), Arc<Value>>>;
+/// kube-apiserver builds its documents and their hashes once per change of
+/// what it serves, not per request; so does the simulator (a thousand
+/// members each asked for `/openapi/v3` made and hashed every document a
+/// thousand times).
+type Cache = Mutex<HashMap<(String, Vec<String>), Document>>;
 
 /// `/openapi/v3/api/v1` or `/openapi/v3/apis/{group}/{version}`; `None`
 /// when nothing is served there.
 pub fn v3(shared: &Shared, group: &str, version: &str) -> Result<Option<Arc<Value>>, ApiError> {
+    Ok(document(shared, group, version)?.map(|d| d.doc))
+}
+
+/// The document of `group/version` with its hash, from the cache when it
+/// holds only built-in types.
+fn document(shared: &Shared, group: &str, version: &str) -> Result<Option<Document>, ApiError> {
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let catalog = &shared.catalog();
-    let paths = engine_openapi::paths(catalog, group, version);
-    if paths.is_empty() {
-        return Ok(None);
-    }
     let all_builtin = catalog
         .iter()
         .filter(|r| r.group == group && r.version == version)
@@ -251,28 +264,34 @@ pub fn v3(shared: &Shared, group: &str, version: &str) -> Result<Option<Arc<Valu
     let served: Vec<String> = catalog.iter().filter(|r| r.group == group && r.version == version).map(|r| format!("{}/{:?}", r.key(), r.subresources)).collect();
     let key = (shared.config.git_version.clone(), served);
     if all_builtin {
-        if let Some(doc) = CACHE.get_or_init(Default::default).lock().ok().and_then(|c| c.get(&key).cloned()) {
-            return Ok(Some(doc));
+        // Only documents with paths are kept: a hit is served.
+        if let Some(found) = CACHE.get_or_init(Default::default).lock().ok().and_then(|c| c.get(&key).cloned()) {
+            return Ok(Some(found));
         }
+    }
+    let paths = engine_openapi::paths(catalog, group, version);
+    if paths.is_empty() {
+        return Ok(None);
     }
     let doc = Arc::new(engine_openapi::document(info(shared), paths, group_version_schemas(shared, catalog, group, version)?));
+    let found = Document { hash: schemas::hash(&doc).into(), doc };
     if all_builtin {
         if let Ok(mut cache) = CACHE.get_or_init(Default::default).lock() {
-            cache.insert(key, doc.clone());
+            cache.insert(key, found.clone());
         }
     }
-    Ok(Some(doc))
+    Ok(Some(found))
 }
 
 /// `/openapi/v3`: each group-version document with the hash of its content.
 pub fn v3_index(shared: &Shared) -> Result<Value, ApiError> {
     let mut entries = Vec::new();
     for (group, version) in kubefold_engine::resources::served_group_versions(&shared.catalog()) {
-        if let Some(doc) = v3(shared, &group, &version)? {
-            entries.push((schemas::group_version_key(&group, &version), schemas::hash(&doc)));
+        if let Some(found) = document(shared, &group, &version)? {
+            entries.push((schemas::group_version_key(&group, &version), found.hash));
         }
     }
-    Ok(schemas::index(entries.iter().map(|(k, h)| (k.as_str(), h.as_str()))))
+    Ok(schemas::index(entries.iter().map(|(k, h)| (k.as_str(), &**h))))
 }
 
 /// `/openapi/v2`: every path and every schema of the v3 documents, as
