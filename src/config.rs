@@ -162,6 +162,11 @@ pub struct Config {
     /// wait their turn (`kubefold_member_relists_waiting`).
     #[serde(default = "default_relist_concurrency")]
     pub relist_concurrency: usize,
+    /// Initial lists (a member type the store holds nothing of: the first
+    /// start, a member added) that run at once; nothing of them is served
+    /// yet, and more at once sync a large fleet faster.
+    #[serde(default = "default_initial_list_concurrency")]
+    pub initial_list_concurrency: usize,
     /// Members whose metric series carry their own `cluster` label; the
     /// members after them share `cluster="_other"`.
     #[serde(default = "default_metrics_cluster_series")]
@@ -281,6 +286,11 @@ pub fn default_watcher_threads() -> usize {
 /// 32 lists.
 pub fn default_relist_concurrency() -> usize {
     kubefold_actors::relists::DEFAULT_CONCURRENT_RELISTS
+}
+
+/// 128 lists.
+pub fn default_initial_list_concurrency() -> usize {
+    kubefold_actors::relists::DEFAULT_CONCURRENT_INITIAL_LISTS
 }
 
 /// 100 members.

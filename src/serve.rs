@@ -501,7 +501,7 @@ pub fn run(
             replica.follow(aggregator.clone());
         }
         // Bounds for many members: lists at once, members with series of their own.
-        kubefold_actors::relists::configure(config.relist_concurrency);
+        kubefold_actors::relists::configure(config.relist_concurrency, config.initial_list_concurrency);
         kubefold_actors::cluster_series::configure(config.metrics_cluster_series);
         // Members: the configured ones and those registered through the admin API.
         let mut clusters = config.clusters.clone();

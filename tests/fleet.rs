@@ -78,6 +78,7 @@ fn kubefold_over_fifty_members_of_one_simulator_converges_and_stays_readable() {
     std::fs::write(&members_file, fleet.url_lines()).unwrap();
     let (_config_dir, config) = config_file(concat!(
         "relistConcurrency: 8\n",
+        "initialListConcurrency: 8\n",
         "metricsClusterSeries: 10\n",
         "resources:\n",
         "  - resourceSelectors:\n",

@@ -1,19 +1,30 @@
-//! Relists limited in concurrency. When many members come back at once (a
+//! Lists limited in concurrency. When many members come back at once (a
 //! network partition healed, a hundred members restored), every watcher of
 //! every one of them must list its type again; unbounded, a thousand
 //! members times their types would list at the same moment, each holding a
 //! connection, a list body and its part of the aggregator's queue. A list
 //! (a paged list, or a streaming list until its initial events end) first
-//! takes a permit of one process-wide semaphore; the others wait their turn
+//! takes a permit of a process-wide semaphore; the others wait their turn
 //! (`kubefold_member_relists_waiting` counts them) while reads go on.
+//!
+//! A watcher's first list of a member type the store holds nothing of (an
+//! initial sync: kubefold's first start, a member added) takes its turn
+//! among more ([`DEFAULT_CONCURRENT_INITIAL_LISTS`]): nothing of that
+//! member is served yet, and with more lists running at once the
+//! aggregator commits larger groups (a thousand members sync faster).
+//! Relists, which happen while reads are served, take theirs among fewer.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// Lists that run at once unless configured otherwise (`relistConcurrency`).
-pub const DEFAULT_CONCURRENT_RELISTS: usize = 128;
+/// Relists that run at once unless configured otherwise (`relistConcurrency`).
+pub const DEFAULT_CONCURRENT_RELISTS: usize = 32;
+
+/// Initial lists that run at once unless configured otherwise
+/// (`initialListConcurrency`).
+pub const DEFAULT_CONCURRENT_INITIAL_LISTS: usize = 128;
 
 /// A bound on concurrent lists, and how many wait for it.
 #[derive(Debug)]
@@ -69,16 +80,22 @@ impl RelistLimit {
 }
 
 static GLOBAL: OnceLock<RelistLimit> = OnceLock::new();
+static INITIAL: OnceLock<RelistLimit> = OnceLock::new();
 
-/// Sets the process-wide bound; only the first call (before any list) counts.
-/// Returns whether it was set.
-pub fn configure(limit: usize) -> bool {
-    GLOBAL.set(RelistLimit::new(limit)).is_ok()
+/// Sets the process-wide bounds of relists and of initial lists; only the
+/// first call (before any list) counts. Returns whether they were set.
+pub fn configure(relists: usize, initial: usize) -> bool {
+    GLOBAL.set(RelistLimit::new(relists)).is_ok() & INITIAL.set(RelistLimit::new(initial)).is_ok()
 }
 
-/// The process-wide bound every watcher's lists take their turn from.
+/// The process-wide bound every watcher's relists take their turn from.
 pub fn global() -> &'static RelistLimit {
     GLOBAL.get_or_init(|| RelistLimit::new(DEFAULT_CONCURRENT_RELISTS))
+}
+
+/// The process-wide bound of initial lists (see the module's comment).
+pub fn initial() -> &'static RelistLimit {
+    INITIAL.get_or_init(|| RelistLimit::new(DEFAULT_CONCURRENT_INITIAL_LISTS))
 }
 
 #[cfg(test)]

@@ -409,6 +409,9 @@ impl Run {
     }
 
     async fn run(self, mut machine: Machine, checkpoint: Option<String>) {
+        // Nothing of this member's type in the store: its first list is an
+        // initial sync, which takes its turn among more (see `relists`).
+        let mut initial = checkpoint.is_none();
         let mut action = machine.step(Input::Start { checkpoint });
         // Streaming lists until the member shows it does not serve them.
         let streaming = std::cell::Cell::new(true);
@@ -420,7 +423,8 @@ impl Run {
             }
             if action.request == Request::List {
                 // Many members back at once: their lists take turns.
-                let permit = crate::relists::global().permit().await;
+                let limit = if std::mem::take(&mut initial) { crate::relists::initial() } else { crate::relists::global() };
+                let permit = limit.permit().await;
                 self.relist_permit.set(permit);
                 // A list from now on sees the member as restored.
                 restores.borrow_and_update();
