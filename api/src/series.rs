@@ -75,7 +75,7 @@ pub const RECORDED: &[Family] = &[
     family("kubefold_member_errors_total", Kind::Counter, &["cluster"], "Failed requests to a member cluster."),
     family("kubefold_member_relists_total", Kind::Counter, &["cluster"], "Full lists of a member's types (initial and after 410)."),
     family("kubefold_member_bad_objects_total", Kind::Counter, &["cluster"], "Objects from a member that could not be ingested."),
-    family("kubefold_member_relists_waiting", Kind::Gauge, &[], "Member lists waiting for their turn (at most relistConcurrency run at once)."),
+    family("kubefold_member_relists_waiting", Kind::Gauge, &[], "Member lists waiting for their turn (at most relistConcurrency relists and initialListConcurrency initial lists run at once)."),
     family("kubefold_etcd_applied_revision", Kind::Gauge, &[], "On etcd: the log revision this replica applied."),
     family("kubefold_etcd_lag_revisions", Kind::Gauge, &[], "On etcd: revisions of the log's head this replica has not applied yet."),
     family("kubefold_etcd_owned_members", Kind::Gauge, &[], "On etcd: members this replica owns (watches and writes the changes of)."),
