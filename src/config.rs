@@ -155,11 +155,11 @@ pub struct Config {
     /// (cheaper for kubefold's CPU when clients are near).
     #[serde(default = "default_compress_lists")]
     pub compress_lists: bool,
-    /// Threads that run the cluster watchers.
+    /// Threads that run the cluster watchers (at nice 5: requests first).
     #[serde(default = "default_watcher_threads")]
     pub watcher_threads: usize,
-    /// Member lists (initial syncs, relists) that run at once; the others
-    /// wait their turn (`kubefold_member_relists_waiting`).
+    /// Member relists (a member came back, a watch expired) that run at
+    /// once; the others wait their turn (`kubefold_member_relists_waiting`).
     #[serde(default = "default_relist_concurrency")]
     pub relist_concurrency: usize,
     /// Initial lists (a member type the store holds nothing of: the first
