@@ -175,6 +175,10 @@ struct AddArgs {
     /// Do not verify the member's serving certificate (with --url; testing only).
     #[arg(long, requires = "url")]
     insecure_skip_tls_verify: bool,
+    /// Speak HTTP/2 to a plain-HTTP member without asking (prior knowledge;
+    /// members over TLS negotiate HTTP/2 themselves).
+    #[arg(long)]
+    h2c: bool,
     /// A label of the cluster, KEY=VALUE (repeatable), for the label
     /// selectors of the resource selection.
     #[arg(long = "label", value_parser = parse_label)]
@@ -288,6 +292,7 @@ impl AddArgs {
             impersonator_token: None,
             impersonator_token_file: None,
             impersonate: None,
+            h2c: self.h2c,
         })
     }
 }

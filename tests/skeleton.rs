@@ -210,3 +210,102 @@ fn http_reads_follow_kubernetes_rules() {
     let (code, _) = kf.get("/api/v1/pods?resourceVersion=abc");
     assert_eq!(code, 400);
 }
+
+/// kubefold's established TCP connections to `port` on loopback: the
+/// sockets of `/proc/net/tcp` to that port whose inodes are among the
+/// process's open files.
+fn connections_to(pid: u32, port: u16) -> usize {
+    let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter_map(|target| target.to_str()?.strip_prefix("socket:[")?.strip_suffix(']').map(str::to_string))
+        .collect();
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    table
+        .lines()
+        .skip(1)
+        .filter(|row| {
+            let cols: Vec<&str> = row.split_whitespace().collect();
+            let remote_port = cols[2].rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok());
+            // State 01: ESTABLISHED.
+            cols[3] == "01" && remote_port == Some(port) && inodes.contains(cols[9])
+        })
+        .count()
+}
+
+/// kube-apiserver serves HTTP/2 and client-go multiplexes a client's
+/// watches and requests over one connection ("kube-apiserver ...
+/// `--http2-max-streams-per-connection`: the limit that the server gives
+/// to clients for the maximum number of streams in an HTTP/2 connection",
+/// https://kubernetes.io/docs/reference/command-line-tools-reference/kube-apiserver/).
+/// A member with `h2c: true` gets all of kubefold's watches on one
+/// connection (of its one watcher thread), and they stream: the member's
+/// churn reaches kubefold. A member without it, over HTTP/1.1, holds a
+/// connection for each watched type.
+#[test]
+fn a_members_watches_share_one_http2_connection_and_over_http1_hold_one_each() {
+    let members = demo_members(2, 20.0);
+    let (_tmp, dir) = data_dir();
+    let (_config_dir, config) = config_file(&format!(
+        "watcherThreads: 1\nclusters:\n  - {{name: member1, url: \"{}\", h2c: true}}\n  - {{name: member2, url: \"{}\"}}\n",
+        members[0].1.url(),
+        members[1].1.url()
+    ));
+    let kf = Kubefold::serve(&dir, &[], &["--config", &config]);
+    kf.wait_ready();
+    assert_converged(&kf, &members, "/api/v1/pods", "v1/pods");
+
+    let types = kf.get_json("/admin/v1/clusters/member2")["status"]["resources"].as_object().map(|r| r.len()).expect("member2's watched types");
+    let (h2, h1) = (connections_to(kf.pid(), members[0].1.addr().port()), connections_to(kf.pid(), members[1].1.addr().port()));
+    // One a kubefold thread that talks to the member: the watchers' and the
+    // estimator resolver's (which reads the member's Services).
+    assert!(h2 <= 2, "member1 (h2c): one connection for every watch, {h2} held; member2 (HTTP/1.1) has {h1}");
+    assert!(h1 >= types, "member2 over HTTP/1.1 holds a connection a watched type ({types} types): {h1}");
+    kf.stop();
+}
+
+/// A member served over TLS, as kube-apiserver is, is offered `h2` first
+/// (ALPN) and speaks HTTP/2, so its watches share one connection and
+/// stream its churn; `kubectl exec` through kubefold still reaches it,
+/// since the upgrade of exec asks the member for HTTP/1.1, as client-go's
+/// SPDY and WebSocket dialers do.
+#[test]
+fn a_member_over_tls_speaks_http2_through_alpn_and_exec_still_upgrades() {
+    crate::require_kubectl!();
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = TestPki::write(tmp.path());
+    let tls = kubefold_testdata::SimTls { cert_pem: std::fs::read_to_string(&pki.cert_file).unwrap(), key_pem: std::fs::read_to_string(&pki.key_file).unwrap() };
+    let sim = kubefold_testdata::start(kubefold_testdata::SimConfig {
+        name: "member1".into(),
+        workload: kubefold_testdata::Workload::Demo,
+        churn_per_sec: 20.0,
+        tls: Some(tls),
+        ..kubefold_testdata::SimConfig::default()
+    })
+    .expect("simulator starts");
+    assert!(sim.url().starts_with("https://127.0.0.1:"), "{}", sim.url());
+    let (_dir_tmp, dir) = data_dir();
+    let (_config_dir, config) = config_file(&format!(
+        "watcherThreads: 1\nclusters:\n  - {{name: member1, url: \"{}\", caFile: \"{}\"}}\n",
+        sim.url(),
+        pki.ca_file.display()
+    ));
+    let kf = Kubefold::serve(&dir, &[], &["--config", &config]);
+    kf.wait_ready();
+
+    let checkpoint = || {
+        kf.get_json("/admin/v1/clusters/member1")["status"]["resources"]["v1/pods"]["checkpoint"].as_str().and_then(|c| c.parse::<u64>().ok()).unwrap_or(0)
+    };
+    let first = checkpoint();
+    wait_for(Duration::from_secs(30), "the member's pod changes streaming in", || checkpoint() > first);
+    let pods = kf.get_json("/api/v1/namespaces/default/pods");
+    assert!(pods["items"].as_array().unwrap().iter().any(|p| p["metadata"]["name"] == "web-0_member1"), "{pods}");
+
+    let held = connections_to(kf.pid(), sim.addr().port());
+    assert!(held <= 2, "every watch of the member on one connection a thread: {held} held");
+
+    let (ok, out, err) = kubectl(&["--server", &kf.url, "exec", "-n", "default", "web-0_member1", "--", "hostname"], None);
+    assert!(ok, "kubectl exec through kubefold: {err}");
+    assert_eq!(out, "web-0\n");
+    kf.stop();
+}

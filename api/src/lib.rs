@@ -627,6 +627,9 @@ pub fn server(state: Arc<ApiState>, listener: Option<std::net::TcpListener>) -> 
         // 178.8 ms median, 15 lists each) but let every slow watcher hold 4 MiB.
         // An idle connection keeps at most this much.
         h1_write_buffer_size: Some(1 << 20),
+        // kubefold's own clients keep HTTP/1.1 for now: its watch
+        // streaming and upgrades are built and measured on it.
+        http2: false,
         tls,
         on_connect: Some(on_connect),
     };

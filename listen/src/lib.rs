@@ -1,4 +1,4 @@
-//! kubefold's and the simulator's HTTP/1.1 listeners: an actix-web app
+//! kubefold's and the simulator's HTTP listeners: an actix-web app
 //! served by actix-server and actix-http (what actix-web's `HttpServer` is
 //! built on) over connections that also let SPDY/3.1 upgrades through.
 //!
@@ -92,6 +92,15 @@ impl<T> UpgradeAware<T> {
     /// Wraps an accepted connection.
     pub fn new(io: T) -> UpgradeAware<T> {
         UpgradeAware { io, head: Head::Reading(Vec::new()), spdy: SpdyUpgrade::default() }
+    }
+
+    /// Wraps a connection that speaks `protocol`: an HTTP/2 one has no
+    /// upgrades, and its bytes pass straight through.
+    fn speaking(io: T, protocol: Protocol) -> UpgradeAware<T> {
+        match protocol {
+            Protocol::Http2 => UpgradeAware { io, head: Head::Passed, spdy: SpdyUpgrade::default() },
+            _ => UpgradeAware::new(io),
+        }
     }
 
     /// The connection underneath.
@@ -221,6 +230,12 @@ pub struct Options {
     pub h1_write_buffer_size: Option<usize>,
     /// TLS: the rustls configuration and the handshake timeout.
     pub tls: Option<(ServerConfig, Duration)>,
+    /// Serve HTTP/2 as well: over TLS to clients that ask for it through
+    /// ALPN (`h2`, offered before `http/1.1`, as kube-apiserver does), and
+    /// on plain connections to clients that start with the HTTP/2 preface
+    /// (prior knowledge, RFC 9113 §3.3). HTTP/2 connections carry no
+    /// upgrades (exec and port-forward clients dial HTTP/1.1 for those).
+    pub http2: bool,
     /// Called with each accepted connection.
     pub on_connect: Option<OnConnect>,
 }
@@ -232,6 +247,7 @@ impl fmt::Debug for Options {
             .field("tcp_nodelay", &self.tcp_nodelay)
             .field("h1_write_buffer_size", &self.h1_write_buffer_size)
             .field("tls", &self.tls.as_ref().map(|(_, timeout)| timeout))
+            .field("http2", &self.http2)
             .finish_non_exhaustive()
     }
 }
@@ -280,8 +296,8 @@ where
 }
 
 /// Serves the app `factory` builds (one per worker, as `HttpServer::new`)
-/// on `listener` with `options`: HTTP/1.1, over TLS when configured (ALPN
-/// `http/1.1`).
+/// on `listener` with `options`: HTTP/1.1, and HTTP/2 when
+/// [`Options::http2`] is set, over TLS when configured (ALPN).
 pub fn listen<F, I, S, B>(builder: ServerBuilder, listener: std::net::TcpListener, options: Options, factory: F) -> io::Result<ServerBuilder>
 where
     F: Fn() -> I + Send + Clone + 'static,
@@ -296,6 +312,7 @@ where
 {
     let addr = listener.local_addr()?;
     let nodelay = options.tcp_nodelay;
+    let http2 = options.http2;
     match options.tls.clone() {
         None => builder.listen(format!("kubefold-http-{addr}"), listener, move || {
             fn_service(move |io: TcpStream| async move {
@@ -303,12 +320,14 @@ where
                     let _ = io.set_nodelay(true);
                 }
                 let peer = io.peer_addr().ok();
-                Ok::<_, actix_http::error::DispatchError>((UpgradeAware::new(io), Protocol::Http1, peer))
+                let protocol = if http2 { plain_protocol(&io).await } else { Protocol::Http1 };
+                Ok::<_, actix_http::error::DispatchError>((UpgradeAware::speaking(io, protocol), protocol, peer))
             })
             .and_then(http_service(&options, addr, &factory))
         }),
         Some((mut config, handshake_timeout)) => {
-            let mut protocols = vec![b"http/1.1".to_vec()];
+            let mut protocols = if http2 { vec![b"h2".to_vec()] } else { Vec::new() };
+            protocols.push(b"http/1.1".to_vec());
             protocols.extend_from_slice(&config.alpn_protocols);
             config.alpn_protocols = protocols;
             builder.listen(format!("kubefold-https-{addr}"), listener, move || {
@@ -322,11 +341,44 @@ where
                             let _ = io.get_ref().0.set_nodelay(true);
                         }
                         let peer = io.get_ref().0.peer_addr().ok();
-                        Ok((UpgradeAware::new(io), Protocol::Http1, peer))
+                        let protocol = match io.get_ref().1.alpn_protocol() {
+                            Some(b"h2") => Protocol::Http2,
+                            _ => Protocol::Http1,
+                        };
+                        Ok((UpgradeAware::speaking(io, protocol), protocol, peer))
                     })
                     .and_then(http_service(&options, addr, &factory).map_err(TlsError::Service))
             })
         }
+    }
+}
+
+/// The start of the HTTP/2 connection preface (RFC 9113 §3.4) that tells
+/// a client speaking HTTP/2 with prior knowledge from an HTTP/1.1 one.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2";
+
+/// The protocol of a plain connection by its first bytes: HTTP/2 when they
+/// are the preface, HTTP/1.1 otherwise, or when they do not come within
+/// the time allowed for a request head (HTTP/1.1's dispatcher then ends the
+/// connection as it ends any that sends no request).
+async fn plain_protocol(io: &TcpStream) -> Protocol {
+    let mut first = [0u8; H2_PREFACE.len()];
+    let mut seen = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    // `peek` returns what has arrived: a preface split over segments comes
+    // in more than one. (`timeout_at` polls the peek first, which is ready
+    // at once while any bytes wait, so the deadline is checked apart.)
+    while seen < first.len() && first[..seen] == H2_PREFACE[..seen] && tokio::time::Instant::now() < deadline {
+        match tokio::time::timeout_at(deadline, io.peek(&mut first)).await {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+            Ok(Ok(n)) if n > seen => seen = n,
+            Ok(Ok(_)) => tokio::time::sleep(Duration::from_millis(1)).await,
+        }
+    }
+    if seen == first.len() && first == H2_PREFACE {
+        Protocol::Http2
+    } else {
+        Protocol::Http1
     }
 }
 
@@ -377,5 +429,39 @@ mod tests {
         // A connection closed mid-head hands on what came.
         assert_eq!(read_through(&[b"GET / HT"]).await, (b"GET / HT".to_vec(), false));
         assert_eq!(read_through(&[]).await, (Vec::new(), false));
+    }
+
+    /// The protocol [`plain_protocol`] sees on a connection whose client
+    /// writes `chunks` (with a pause between them) and then closes.
+    async fn protocol_of(chunks: &'static [&'static [u8]]) -> Protocol {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = tokio::spawn(async move {
+            let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+            stream.set_nodelay(true).unwrap();
+            for chunk in chunks {
+                stream.write_all(chunk).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        let (io, _) = listener.accept().await.unwrap();
+        let protocol = plain_protocol(&io).await;
+        client.await.unwrap();
+        protocol
+    }
+
+    #[tokio::test]
+    async fn a_plain_connection_is_http2_only_when_it_opens_with_the_preface() {
+        const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+        assert_eq!(protocol_of(&[PREFACE]).await, Protocol::Http2);
+        // A preface split over segments is still one.
+        assert_eq!(protocol_of(&[b"PRI * H", b"TTP/2.0\r\n\r\nSM\r\n\r\n"]).await, Protocol::Http2);
+        assert_eq!(protocol_of(&[b"GET /api HTTP/1.1\r\nHost: x\r\n\r\n"]).await, Protocol::Http1);
+        // A request that happens to start like the preface, one that stops
+        // short of it, and a client that closes at once: HTTP/1.1 (whose
+        // dispatcher answers or ends them).
+        assert_eq!(protocol_of(&[b"PRI * HTTP/1.1\r\n\r\n"]).await, Protocol::Http1);
+        assert_eq!(protocol_of(&[b"PRI * HT"]).await, Protocol::Http1);
+        assert_eq!(protocol_of(&[]).await, Protocol::Http1);
     }
 }

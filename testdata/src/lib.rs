@@ -10,4 +10,4 @@
 pub mod sim;
 pub mod workload;
 
-pub use sim::{run_cli, start, RequestRecord, SimArgs, SimConfig, SimHandle, Workload};
+pub use sim::{run_cli, start, RequestRecord, SimArgs, SimConfig, SimHandle, SimTls, Workload};

@@ -23,6 +23,7 @@ use std::time::Instant;
 use actix_web::{web, App, HttpMessage, HttpRequest, HttpResponse, ResponseError};
 use kubefold_engine::resources::ResourceType;
 
+use super::sim_listen_options;
 use super::status::ApiError;
 use super::{churn, controllers, server, Shared, SimArgs, SimConfig};
 
@@ -76,6 +77,8 @@ impl FleetConfig {
             seed: self.member.seed.wrapping_add(i as u64),
             compact: true,
             fleet_member: true,
+            // The fleet's shared server serves plain HTTP.
+            tls: None,
             ..self.member.clone()
         }
     }
@@ -257,7 +260,7 @@ async fn serve(
     let app = move || App::new().app_data(data.clone()).default_service(web::to(dispatch));
     let mut server = kubefold_listen::Server::build().workers(workers).disable_signals().shutdown_timeout(2);
     for listener in listeners {
-        server = match kubefold_listen::listen(server, listener, kubefold_listen::Options::default(), app.clone()) {
+        server = match kubefold_listen::listen(server, listener, sim_listen_options(), app.clone()) {
             Ok(server) => server,
             Err(error) => {
                 let _ = ready.send(Err(error));

@@ -243,6 +243,36 @@ pub struct SimConfig {
     /// HTTP server, so the `offline` fault is refused (its port cannot be
     /// closed alone) and requests are not logged.
     pub fleet_member: bool,
+    /// Serve HTTPS with this certificate chain and key (PEM), as
+    /// kube-apiserver does, offering HTTP/2 through ALPN; plain HTTP when
+    /// `None`.
+    pub tls: Option<SimTls>,
+}
+
+/// The serving certificate of a simulator that serves HTTPS.
+#[derive(Debug, Clone)]
+pub struct SimTls {
+    /// The certificate chain, PEM.
+    pub cert_pem: String,
+    /// Its private key, PEM.
+    pub key_pem: String,
+}
+
+impl SimTls {
+    /// The rustls configuration serving it.
+    fn server_config(&self) -> io::Result<rustls::ServerConfig> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let invalid = |e: &dyn std::fmt::Display| io::Error::new(io::ErrorKind::InvalidInput, format!("simulator TLS: {e}"));
+        let certs = CertificateDer::pem_slice_iter(self.cert_pem.as_bytes()).collect::<Result<Vec<_>, _>>().map_err(|e| invalid(&e))?;
+        let key = PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes()).map_err(|e| invalid(&e))?;
+        rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| invalid(&e))?
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .map_err(|e| invalid(&e))
+    }
 }
 
 impl Default for SimConfig {
@@ -264,6 +294,7 @@ impl Default for SimConfig {
             audit_log_path: None,
             compact: false,
             fleet_member: false,
+            tls: None,
         }
     }
 }
@@ -287,6 +318,7 @@ impl From<SimArgs> for SimConfig {
             audit_log_path: args.audit_log_path,
             compact: false,
             fleet_member: false,
+            tls: None,
         }
     }
 }
@@ -503,9 +535,10 @@ impl SimHandle {
         self.addr
     }
 
-    /// Its base URL, `http://127.0.0.1:PORT`.
+    /// Its base URL, `http://127.0.0.1:PORT` (`https://` when it serves TLS).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.shared.config.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// The requests received so far, oldest first (also `GET /sim/requests`;
@@ -687,6 +720,18 @@ fn new_shared(
     (shared, tasks_rx)
 }
 
+/// How the simulator serves connections: HTTP/1.1, and HTTP/2 to clients
+/// that ask for it. kube-apiserver serves HTTP/2 to every client that
+/// negotiates it (over TLS, ALPN `h2`; "kube-apiserver ...
+/// `--http2-max-streams-per-connection`",
+/// https://kubernetes.io/docs/reference/command-line-tools-reference/kube-apiserver/),
+/// and client-go uses it, so that one connection carries all of a
+/// client's watches. Over plain HTTP the simulator takes HTTP/2 with prior
+/// knowledge (RFC 9113 §3.3) on the same port.
+pub(crate) fn sim_listen_options() -> kubefold_listen::Options {
+    kubefold_listen::Options { http2: true, ..kubefold_listen::Options::default() }
+}
+
 /// Binds and runs the HTTP server on `listen`.
 fn run_server(shared: &Arc<Shared>, listen: SocketAddr) -> io::Result<(SocketAddr, Running)> {
     let data = web::Data::new(shared.clone());
@@ -694,7 +739,11 @@ fn run_server(shared: &Arc<Shared>, listen: SocketAddr) -> io::Result<(SocketAdd
     let addr = listener.local_addr()?;
     let builder = kubefold_listen::Server::build().workers(2).disable_signals().shutdown_timeout(2);
     let app = move || App::new().app_data(data.clone()).default_service(web::to(server::dispatch));
-    let server = kubefold_listen::listen(builder, listener, kubefold_listen::Options::default(), app)?.run();
+    let mut options = sim_listen_options();
+    if let Some(tls) = &shared.config.tls {
+        options.tls = Some((tls.server_config()?, std::time::Duration::from_secs(10)));
+    }
+    let server = kubefold_listen::listen(builder, listener, options, app)?.run();
     let handle = server.handle();
     let task = actix_web::rt::spawn(server);
     Ok((addr, Running { handle, task }))

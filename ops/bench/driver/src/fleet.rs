@@ -8,11 +8,11 @@
 //! and a warm restart.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, bail, Context as _, Result};
 use hyper::Method;
 use serde_json::json;
 
@@ -40,18 +40,23 @@ pub struct FleetPlan {
     pub watch_clients: usize,
     /// Events per second across the fleet during it.
     pub watch_events_per_sec: f64,
+    /// kubefold speaks HTTP/1.1 to the members (`--fleet-http1`: the
+    /// simulator's `NAME=URL` lines as they are) instead of HTTP/2 (each
+    /// member with `h2c: true`), to measure one beside the other, or a
+    /// kubefold that has no `h2c`.
+    pub http1: bool,
 }
 
 impl FleetPlan {
     /// `--quick`: 20 members, 20,000 pods; 100 watch clients, 200 events/s.
     pub fn quick() -> FleetPlan {
-        FleetPlan { members: 20, pods: 20_000, restored: 10, list_reps: 5, watch_clients: 100, watch_events_per_sec: 200.0 }
+        FleetPlan { members: 20, pods: 20_000, restored: 10, list_reps: 5, watch_clients: 100, watch_events_per_sec: 200.0, http1: false }
     }
 
     /// The full run: Karmada's 1,000 members, and as many pods as asked
     /// (`--fleet-pods`); 1,000 watch clients, 1,000 events/s.
     pub fn full() -> FleetPlan {
-        FleetPlan { members: 1_000, pods: 2_000_000, restored: 100, list_reps: 3, watch_clients: 1_000, watch_events_per_sec: 1_000.0 }
+        FleetPlan { members: 1_000, pods: 2_000_000, restored: 100, list_reps: 3, watch_clients: 1_000, watch_events_per_sec: 1_000.0, http1: false }
     }
 }
 
@@ -95,8 +100,32 @@ pub(crate) fn serve_args(data_dir: &Path, members_file: &Path) -> Vec<String> {
     ]
 }
 
+/// The members of `members_file` as a configuration file beside it, each
+/// spoken to over HTTP/2 with prior knowledge (`h2c`), as the simulator
+/// serves it.
+fn h2c_config(members_file: &Path) -> Result<PathBuf> {
+    let text = std::fs::read_to_string(members_file).with_context(|| format!("reading {}", members_file.display()))?;
+    let mut config = String::from("clusters:\n");
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let (name, url) = line.split_once('=').with_context(|| format!("{}: not NAME=URL: {line:?}", members_file.display()))?;
+        config.push_str(&format!("  - {{name: {name}, url: \"{url}\", h2c: true}}\n"));
+    }
+    let path = members_file.with_extension("h2c.yaml");
+    std::fs::write(&path, config).with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}
+
 fn spawn_kubefold(ctx: &Ctx, tag: &str, data_dir: &Path, members_file: &Path) -> Result<Proc> {
-    let args = serve_args(data_dir, members_file);
+    let fleet = ctx.plan.fleet.as_ref().context("a fleet plan")?;
+    let args = if fleet.http1 {
+        serve_args(data_dir, members_file)
+    } else {
+        let config = h2c_config(members_file)?.display().to_string();
+        let mut args = serve_args(data_dir, members_file);
+        let at = args.iter().position(|a| a == "--clusters-file").context("--clusters-file in the arguments")?;
+        args.splice(at..at + 2, ["--config".to_string(), config]);
+        args
+    };
     Proc::spawn("kubefold", &ctx.kubefold, &args, &ctx.logs.join(format!("{tag}.log")))
 }
 
@@ -393,6 +422,7 @@ pub async fn run(ctx: &Ctx, report: &mut Report, plan: &FleetPlan) -> Result<()>
         "fleet",
         json!({
             "members": plan.members, "pods": n, "podsPerMember": per,
+            "memberProtocol": if plan.http1 { "HTTP/1.1" } else { "HTTP/2 (h2c)" },
             "simulatorListeningSeconds": sim_s, "simulatorRss": sim_rss,
             "readySeconds": ready_s, "afterListeningSeconds": after_listen_s,
             "rssSync": rss_sync, "hwmSync": hwm_sync, "threads": threads,
