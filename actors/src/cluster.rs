@@ -458,6 +458,16 @@ pub const MAX_READ_BUFFER: usize = 64 * 1024;
 const HTTP2_PING_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
 const HTTP2_PING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
+/// What one HTTP/2 stream from a member may have in flight: what a watch
+/// or list may hold unread in kubefold before the member waits. Smaller
+/// than client-go's 4 MiB: during a sync, a watcher thread decoding
+/// hundreds of members' lists at once holds up to this much of each.
+const HTTP2_STREAM_WINDOW: u32 = 1 << 20;
+/// What one HTTP/2 connection may have in flight: more than all its
+/// streams together, so that only a stream's own window ever stops it
+/// (client-go: 1 GiB). The largest window HTTP/2 allows is 2^31 - 1.
+const HTTP2_CONNECTION_WINDOW: u32 = 1 << 30;
+
 /// Builds a member's kube client as [`kube::Client::try_from`] does (the
 /// same connector, timeouts, base URI, retries, credentials and headers,
 /// without kube's debug spans), but with reads buffered up to
@@ -507,10 +517,15 @@ fn build_client(config: kube::Config, h2c: bool) -> std::result::Result<kube::Cl
         hyper_util::client::legacy::Builder::new(hyper_util::rt::TokioExecutor::new())
             .http1_max_buf_size(MAX_READ_BUFFER)
             .http2_only(plain && h2c)
-            // Windows grow with the connection's measured bandwidth-delay
-            // product (BDP pings), from 64 KiB: a far member still fills
-            // its link, and a near one buffers no more than it needs.
-            .http2_adaptive_window(true)
+            // Each stream may have 1 MiB in flight and the connection as
+            // much as all its streams together, as client-go's transport
+            // has it (4 MiB a stream, 1 GiB the connection): a watch whose
+            // reader is busy holds back only its own stream, never its
+            // member's other watches (with a connection window no larger
+            // than a stream's, one unread stream stops them all: hyper
+            // issue 2899).
+            .http2_initial_stream_window_size(HTTP2_STREAM_WINDOW)
+            .http2_initial_connection_window_size(HTTP2_CONNECTION_WINDOW)
             .http2_keep_alive_interval(HTTP2_PING_AFTER)
             .http2_keep_alive_timeout(HTTP2_PING_TIMEOUT)
             .timer(hyper_util::rt::TokioTimer::new())

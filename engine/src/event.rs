@@ -123,23 +123,28 @@ impl StoredEvent {
 /// What the index keeps in memory for one live object: enough to select,
 /// order and diff it; the body stays in the store (at `rv`).
 ///
-/// The strings (member RV, uid, labels, selectable fields) live in one
-/// buffer with their end offsets beside it: an entry is three allocations
-/// however many labels and fields the object has (it was one per string,
-/// about 30 for a pod), which is most of kubefold's memory and of the time a
-/// warm restart spends building the index. Serialised as the plain struct
-/// (`rv`, `member_rv`, `uid`, `labels`, `fields`), so stored entries and
-/// snapshots keep their format.
+/// The strings (member RV, uid, labels, selectable fields' values) live in
+/// one buffer with their end offsets beside it: an entry is three
+/// allocations however many labels and fields the object has (it was one
+/// per string, about 30 for a pod), which is most of kubefold's memory and
+/// of the time a warm restart spends building the index. The names of the
+/// selectable fields are the same for every object of a type, so entries
+/// share one list of them ([`field_names`]) instead of each holding its own
+/// (about 180 bytes of a pod's). Serialised as the plain struct (`rv`,
+/// `member_rv`, `uid`, `labels`, `fields`), so stored entries and snapshots
+/// keep their format.
 #[derive(Clone, PartialEq, Eq)]
 pub struct IndexEntry {
     /// Global RV of the object's current version (the event holding its body).
     pub rv: u64,
-    /// member RV, uid, then label keys and values, then field names and values.
+    /// member RV, uid, then label keys and values, then field values.
     text: Box<str>,
     /// End offset in `text` of each string.
     ends: Box<[u32]>,
     /// Number of labels.
     labels: u32,
+    /// The names of the selectable fields whose values end `text`, in order.
+    field_names: &'static [&'static str],
     /// One bit per label (`key=value`, see [`label_bit`]): a selector's
     /// equality requirements are checked against it first, without reading
     /// `text` (a list with a selector over 100,000 entries spent most of its
@@ -172,11 +177,12 @@ impl IndexEntry {
             label_bits |= label_bit(k, v);
             count += 1;
         }
+        let mut names: Vec<&str> = Vec::new();
         for (f, v) in fields {
-            push(f, &mut text);
+            names.push(f);
             push(v, &mut text);
         }
-        IndexEntry { rv, text: text.into_boxed_str(), ends: ends.into_boxed_slice(), labels: count, label_bits }
+        IndexEntry { rv, text: text.into_boxed_str(), ends: ends.into_boxed_slice(), labels: count, field_names: field_names(&names), label_bits }
     }
 
     /// Whether the entry may have every label whose bits are in `bits` (an
@@ -219,7 +225,7 @@ impl IndexEntry {
     /// Selectable fields.
     pub fn fields(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
         let from = 2 + 2 * self.labels as usize;
-        self.pairs(from, (self.ends.len() - from) / 2)
+        self.field_names.iter().enumerate().map(move |(i, name)| (*name, self.at(from + i)))
     }
 
     /// One selectable field's value.
@@ -236,6 +242,35 @@ impl IndexEntry {
     pub fn fields_owned(&self) -> Vec<(String, String)> {
         self.fields().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
+}
+
+/// The one shared copy of a list of selectable field names: the same list
+/// (by content) always gives the same slice. Lists are few (one or two a
+/// resource type, the names of `crate::fields` and of stored entries) and
+/// live as long as the process. A thread looks in the shared lists only
+/// when its list differs from the last one it asked for.
+pub fn field_names(names: &[&str]) -> &'static [&'static str] {
+    use std::sync::Mutex;
+    static LISTS: Mutex<Vec<&'static [&'static str]>> = Mutex::new(Vec::new());
+    thread_local! {
+        static LAST: std::cell::Cell<&'static [&'static str]> = const { std::cell::Cell::new(&[]) };
+    }
+    let last = LAST.with(std::cell::Cell::get);
+    if last == names {
+        return last;
+    }
+    let mut lists = LISTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let list = match lists.iter().find(|list| **list == names) {
+        Some(list) => *list,
+        None => {
+            let owned: Vec<&'static str> = names.iter().map(|n| &*Box::leak(n.to_string().into_boxed_str())).collect();
+            let list: &'static [&'static str] = Box::leak(owned.into_boxed_slice());
+            lists.push(list);
+            list
+        }
+    };
+    LAST.with(|l| l.set(list));
+    list
 }
 
 impl std::fmt::Debug for IndexEntry {
@@ -342,5 +377,25 @@ mod tests {
         assert_eq!(back, entry);
         let empty = IndexEntry::new(0, "", "", [], []);
         assert_eq!((empty.member_rv(), empty.uid(), empty.labels().count(), empty.fields().count()), ("", "", 0, 0));
+    }
+
+    #[test]
+    fn entries_with_the_same_field_names_share_one_list_of_them() {
+        let pod = |node: &str, phase: &str| IndexEntry::new(1, "1", "u", [("app", "web")], [("spec.nodeName", node), ("status.phase", phase)]);
+        let (a, b) = (pod("n1", "Running"), pod("n2", "Pending"));
+        assert!(std::ptr::eq(a.field_names, b.field_names), "one list for both");
+        assert_eq!(b.fields().collect::<Vec<_>>(), [("spec.nodeName", "n2"), ("status.phase", "Pending")]);
+        // Another list, asked for in between and from another thread, is
+        // another slice; the first is still the same one afterwards.
+        let node = IndexEntry::new(2, "2", "v", [], [("spec.unschedulable", "false")]);
+        let elsewhere = std::thread::spawn(|| IndexEntry::new(3, "3", "w", [], [("spec.nodeName", "n3"), ("status.phase", "Failed")])).join().unwrap();
+        assert!(!std::ptr::eq(a.field_names, node.field_names));
+        assert!(std::ptr::eq(a.field_names, elsewhere.field_names), "the same list from another thread");
+        assert!(std::ptr::eq(a.field_names, pod("n4", "Running").field_names));
+        assert_eq!(node.field("spec.unschedulable"), Some("false"));
+        assert_eq!(node.field("spec.nodeName"), None);
+        // Values stay apart from names: a value equal to a name is a value.
+        let odd = IndexEntry::new(4, "4", "x", [], [("status.phase", "status.phase")]);
+        assert_eq!(odd.fields().collect::<Vec<_>>(), [("status.phase", "status.phase")]);
     }
 }
