@@ -497,17 +497,14 @@ fn build_client(config: kube::Config, h2c: bool) -> std::result::Result<kube::Cl
     let plain = config.cluster_url.scheme_str() == Some("http");
     // A plain member needs no TLS settings; kube makes them for every
     // client, each with a session cache of its own (about 45 KB a member).
-    let https = if plain {
-        hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(unused_tls_config()).https_or_http().enable_http1().enable_http2().wrap_connector(http)
-    } else {
-        let mut builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config.rustls_client_config()?).https_or_http();
-        if let Some(name) = &config.tls_server_name {
-            let name = rustls::pki_types::ServerName::try_from(name.clone())
-                .map_err(|e| kube::Error::RustlsTls(kube::client::RustlsTlsError::InvalidServerName(e)))?;
-            builder = builder.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
-        }
-        builder.enable_http1().enable_http2().wrap_connector(http)
-    };
+    let tls = if plain { unused_tls_config() } else { config.rustls_client_config()? };
+    let mut builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http();
+    if let Some(name) = &config.tls_server_name {
+        let name = rustls::pki_types::ServerName::try_from(name.clone())
+            .map_err(|e| kube::Error::RustlsTls(kube::client::RustlsTlsError::InvalidServerName(e)))?;
+        builder = builder.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
+    }
+    let https = builder.enable_http1().enable_http2().wrap_connector(http);
     let mut connector = hyper_timeout::TimeoutConnector::new(https);
     connector.set_connect_timeout(config.connect_timeout);
     connector.set_read_timeout(config.read_timeout);
