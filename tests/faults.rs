@@ -564,7 +564,10 @@ fn a_member_that_ignores_send_initial_events_is_synced_with_paged_lists() {
 #[test]
 fn set_faults_returns_once_the_member_is_offline_or_back() {
     let sim = kubefold_testdata::start(kubefold_testdata::SimConfig::default()).unwrap();
-    let http = client(Duration::from_secs(10));
+    // A new connection each request: a kept-alive one belongs to the server
+    // `refuse` stopped, and a client reusing it races its close (reset by
+    // peer), which is the client's pool, not what this test is about.
+    let http = reqwest::blocking::Client::builder().timeout(Duration::from_secs(10)).pool_max_idle_per_host(0).build().unwrap();
     let pods = format!("{}/api/v1/pods", sim.url());
     for round in 0..5 {
         sim.set_faults(faults(|f| f.offline = Some(Offline { mode: OfflineMode::Refuse, for_ms: None })));
