@@ -194,12 +194,14 @@ impl Aggregator {
         !self.snapshotting && head > self.snapshot_rv && (by_events || self.snapshot_at.elapsed() >= SNAPSHOT_AFTER)
     }
 
-    /// Writes an index snapshot off the actor thread (the clone is O(1)).
+    /// Writes an index snapshot off the actor thread (the clone is O(1)),
+    /// on a background thread: it is due when a relist ends, while reads
+    /// are still being served.
     fn start_snapshot(&mut self, ctx: &mut Context<Self>) {
         self.snapshotting = true;
         let (store, index) = (self.store.clone(), self.reflector.index().clone());
         let started = Instant::now();
-        let write = tokio::task::spawn_blocking(move || store.write_snapshot(&index));
+        let write = crate::background::run("index-snapshot", move || store.write_snapshot(&index));
         ctx.spawn(actix::WrapFuture::into_actor(write, self).map(move |result, this: &mut Aggregator, _| {
             this.snapshotting = false;
             match result {
@@ -493,7 +495,7 @@ impl Actor for Aggregator {
             this.publisher.set_compacted_rv(floor);
             let (store, live) = (this.store.clone(), this.reflector.index().clone());
             let shared = this.shared.clone();
-            let wait = tokio::task::spawn_blocking(move || {
+            let wait = crate::background::run("store-compact", move || {
                 let stats = store.compact(floor, &live)?;
                 // A damaged record waiting for a compaction past it (an
                 // object deleted before its rebuild) is gone now.
@@ -607,7 +609,7 @@ impl Handler<Compact> for Aggregator {
         };
         self.publisher.set_compacted_rv(floor);
         let (store, live) = (self.store.clone(), self.reflector.index().clone());
-        let compact = tokio::task::spawn_blocking(move || store.compact(floor, &live));
+        let compact = crate::background::run("store-compact", move || store.compact(floor, &live));
         Box::pin(compact.into_actor(self).map(|result, _, _| {
             let stats = result.map_err(|_| Error::ThreadFailed("compaction"))?.map_err(Error::CompactionFailed)?;
             info!(floor = stats.floor, removed = stats.removed, kept = stats.kept, "Event log compacted.");

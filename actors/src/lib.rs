@@ -15,6 +15,7 @@
 //! - [`messages`]: the messages between them.
 
 pub mod aggregator;
+pub mod background;
 pub mod cluster;
 pub mod cluster_series;
 pub mod fleet;

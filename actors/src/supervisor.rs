@@ -105,22 +105,6 @@ pub fn changes(running: &BTreeMap<TypeRef, NamespaceFilter>, plan: &BTreeMap<Typ
     out
 }
 
-/// The nice value of the watcher threads: above the HTTP workers' and the
-/// aggregator's (0). When a hundred members relist at once, the watchers
-/// decode hundreds of MB of lists; at the same priority the gets served
-/// meanwhile waited behind them for a share of the two cores. At nice 5
-/// they yield to requests when both are runnable and use the CPU left
-/// over otherwise (CFS weights 335 against 1024).
-pub const WATCHER_NICE: i32 = 5;
-
-/// Lowers the calling thread's priority to [`WATCHER_NICE`] (on Linux a
-/// nice value is a thread's own). A failure leaves it as it was.
-fn lower_priority() {
-    if let Err(e) = rustix::process::setpriority_process(None, WATCHER_NICE) {
-        tracing::debug!(error = %e, "Cannot lower the priority of a watcher thread.");
-    }
-}
-
 impl Supervisor {
     /// A supervisor of the fleet of `supervision`, with `threads` watcher
     /// threads; `checkpoints` are the persisted member RVs to resume from.
@@ -133,7 +117,7 @@ impl Supervisor {
         let arbiters = (0..threads.max(1))
             .map(|_| {
                 let arbiter = Arbiter::new();
-                arbiter.spawn_fn(lower_priority);
+                arbiter.spawn_fn(crate::background::lower_priority);
                 arbiter
             })
             .collect();

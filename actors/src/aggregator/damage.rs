@@ -169,7 +169,7 @@ impl Aggregator {
         }
         let (store, live) = (self.store.clone(), self.reflector.index().clone());
         let (damaged, quarantine) = (plan.damaged, plan.quarantine);
-        let compacted = tokio::task::spawn_blocking(move || {
+        let compacted = crate::background::run("store-compact", move || {
             let stats = store.compact(floor, &live)?;
             let left = store.settle_damage()?;
             Ok::<_, kubefold_store::Error>((stats, left))
