@@ -495,105 +495,53 @@ fn write_out(active: &mut Active, buf: &mut Vec<u8>) -> std::io::Result<()> {
 /// the store opens, then kept up by commits and compactions; an event it
 /// does not hold (a format 3 record, or before it is filled) is looked up
 /// in sled. About 50 MB for a million events.
-///
-/// Split into [`LOCATION_SHARDS`] maps, each under its own lock, each
-/// holding runs of [`LOCATION_RUN`] consecutive RVs: a writer holds one
-/// shard for at most one run, and a map that grows rehashes a
-/// sixty-fourth of the events. As one map, a compaction moving or
-/// forgetting hundreds of thousands of records, or the map doubling at
-/// millions of events, held every get of the fleet behind one lock.
+#[derive(Default)]
 pub struct Locations {
-    shards: Vec<RwLock<LocationMap>>,
+    map: RwLock<std::collections::HashMap<u64, Pointer, std::hash::BuildHasherDefault<RvHasher>>>,
     /// Set once the map holds every event record of the store (filled,
     /// and none was met in sled itself): its size is then the number of
     /// events retained.
     complete: std::sync::atomic::AtomicBool,
 }
 
-type LocationMap = std::collections::HashMap<u64, Pointer, std::hash::BuildHasherDefault<RvHasher>>;
-
-/// Shards of [`Locations`].
-pub const LOCATION_SHARDS: usize = 64;
-
-/// Consecutive RVs kept in the same shard of [`Locations`]: a list's
-/// records, committed in its order, are mostly runs of neighbouring RVs,
-/// read under one lock.
-pub const LOCATION_RUN: u64 = 256;
-
-fn shard_of(rv: u64) -> usize {
-    ((rv / LOCATION_RUN) % LOCATION_SHARDS as u64) as usize
-}
-
-impl Default for Locations {
-    fn default() -> Locations {
-        Locations { shards: (0..LOCATION_SHARDS).map(|_| RwLock::default()).collect(), complete: Default::default() }
-    }
-}
-
 impl Locations {
     /// Where the record of the event at `rv` is, if known.
     pub fn get(&self, rv: u64) -> Option<Pointer> {
-        self.shards[shard_of(rv)].read().unwrap_or_else(|e| e.into_inner()).get(&rv).copied()
+        self.map.read().unwrap_or_else(|e| e.into_inner()).get(&rv).copied()
     }
 
-    /// [`Locations::get`] for each of `rvs`, taking each shard's lock once
-    /// for a run of RVs in it.
+    /// [`Locations::get`] for each of `rvs`, under one lock.
     pub fn get_many(&self, rvs: impl IntoIterator<Item = u64>) -> Vec<(u64, Option<Pointer>)> {
-        let rvs = rvs.into_iter();
-        let mut out = Vec::with_capacity(rvs.size_hint().0);
-        let mut held: Option<(usize, std::sync::RwLockReadGuard<'_, LocationMap>)> = None;
-        for rv in rvs {
-            let shard = shard_of(rv);
-            if held.as_ref().is_none_or(|(at, _)| *at != shard) {
-                // The last shard's lock goes before the next is taken.
-                drop(held.take());
-                held = Some((shard, self.shards[shard].read().unwrap_or_else(|e| e.into_inner())));
-            }
-            let map = &held.as_ref().expect("held just above").1;
-            out.push((rv, map.get(&rv).copied()));
-        }
-        out
-    }
-
-    /// Applies `change` to each of `items` in the map of its shard, holding
-    /// a shard's lock for at most a run of items in it.
-    fn write_each<T>(&self, items: impl IntoIterator<Item = T>, rv_of: impl Fn(&T) -> u64, mut change: impl FnMut(&mut LocationMap, T)) {
-        let mut held: Option<(usize, std::sync::RwLockWriteGuard<'_, LocationMap>)> = None;
-        for item in items {
-            let shard = shard_of(rv_of(&item));
-            if held.as_ref().is_none_or(|(at, _)| *at != shard) {
-                drop(held.take());
-                held = Some((shard, self.shards[shard].write().unwrap_or_else(|e| e.into_inner())));
-            }
-            change(&mut held.as_mut().expect("held just above").1, item);
-        }
+        let map = self.map.read().unwrap_or_else(|e| e.into_inner());
+        rvs.into_iter().map(|rv| (rv, map.get(&rv).copied())).collect()
     }
 
     /// Records where these events' records are now.
     pub fn insert(&self, located: impl IntoIterator<Item = (u64, Pointer)>) {
-        self.write_each(located, |(rv, _)| *rv, |map, (rv, pointer)| {
-            map.insert(rv, pointer);
-        });
+        let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
+        map.extend(located);
     }
 
     /// Records these locations read from sled, except for events recorded
     /// since (commits go on while the map is filled).
     pub fn fill(&self, located: impl IntoIterator<Item = (u64, Pointer)>) {
-        self.write_each(located, |(rv, _)| *rv, |map, (rv, pointer)| {
+        let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
+        for (rv, pointer) in located {
             map.entry(rv).or_insert(pointer);
-        });
+        }
     }
 
     /// Forgets these events (compaction removed them).
     pub fn remove(&self, rvs: impl IntoIterator<Item = u64>) {
-        self.write_each(rvs, |rv| *rv, |map, rv| {
+        let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
+        for rv in rvs {
             map.remove(&rv);
-        });
+        }
     }
 
     /// Number of events held.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|shard| shard.read().unwrap_or_else(|e| e.into_inner()).len()).sum()
+        self.map.read().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     /// True when no event is held.
@@ -648,42 +596,6 @@ mod tests {
 
     fn pointer(n: u32) -> Pointer {
         Pointer { segment: n, offset: n * 7, len: n + 100, crc: n ^ 0xdead_beef }
-    }
-
-    #[test]
-    fn locations_across_shards_answer_as_one_map() {
-        let locations = Locations::default();
-        let at = |rv: u64| pointer((rv % 1_000_003) as u32);
-        // Runs of consecutive RVs, a gap, and RVs far apart: every shard and
-        // runs that cross from one shard to the next.
-        let rvs: Vec<u64> = (1..=40_000u64).chain((1_000_000..1_000_100).step_by(3)).chain([u64::MAX - 1, 7 * LOCATION_RUN * LOCATION_SHARDS as u64]).collect();
-        locations.insert(rvs.iter().map(|rv| (*rv, at(*rv))));
-        assert_eq!(locations.len(), rvs.len());
-        assert!((0..LOCATION_SHARDS).all(|shard| locations.shards[shard].read().unwrap().len() > 100), "every shard holds some");
-        for rv in &rvs {
-            assert_eq!(locations.get(*rv), Some(at(*rv)), "rv {rv}");
-        }
-        assert_eq!(locations.get(40_001), None);
-        // In an order that jumps between shards, with unknown RVs among them.
-        let asked: Vec<u64> = vec![39_999, 5, 1_000_003, 40_001, 256, 255, 257, u64::MAX - 1, 0];
-        let answered = locations.get_many(asked.iter().copied());
-        assert_eq!(answered.iter().map(|(rv, _)| *rv).collect::<Vec<_>>(), asked);
-        for (rv, found) in answered {
-            assert_eq!(found, rvs.contains(&rv).then(|| at(rv)), "rv {rv}");
-        }
-        // Fill keeps what commits recorded; insert replaces; remove forgets.
-        locations.fill([(10, pointer(1)), (50_000, pointer(2))]);
-        assert_eq!(locations.get(10), Some(at(10)));
-        assert_eq!(locations.get(50_000), Some(pointer(2)));
-        locations.insert([(10, pointer(3))]);
-        assert_eq!(locations.get(10), Some(pointer(3)));
-        locations.remove((1..=20_000).rev());
-        assert_eq!(locations.len(), rvs.len() + 1 - 20_000);
-        assert_eq!(locations.get(20_000), None);
-        assert_eq!(locations.get(20_001), Some(at(20_001)));
-        assert_eq!(locations.count(), None, "not complete until marked");
-        locations.set_complete();
-        assert_eq!(locations.count(), Some(rvs.len() + 1 - 20_000));
     }
 
     #[test]
