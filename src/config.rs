@@ -155,7 +155,7 @@ pub struct Config {
     /// (cheaper for kubefold's CPU when clients are near).
     #[serde(default = "default_compress_lists")]
     pub compress_lists: bool,
-    /// Threads that run the cluster watchers (at nice 5: requests first).
+    /// Threads that run the cluster watchers (five nice steps below the process: requests first).
     #[serde(default = "default_watcher_threads")]
     pub watcher_threads: usize,
     /// Member relists (a member came back, a watch expired) that run at
