@@ -138,6 +138,7 @@ pub fn list(reader: &Reader, scope: &Scope, query: &Query, read_at: ReadAt, tabl
         head.extend_from_slice(b"},\"items\":[");
         (head, ItemWriter::Json)
     };
+    let scattered = filter.depends_on_content();
     let scan = scan_after.map(|after| ListScan { snapshot: snapshot.clone(), resource_key, scope: scope.clone(), filter, after, cluster_at });
     Ok(List {
         pin: Arc::new(pin),
@@ -149,6 +150,7 @@ pub fn list(reader: &Reader, scope: &Scope, query: &Query, read_at: ReadAt, tabl
         pos: 0,
         done: false,
         scan,
+        scattered,
     })
 }
 
@@ -356,6 +358,9 @@ pub struct List {
     pub(super) done: bool,
     /// The rest of the scan, when `items` are only the first of the list's.
     pub(super) scan: Option<ListScan>,
+    /// Objects chosen by label or field selectors: their records lie apart
+    /// in the log, each read on its own (see [`List::rest`]).
+    pub(super) scattered: bool,
 }
 
 impl List {
