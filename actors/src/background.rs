@@ -1,21 +1,23 @@
 //! Work that must not compete with requests: the threads that run it are
-//! niced, so that when the two kinds are runnable at once the HTTP workers
-//! (nice 0) go first and the background work takes the CPU left over.
+//! niced below the process, so that when the two kinds are runnable at
+//! once the HTTP workers go first and the background work takes the CPU
+//! left over.
 
-/// How much nicer than the process background threads run: the watchers
-/// and the event log's compaction. When a hundred members relist at once, the watchers decode
-/// hundreds of MB of lists and the compaction that follows walks and
-/// rewrites the records they replaced; at the same priority the gets
-/// served meanwhile waited behind them for a share of the two cores. At
-/// nice 5 they yield to requests when both are runnable and use the CPU
-/// left over otherwise (CFS weights 335 against 1024).
+/// How much nicer than the process background threads run: the watchers,
+/// the event log's compaction and the index snapshots. When a hundred
+/// members relist at once, the watchers decode hundreds of MB of lists and
+/// the compaction that follows walks and rewrites the records they
+/// replaced; at the same priority the gets served meanwhile waited behind
+/// them for a share of the two cores. Five steps lower they yield to
+/// requests when both are runnable and use the CPU left over otherwise
+/// (CFS weights 335 against 1024).
 pub const BACKGROUND_NICE: i32 = 5;
 
 /// Lowers the calling thread's priority by [`BACKGROUND_NICE`] (to 19 at
 /// most; on Linux a nice value is a thread's own). A failure leaves it as
-/// it was. Raising
-/// it again takes a privilege kubefold does not ask for: call it only on
-/// a thread that does background work for the rest of its life.
+/// it was. Raising it again takes a privilege kubefold does not ask for:
+/// call it only on a thread that does background work for the rest of its
+/// life.
 pub fn lower_priority() {
     let nice = rustix::process::getpriority_process(None).unwrap_or(0).saturating_add(BACKGROUND_NICE).min(19);
     if let Err(e) = rustix::process::setpriority_process(None, nice) {
@@ -28,9 +30,9 @@ pub fn lower_priority() {
 #[derive(Debug)]
 pub struct Lost;
 
-/// Runs `job` on a new thread named `name`, niced (not on
-/// the blocking pool, whose threads go on to serve requests) and resolves
-/// to its result.
+/// Runs `job` on a new thread named `name`, niced (not on the blocking
+/// pool, whose threads go on to serve requests), and resolves to its
+/// result.
 pub fn run<T: Send + 'static>(name: &str, job: impl FnOnce() -> T + Send + 'static) -> impl std::future::Future<Output = Result<T, Lost>> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let started = std::thread::Builder::new().name(name.to_string()).spawn(move || {

@@ -241,12 +241,13 @@ impl List {
     /// The rest of a Table, gzip or selected list, made on blocking threads
     /// ([`LIST_PRODUCERS`] for a list streamed alone, else one), each a
     /// batch at a time, a chunk ahead of the client, and sent in order.
-    /// These cost much more CPU per byte sent than a JSON list (a row is
-    /// printed from each object; deflating a chunk takes several times as
-    /// long as writing it): the threads make a list faster where passing
-    /// its chunks on costs little beside making them (a Table of 100k pods,
-    /// sent plain, 30 lists each alternating: 66.6 ms median on two threads,
-    /// 91.5 ms on the worker), and
+    /// The threads make a list faster where passing its chunks on costs
+    /// little beside making them: a Table or gzip costs much more CPU per
+    /// byte sent than a JSON list (a row is printed from each object;
+    /// deflating a chunk takes several times as long as writing it; a
+    /// Table of 100k pods, sent plain, 30 lists each alternating: 66.6 ms
+    /// median on two threads, 91.5 ms on the worker), and a selected list
+    /// waits on a read for each object (see [`List::rest`]). They also
     /// keep that work off the worker's other connections. Memory: about
     /// two chunks per producer, per list.
     fn rest_produced(self, mut member: Option<crate::gzip::Member>) -> impl futures::Stream<Item = Result<Bytes, ListFailed>> {
