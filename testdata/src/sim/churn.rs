@@ -205,36 +205,84 @@ pub async fn run(shared: Arc<Shared>) {
 /// Makes `rate` changes per second until cancelled by the caller.
 async fn churn_at(shared: &Shared, churn: &mut Churn, rate: f64) {
     let mut tick = Duration::from_millis(20);
+    let mut start = tokio::time::Instant::now();
     if shared.config.fleet_member && rate > 0.0 {
         // A fleet's members churn slowly each: a timer per member at the
         // pace of its own changes, not 50 wakeups a second a thousand times.
         tick = Duration::from_secs_f64((1.0 / rate).clamp(0.02, 1.0));
+        // Each at a phase of its own within its tick: the members of a
+        // fleet are separate clusters whose changes fall at independent
+        // moments, not in step with when their rate was set (a driver
+        // setting a thousand rates within a few hundred milliseconds made
+        // every change of the fleet fall in that slice of each second).
+        start += tick.mul_f64(phase(&shared.config.name, shared.config.seed));
     }
-    let mut interval = tokio::time::interval(tick);
+    let mut interval = tokio::time::interval_at(start, tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut budget = 0.0f64;
+    let mut budget = Budget::new(rate, tick);
     let mut last = tokio::time::Instant::now();
     let mut reported = last;
     loop {
         interval.tick().await;
         let now = tokio::time::Instant::now();
-        budget = (budget + rate * now.duration_since(last).as_secs_f64()).min(rate.max(1.0));
+        let mut due = budget.add(now.duration_since(last));
         last = now;
-        if budget < 1.0 {
+        if due == 0 {
             continue;
         }
         let clock = shared.now();
         if let Ok(mut store) = shared.store.write() {
-            while budget >= 1.0 {
+            while due > 0 {
                 churn.now = clock;
                 churn.step(&mut store);
-                budget -= 1.0;
+                due -= 1;
             }
         }
         if now.duration_since(reported) >= Duration::from_secs(30) {
             tracing::debug!(cluster = %shared.config.name, changes = churn.changes, "Churn is running.");
             reported = now;
         }
+    }
+}
+
+/// A member's phase within its churn tick, as a fraction of the tick:
+/// the same for a name and seed in every run, spread evenly over a fleet's
+/// names (FNV-1a of both).
+fn phase(name: &str, seed: u64) -> f64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in name.bytes().chain(seed.to_le_bytes()) {
+        hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+    }
+    // The high bits mix best; 53 of them fill an f64's mantissa.
+    (hash >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// The changes owed at a rate: time passing adds to it, changes made take
+/// from it.
+struct Budget {
+    rate: f64,
+    owed: f64,
+    /// At most this much is owed: after a stall the churn catches up about
+    /// a second's changes, not all it missed. It holds a tick's changes
+    /// beyond that second, so a tick that fires a little late (its time
+    /// then a little over the tick) never leaves the next one short of a
+    /// change it owes.
+    cap: f64,
+}
+
+impl Budget {
+    fn new(rate: f64, tick: Duration) -> Budget {
+        Budget { rate, owed: 0.0, cap: rate.max(1.0) + rate * tick.as_secs_f64() }
+    }
+
+    /// Adds `elapsed` at the rate; returns the whole changes now due, and
+    /// keeps the fraction owed.
+    fn add(&mut self, elapsed: Duration) -> u64 {
+        self.owed = (self.owed + self.rate * elapsed.as_secs_f64()).min(self.cap);
+        // A tick's share computed as 0.9999... of a change is that change.
+        let due = (self.owed + 1e-9).floor().max(0.0);
+        self.owed -= due;
+        due as u64
     }
 }
 
@@ -313,6 +361,41 @@ pub fn burst_config_maps(shared: &Shared, count: usize) -> u64 {
 mod tests {
     use super::*;
     use kubefold_engine::resources::ResourceType;
+
+    /// A member churning once a second makes one change a tick even when
+    /// its ticks come a little late or early: before, the budget was capped
+    /// at one change, a late tick's excess was lost and the next tick came
+    /// short, and a fleet asked for 1,000 changes a second made about 620.
+    #[test]
+    fn a_tick_that_fires_late_or_early_still_makes_its_change() {
+        let ms = Duration::from_millis;
+        let mut budget = Budget::new(1.0, Duration::from_secs(1));
+        let ticks = [ms(1000), ms(1003), ms(997), ms(1000), ms(1010), ms(990), ms(1001), ms(999)];
+        let made: Vec<u64> = ticks.iter().map(|&t| budget.add(t)).collect();
+        assert_eq!(made, vec![1; ticks.len()], "one change a tick");
+        // Fast churn on 20 ms ticks: two changes a tick at 100 a second.
+        let mut budget = Budget::new(100.0, ms(20));
+        assert_eq!((0..50).map(|_| budget.add(ms(20))).sum::<u64>(), 100);
+        // After a stall only about a second's changes are owed, not all missed.
+        let mut budget = Budget::new(100.0, ms(20));
+        assert_eq!(budget.add(Duration::from_secs(30)), 102);
+    }
+
+    /// The members of a fleet churn at phases spread over their tick (a
+    /// thousand names, ten slices of the tick: none holds fewer than half or
+    /// more than twice its share), the same for a name in every run.
+    #[test]
+    fn fleet_members_churn_at_phases_spread_over_their_tick() {
+        let mut slices = [0usize; 10];
+        for i in 1..=1000 {
+            let p = phase(&format!("member{i}"), 42);
+            assert!((0.0..1.0).contains(&p));
+            slices[(p * 10.0) as usize] += 1;
+        }
+        assert!(slices.iter().all(|&n| (50..=200).contains(&n)), "{slices:?}");
+        assert_eq!(phase("member7", 42), phase("member7", 42));
+        assert_ne!(phase("member7", 42), phase("member8", 42));
+    }
 
     #[test]
     fn churn_keeps_the_pod_count_stable_and_only_deletes_its_own_or_load_pods() {
