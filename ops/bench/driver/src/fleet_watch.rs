@@ -31,6 +31,26 @@ pub struct FanOut {
     pub events_per_sec: f64,
 }
 
+/// kubefold's histogram of commit durations (a batch's ingest to its
+/// publication, `kubefold_commit_duration_seconds`): cumulative counts by
+/// upper bound.
+async fn commit_buckets(addr: SocketAddr) -> Option<Vec<(String, f64)>> {
+    let (status, page) = crate::http::get_once(addr, "/metrics", Duration::from_secs(5)).await.ok()?;
+    if status != 200 {
+        return None;
+    }
+    let page = String::from_utf8_lossy(&page);
+    let buckets = page
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("kubefold_commit_duration_seconds_bucket{le=\"")?;
+            let (le, rest) = rest.split_once("\"}")?;
+            Some((le.to_string(), rest.trim().parse::<f64>().ok()?))
+        })
+        .collect::<Vec<_>>();
+    (!buckets.is_empty()).then_some(buckets)
+}
+
 /// Sets every member's churn so that the fleet makes `per_sec` changes a second in all.
 async fn set_churn(members: &[(String, SocketAddr)], per_sec: f64) -> usize {
     let each = per_sec / members.len().max(1) as f64;
@@ -76,7 +96,16 @@ pub async fn run(ctx: &Ctx, report: &mut Report, plan: &FanOut, kubefold: &Proc,
     let clients: Vec<_> = (0..plan.clients)
         .map(|i| (addr, format!("/api/v1/namespaces/load-{}/pods?watch=1&resourceVersion={head}", i % 10), LineKind::Kubefold))
         .collect();
+    let commits_before = commit_buckets(addr).await;
     let case = run_watch_case(ctx, "fleet own namespace", base, clients, kubefold, std::slice::from_ref(sim)).await;
+    let commits = commit_buckets(addr).await.map(|after| {
+        let before = commits_before.unwrap_or_default();
+        after.iter().map(|(le, n)| (le.clone(), n - before.iter().find(|(b, _)| b == le).map_or(0.0, |(_, m)| *m))).collect::<Vec<_>>()
+    });
+    if let Some(commits) = &commits {
+        let shown: Vec<String> = commits.iter().map(|(le, n)| format!("<={le}: {n:.0}")).collect();
+        eprintln!("  fleet watch fan-out: kubefold's commits (ingest to publication) by seconds, cumulative: {}", shown.join(", "));
+    }
     set_churn(members, 0.0).await;
     let _ = probe_stop_tx.send(true);
     let mut probe_logs = Vec::with_capacity(probes.len());
@@ -110,12 +139,28 @@ pub async fn run(ctx: &Ctx, report: &mut Report, plan: &FanOut, kubefold: &Proc,
         }
     }
     let (mut latencies, mut delivered, mut expected) = (Vec::new(), 0u64, 0u64);
+    // The same latencies by the second of the window their event left its
+    // member in: a tail spread evenly and one from a few stalls differ here.
+    let mut by_second: Vec<Vec<f64>> = vec![Vec::new(); ((t1 - t0) / 1_000_000_000 + 1) as usize];
+    // Each event's first receipt by any client: what the way to kubefold's
+    // fan-out took (the member's stream, the watcher, the commit, the tick),
+    // apart from what handing it to every client took after.
+    let mut first: HashMap<u64, u64> = HashMap::new();
+    for log in &case.logs {
+        for &(key, t) in &log.received {
+            first.entry(key).and_modify(|f| *f = (*f).min(t)).or_insert(t);
+        }
+    }
+    let mut spread = Vec::new();
     for (i, log) in case.logs.iter().enumerate() {
         for &(key, t) in &log.received {
             let Some(&t_left) = left_member.get(&key) else { continue };
             if in_window(t_left) {
                 delivered += 1;
-                latencies.push((t as f64 - t_left as f64) / 1e6);
+                spread.push((t - first[&key]) as f64 / 1e6);
+                let ms = (t as f64 - t_left as f64) / 1e6;
+                latencies.push(ms);
+                by_second[((t_left - t0) / 1_000_000_000) as usize].push(ms);
             }
         }
         expected += per_namespace.get(&((i % 10) as u8)).copied().unwrap_or(0);
@@ -124,6 +169,27 @@ pub async fn run(ctx: &Ctx, report: &mut Report, plan: &FanOut, kubefold: &Proc,
     let missing = expected.saturating_sub(delivered);
     latencies.extend(std::iter::repeat_n(f64::INFINITY, missing as usize));
     let lat = summary(latencies);
+    let first_lat = summary(
+        first.iter().filter_map(|(key, &t)| left_member.get(key).filter(|&&l| in_window(l)).map(|&l| (t as f64 - l as f64) / 1e6)).collect(),
+    );
+    let spread = summary(spread);
+    eprintln!(
+        "  fleet watch fan-out: to the first client p50 {:.1} ms, p99 {:.1} ms; after the first, p50 {:.1} ms, p99 {:.1} ms",
+        first_lat.p50, first_lat.p99, spread.p50, spread.p99
+    );
+    let seconds: Vec<[f64; 4]> = by_second
+        .into_iter()
+        .map(|v| {
+            let s = summary(v);
+            [s.n as f64, (s.p50 * 10.0).round() / 10.0, (s.p99 * 10.0).round() / 10.0, (s.max * 10.0).round() / 10.0]
+        })
+        .collect();
+    let worst: Vec<String> = {
+        let mut order: Vec<usize> = (0..seconds.len()).collect();
+        order.sort_by(|&a, &b| seconds[b][2].total_cmp(&seconds[a][2]));
+        order.iter().take(5).map(|&i| format!("{i} s: p99 {} ms", seconds[i][2])).collect()
+    };
+    eprintln!("  fleet watch fan-out: worst seconds of the window: {}", worst.join(", "));
     let dropped = case.logs.iter().filter(|l| l.ended_early || l.errors > 0 || l.status != 200).count();
     let window_s = (t1 - t0) as f64 / 1e9;
     let rate = events as f64 / window_s;
@@ -159,6 +225,8 @@ pub async fn run(ctx: &Ctx, report: &mut Report, plan: &FanOut, kubefold: &Proc,
             "deliveries": delivered, "expectedDeliveries": expected, "latencyFromMemberWatch": lat, "dropped": dropped,
             "cpu": {"kubefold": case.kubefold_cpu, "driver": case.driver_cpu},
             "eventsPerWrite": per_write, "churnFailed": churn_failed, "probesEndedEarly": probes_ended,
+            "commitsBySeconds": commits, "toFirstClient": first_lat, "afterFirstClient": spread,
+            "bySecond": {"columns": ["deliveries", "p50 ms", "p99 ms", "max ms"], "rows": seconds},
         }),
     );
     Ok(())

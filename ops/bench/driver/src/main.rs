@@ -191,7 +191,7 @@ fn usage() -> ! {
         "usage: kubefold-bench --kubefold PATH [--quick] [--out DIR] [--budget-secs S] [--sizes N,N,..] [--sims N]\n\
          \x20                     [--watchers N] [--watch-settle-secs S] [--no-watch] [--only-watch] [--no-restart] [--command TEXT]\n\
          \x20                     [--watch-pause-ms MS [--watch-pause-of kubefold|members|driver|all]]\n\
-         \x20                     [--fleet [--fleet-members N] [--fleet-pods N] [--fleet-http1]] [--streams] [--etcd]"
+         \x20                     [--fleet [--fleet-members N] [--fleet-pods N] [--fleet-http1] [--fleet-watch-clients N]] [--streams] [--etcd]"
     );
     std::process::exit(2)
 }
@@ -216,6 +216,7 @@ fn parse_args() -> Result<Args> {
     let mut command = String::from("ops/bench/run");
     let (mut fleet_members, mut fleet_pods): (Option<usize>, Option<usize>) = (None, None);
     let mut fleet_http1 = false;
+    let mut fleet_watch_clients: Option<usize> = None;
     let mut it = argv.into_iter();
     while let Some(arg) = it.next() {
         let mut value = || it.next().unwrap_or_else(|| usage());
@@ -246,6 +247,7 @@ fn parse_args() -> Result<Args> {
             "--fleet-members" => fleet_members = Some(value().parse().context("--fleet-members")?),
             "--fleet-pods" => fleet_pods = Some(value().replace('_', "").parse().context("--fleet-pods")?),
             "--fleet-http1" => fleet_http1 = true,
+            "--fleet-watch-clients" => fleet_watch_clients = Some(value().parse().context("--fleet-watch-clients")?),
             "--streams" => plan.streams = true,
             "--etcd" => plan.etcd = Some(if quick { replicas::EtcdPlan::quick() } else { replicas::EtcdPlan::full() }),
             "--command" => command = value(),
@@ -263,11 +265,14 @@ fn parse_args() -> Result<Args> {
             fleet.pods = p;
         }
         fleet.http1 = fleet_http1;
+        if let Some(c) = fleet_watch_clients {
+            fleet.watch_clients = c.max(1);
+        }
         if fleet.pods < fleet.members {
             bail!("--fleet-pods must be at least --fleet-members");
         }
-    } else if fleet_members.is_some() || fleet_pods.is_some() || fleet_http1 {
-        bail!("--fleet-members, --fleet-pods and --fleet-http1 go with --fleet");
+    } else if fleet_members.is_some() || fleet_pods.is_some() || fleet_http1 || fleet_watch_clients.is_some() {
+        bail!("--fleet-members, --fleet-pods, --fleet-http1 and --fleet-watch-clients go with --fleet");
     }
     if let Some(etcd) = plan.etcd.as_mut() {
         // --sizes and --sims size the etcd run too.
