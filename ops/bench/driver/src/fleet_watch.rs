@@ -187,7 +187,17 @@ pub async fn run(ctx: &Ctx, report: &mut Report, plan: &FanOut, kubefold: &Proc,
     let worst: Vec<String> = {
         let mut order: Vec<usize> = (0..seconds.len()).collect();
         order.sort_by(|&a, &b| seconds[b][2].total_cmp(&seconds[a][2]));
-        order.iter().take(5).map(|&i| format!("{i} s: p99 {} ms", seconds[i][2])).collect()
+        // With the time of day, to line them up with the children's logs.
+        let window_start = std::time::SystemTime::now() - base.elapsed() + Duration::from_nanos(t0);
+        order
+            .iter()
+            .take(5)
+            .map(|&i| {
+                let at = window_start + Duration::from_secs(i as u64);
+                let of_day = at.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() % 86_400);
+                format!("{i} s ({:02}:{:02}:{:02} UTC): p99 {} ms", of_day / 3600, of_day / 60 % 60, of_day % 60, seconds[i][2])
+            })
+            .collect()
     };
     eprintln!("  fleet watch fan-out: worst seconds of the window: {}", worst.join(", "));
     let dropped = case.logs.iter().filter(|l| l.ended_early || l.errors > 0 || l.status != 200).count();

@@ -41,7 +41,9 @@ impl Proc {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(err))
-            .env("RUST_LOG", "warn");
+            // Warnings, and when the aggregator wrote index snapshots and
+            // compacted the log (a stall in a measure lines up with them).
+            .env("RUST_LOG", "warn,kubefold_actors::aggregator=info,kubefold_store=info");
         // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
         unsafe {
             command.pre_exec(|| {
