@@ -495,6 +495,7 @@ impl Actor for Aggregator {
             this.publisher.set_compacted_rv(floor);
             let (store, live) = (this.store.clone(), this.reflector.index().clone());
             let shared = this.shared.clone();
+            let started = Instant::now();
             let wait = crate::background::run("store-compact", move || {
                 let stats = store.compact(floor, &live)?;
                 // A damaged record waiting for a compaction past it (an
@@ -512,13 +513,14 @@ impl Actor for Aggregator {
                 Ok::<_, kubefold_store::Error>(stats)
             });
             _ctx.spawn(
-                wait.into_actor(this).map(|result, this: &mut Aggregator, _| {
+                wait.into_actor(this).map(move |result, this: &mut Aggregator, _| {
                     this.compacting = false;
                     match result {
                         Ok(Ok(stats)) => {
                             metrics::counter!("kubefold_compacted_events_total").increment(stats.removed);
                             metrics::gauge!("kubefold_compacted_resource_version").set(stats.floor as f64);
-                            info!(floor = stats.floor, removed = stats.removed, kept = stats.kept, "Event log compacted.");
+                            let seconds = started.elapsed().as_secs_f64();
+                            info!(floor = stats.floor, removed = stats.removed, kept = stats.kept, seconds, "Event log compacted.");
                         }
                         Ok(Err(e)) => error!(error = %e, "Compaction failed."),
                         _ => error!("Compaction thread failed."),
@@ -609,10 +611,12 @@ impl Handler<Compact> for Aggregator {
         };
         self.publisher.set_compacted_rv(floor);
         let (store, live) = (self.store.clone(), self.reflector.index().clone());
+        let started = Instant::now();
         let compact = crate::background::run("store-compact", move || store.compact(floor, &live));
-        Box::pin(compact.into_actor(self).map(|result, _, _| {
+        Box::pin(compact.into_actor(self).map(move |result, _, _| {
             let stats = result.map_err(|_| Error::ThreadFailed("compaction"))?.map_err(Error::CompactionFailed)?;
-            info!(floor = stats.floor, removed = stats.removed, kept = stats.kept, "Event log compacted.");
+            let seconds = started.elapsed().as_secs_f64();
+            info!(floor = stats.floor, removed = stats.removed, kept = stats.kept, seconds, "Event log compacted.");
             Ok(stats)
         }))
     }

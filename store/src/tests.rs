@@ -1254,3 +1254,27 @@ fn replay_progress_is_a_share_of_the_rv_range_and_a_time_left() {
     let empty = crate::ReplayProgress { from_rv: 301, at_rv: 300, head_rv: 300, replayed: 0 };
     assert_eq!(empty.fraction(), 1.0);
 }
+
+/// A compaction that can remove nothing (every event at or below its floor
+/// is its object's live version) moves the floor and keeps every event,
+/// without the scan of the records after the floor; once an object has
+/// changed, the next compaction removes its superseded version.
+#[test]
+fn a_compaction_with_nothing_to_remove_moves_the_floor_and_keeps_every_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), &Options::default()).unwrap();
+    let mut index = Index::at(0);
+    let first = commit_changes(&store, &mut index, (0..8).map(|i| pod_change(&format!("p{i}"), i + 1, false)).collect());
+    let head = store.head_rv().unwrap();
+    let stats = store.compact(head - 2, &index).unwrap();
+    assert_eq!((stats.floor, stats.removed, stats.kept), (head - 2, 0, head - 2));
+    assert_eq!(store.compacted_rv().unwrap(), head - 2);
+    assert!(index.live_rvs().all(|rv| store.body(rv).unwrap().is_some()), "every object readable");
+    // p0 changes twice: its first version is superseded, then compacted.
+    commit_changes(&store, &mut index, vec![pod_change("p0", 100, false)]);
+    commit_changes(&store, &mut index, vec![pod_change("p0", 101, false)]);
+    let stats = store.compact(store.head_rv().unwrap(), &index).unwrap();
+    assert!(stats.removed >= 1, "{stats:?}");
+    assert_eq!(store.body(first[0].rv).unwrap(), None, "p0's first version is gone");
+    assert!(index.live_rvs().all(|rv| store.body(rv).unwrap().is_some()), "every object readable");
+}
