@@ -68,9 +68,10 @@ impl Store {
         // in a pinned read's), as in a fleet whose objects change rarely;
         // the previous versions found below can only keep more. Then the
         // scan after the floor (a record read for each event above it, a
-        // million at 2M objects, every minute) is not made, and no segment
-        // is reclaimed: none lost a record since the last compaction that
-        // removed one.
+        // million at 2M objects, every minute) is not made, and segments
+        // are left for the next compaction that removes something to
+        // reclaim (no record died since the last one that did; a segment
+        // still active then waits until that next one).
         if let Some(kept) = self.all_kept(floor, &keep, keep_after)? {
             self.flush_all()?;
             return Ok(CompactStats { floor, removed: 0, kept });
