@@ -466,6 +466,8 @@ impl Store {
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod compact_tests;
+#[cfg(test)]
 mod fault_tests;
 #[cfg(test)]
 mod repair_tests;
