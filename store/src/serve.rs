@@ -19,6 +19,9 @@ pub(crate) const READ_AHEAD_SPAN: u64 = 1024 * 1024;
 pub(crate) const READ_CACHE_WINDOW: u64 = 16 * 1024;
 /// ... and the cache keeps at most about this many bytes of such reads.
 pub(crate) const READ_CACHE_BYTES: usize = 16 << 20;
+/// Buffers of spans a [`ReadCache`] let go kept to read the next spans into.
+const SPARE_SPANS: usize = 16;
+
 /// A cache's first this many window reads are made whatever they serve;
 /// after them a read takes its window only while the windows have served
 /// as many records from kept spans as they cost reads, and else one read
@@ -55,6 +58,10 @@ pub struct ReadCache {
     /// a read is extended only within them (the records of a list were all
     /// written by then).
     sizes: Option<std::collections::BTreeMap<u32, u64>>,
+    /// Buffers of spans let go, read into again ([`SPARE_SPANS`] at most).
+    spare: Vec<Vec<u8>>,
+    /// Bytes of spans kept at most (none: [`READ_CACHE_BYTES`]).
+    limit: Option<usize>,
     /// Reads extended to their window, ...
     windowed: u32,
     /// ... records found in kept spans ...
@@ -66,9 +73,18 @@ pub struct ReadCache {
     pub(crate) reads: usize,
     #[cfg(test)]
     pub(crate) bytes_read: usize,
+    /// Reads made into the buffer of a span let go.
+    #[cfg(test)]
+    pub(crate) reused: usize,
 }
 
 impl ReadCache {
+    /// A cache keeping at most `limit` bytes of spans.
+    #[cfg(test)]
+    pub(crate) fn with_limit(limit: usize) -> ReadCache {
+        ReadCache { limit: Some(limit), ..ReadCache::default() }
+    }
+
     /// The kept span holding `p`'s record: its bytes and the record's place in them.
     fn find(&self, p: &log::Pointer) -> Option<(Arc<Vec<u8>>, u32)> {
         let ((segment, start), span) = self.spans.range(..=(p.segment, p.offset)).next_back()?;
@@ -99,10 +115,16 @@ impl ReadCache {
         } else {
             self.order.push_back((segment, offset));
         }
-        while self.bytes > READ_CACHE_BYTES {
+        while self.bytes > self.limit.unwrap_or(READ_CACHE_BYTES) {
             let Some(key) = self.order.pop_front() else { break };
             if let Some(old) = self.spans.remove(&key) {
                 self.bytes -= old.len();
+                // Read into again unless a batch still holds it.
+                if let Ok(old) = Arc::try_unwrap(old) {
+                    if self.spare.len() < SPARE_SPANS {
+                        self.spare.push(old);
+                    }
+                }
             }
         }
     }
@@ -111,8 +133,12 @@ impl ReadCache {
 /// Event records read together ([`Store::read_ahead`]).
 #[derive(Default)]
 pub struct ReadAhead {
-    /// By RV.
-    records: Vec<(u64, Held)>,
+    /// In the order the events were asked for (`None`: not in the log).
+    records: Vec<(u64, Option<Held>)>,
+    /// Where [`ReadAhead::get`] looks first: after the record it gave last
+    /// (a list writes its items in the order it asked for them; finding
+    /// each in records kept by RV was 3 % of a long list's CPU).
+    next: std::cell::Cell<usize>,
     pub(crate) spans: Vec<Arc<Vec<u8>>>,
     /// The dictionaries when the records were read (looked up once per
     /// batch, not once per record under the store's lock).
@@ -128,8 +154,12 @@ pub(crate) enum Held {
 impl ReadAhead {
     /// The record of the event at `rv`, if read.
     fn get(&self, rv: u64) -> Option<&[u8]> {
-        let at = self.records.binary_search_by_key(&rv, |(rv, _)| *rv).ok()?;
-        Some(match &self.records[at].1 {
+        let at = match self.records.get(self.next.get()) {
+            Some((next, _)) if *next == rv => self.next.get(),
+            _ => self.records.iter().position(|(held, _)| *held == rv)?,
+        };
+        self.next.set(at + 1);
+        Some(match self.records[at].1.as_ref()? {
             Held::Inline(value) => value,
             Held::Span { span, start, len } => &self.spans[*span as usize][*start as usize..(*start + *len) as usize],
         })
@@ -318,17 +348,24 @@ impl Store {
 
     fn read_ahead_in(&self, rvs: impl IntoIterator<Item = u64>, mut cache: Option<&mut ReadCache>) -> Result<ReadAhead> {
         let mut ahead = ReadAhead { dicts: self.dicts.read().unwrap_or_else(|e| e.into_inner()).clone(), ..ReadAhead::default() };
-        let mut logged: Vec<(u64, log::Pointer)> = Vec::new();
-        for (rv, located) in self.locations.get_many(rvs) {
-            if let Some(pointer) = located {
-                logged.push((rv, pointer));
-                continue;
-            }
-            match self.lookup(rv)? {
-                Some(Located::Logged(pointer)) => logged.push((rv, pointer)),
-                Some(Located::Inline(value)) => ahead.records.push((rv, Held::Inline(value))),
-                None => {}
-            }
+        // The records in the log: their place in `ahead.records`, and where they are.
+        let mut logged: Vec<(usize, log::Pointer)> = Vec::new();
+        for (at, (rv, located)) in self.locations.get_many(rvs).into_iter().enumerate() {
+            let held = match located {
+                Some(pointer) => {
+                    logged.push((at, pointer));
+                    None
+                }
+                None => match self.lookup(rv)? {
+                    Some(Located::Logged(pointer)) => {
+                        logged.push((at, pointer));
+                        None
+                    }
+                    Some(Located::Inline(value)) => Some(Held::Inline(value)),
+                    None => None,
+                },
+            };
+            ahead.records.push((rv, held));
         }
         logged.sort_unstable_by_key(|(_, p)| (p.segment, p.offset));
         if let Some(cache) = cache.as_deref_mut() {
@@ -337,20 +374,21 @@ impl Store {
             }
             // Records in kept spans are taken from them; the others are read.
             let mut unread = Vec::with_capacity(logged.len());
-            for (rv, p) in logged {
+            for (i, p) in logged {
                 match cache.find(&p) {
                     Some((span, at)) => {
                         cache.hits += 1;
                         let bytes = &span[at as usize..(at + p.len) as usize];
+                        let rv = ahead.records[i].0;
                         if crc32fast::hash(bytes) != p.crc {
                             let what = format!("event {rv}: log segment {} at {}: checksum mismatch", p.segment, p.offset);
                             self.note_damage(rv, &what);
                             return Err(Error::Corrupt { what });
                         }
-                        ahead.records.push((rv, Held::Span { span: ahead.spans.len() as u32, start: at, len: p.len }));
+                        ahead.records[i].1 = Some(Held::Span { span: ahead.spans.len() as u32, start: at, len: p.len });
                         ahead.spans.push(span);
                     }
-                    None => unread.push((rv, p)),
+                    None => unread.push((i, p)),
                 }
             }
             logged = unread;
@@ -380,17 +418,23 @@ impl Store {
             }
             // A segment gone since the pointers were read: those records
             // are read on their own, through their new pointers.
-            if let Some(span) = self.log.read_span(first.segment, first.offset, len).map_err(|what| Error::Corrupt { what })? {
+            let buffer = cache.as_deref_mut().and_then(|cache| cache.spare.pop()).unwrap_or_default();
+            #[cfg(test)]
+            if let Some(cache) = cache.as_deref_mut() {
+                cache.reused += usize::from(buffer.capacity() > 0);
+            }
+            if let Some(span) = self.log.read_span_into(first.segment, first.offset, len, buffer).map_err(|what| Error::Corrupt { what })? {
                 let index = ahead.spans.len() as u32;
-                for (rv, p) in &logged[run..next] {
+                for (i, p) in &logged[run..next] {
                     let start = p.offset - first.offset;
                     let bytes = &span[start as usize..(start + p.len) as usize];
+                    let rv = ahead.records[*i].0;
                     if crc32fast::hash(bytes) != p.crc {
                         let what = format!("event {rv}: log segment {} at {}: checksum mismatch", p.segment, p.offset);
-                        self.note_damage(*rv, &what);
+                        self.note_damage(rv, &what);
                         return Err(Error::Corrupt { what });
                     }
-                    ahead.records.push((*rv, Held::Span { span: index, start, len: p.len }));
+                    ahead.records[*i].1 = Some(Held::Span { span: index, start, len: p.len });
                 }
                 let span = Arc::new(span);
                 if let Some(cache) = cache.as_deref_mut() {
@@ -405,7 +449,6 @@ impl Store {
             }
             run = next;
         }
-        ahead.records.sort_unstable_by_key(|(rv, _)| *rv);
         Ok(ahead)
     }
 }

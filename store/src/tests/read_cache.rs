@@ -1,6 +1,7 @@
 //! [`crate::ReadCache`]: the batches of a list of many members, read
 //! through it, are served exactly as record by record, with a read per
-//! window rather than one per record.
+//! window rather than one per record, also when its spans are let go and
+//! their buffers read into again.
 
 use super::*;
 
@@ -69,4 +70,28 @@ fn a_sparse_list_through_a_cache_stops_reading_windows_that_serve_nothing() {
     assert_eq!(cache.reads, 100, "one read per object: none lies in another's window");
     let windows = 100 * crate::serve::READ_CACHE_WINDOW as usize;
     assert!(cache.bytes_read < windows / 2, "{} bytes read through the cache (windows for each: {windows})", cache.bytes_read);
+}
+
+/// A cache that keeps about two windows over batches of ten places (the
+/// batches of [`batches_over_many_places_read_through_a_cache_serve_the_same_objects_with_few_reads`]):
+/// it lets spans go at every batch and reads the next spans into their
+/// buffers, which hold the bytes of other records until read into; every
+/// object is still served as it is read alone (a buffer read into short,
+/// or with stale bytes, fails the record's checksum or differs).
+#[test]
+fn spans_read_into_the_buffers_of_spans_let_go_serve_the_same_objects() {
+    let (_dir, store, rvs) = pods_in_order(2000, 8 << 20);
+    let mut cache = ReadCache::with_limit(2 * crate::serve::READ_CACHE_WINDOW as usize);
+    for k in 0..20 {
+        let batch: Vec<u64> = (0..10).map(|place| rvs[place * 200 + k]).collect();
+        let cached = store.read_ahead_cached(batch.iter().copied(), &mut cache).unwrap();
+        for rv in &batch {
+            let (mut one, mut through) = (ChunkBuf::default(), ChunkBuf::default());
+            assert!(store.write_served(*rv, Some("_m1"), &mut one).unwrap());
+            assert!(store.write_served_from(&cached, *rv, Some("_m1"), &mut through).unwrap());
+            assert_eq!(one.written(), through.written(), "object version {rv}");
+        }
+    }
+    // Spans let go while their own batch holds them are not read into again.
+    assert!(cache.reused * 2 >= cache.reads, "{} of {} reads made into the buffers of spans let go", cache.reused, cache.reads);
 }
