@@ -12,10 +12,13 @@
 //! - [`list`]: a list: paging, counting what is left, the list body.
 //! - [`list_stream`]: the rest of a long list: the chunk pool, the
 //!   worker's stream, the producer threads.
+//! - [`list_shared`]: the rest of a long JSON list made by the worker and
+//!   a helper thread together.
 //! - [`watch`]: a watch's events from its start point on, for its client.
 
 pub mod get;
 pub mod list;
+pub mod list_shared;
 pub mod list_stream;
 pub mod params;
 pub mod scope;
