@@ -327,67 +327,83 @@ mod tests {
         (bytes, failed)
     }
 
+    /// Runs `test` on a runtime of two workers; a helper thread left
+    /// waiting (the failure some of these tests look for) does not hold
+    /// the test up when the runtime is shut down.
+    fn run(test: impl std::future::Future<Output = ()>) {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runtime.block_on(test)));
+        runtime.shutdown_background();
+        if let Err(panic) = outcome {
+            std::panic::resume_unwind(panic);
+        }
+    }
+
+    /// Waits until the lists of `store` written with `writer` are gone:
+    /// their helper and feed ended (they held the writer) and their pins
+    /// let go.
+    async fn released(store: &Store, writer: &Arc<ItemWriter>, what: &str) {
+        let gone = async {
+            while Arc::strong_count(writer) > 1 || store.pinned_reads() > 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), gone).await.unwrap_or_else(|_| panic!("{what}"));
+    }
+
     /// Made by the worker and the helper together, a list of many batches
     /// is every object once, in the list's order, the same bytes as the
     /// worker writes alone; and once it is sent, the helper and the feed
     /// are gone (they held the writer) and the list's pin is let go.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_list_made_by_the_worker_and_its_helper_is_the_list_written_alone() {
-        let dir = tempfile::tempdir().unwrap();
-        let pods = 20 * LIST_BATCH_ITEMS as u64 + 5;
-        let store = store_of(dir.path(), pods);
-        let writer = Arc::new(ItemWriter::Json);
-        // Listed in an order of their own (not the log's), as a list of many members is.
-        let order: Vec<u64> = (1..=pods).rev().collect();
-        let (shared, failed) = drain(list_of(&store, order.clone(), writer.clone()).rest_shared(StreamingList::start())).await;
-        assert_eq!(failed, None);
-        let (alone, _) = drain(list_of(&store, order.clone(), writer.clone()).rest_on_worker(StreamingList::start())).await;
-        assert!(shared == alone, "the shared list differs from the worker's ({} against {} bytes)", shared.len(), alone.len());
-        let items: Vec<serde_json::Value> = serde_json::from_slice(&[b"[", &shared[..shared.len() - 1]].concat()).unwrap();
-        let names: Vec<String> = items.iter().map(|item| item["metadata"]["name"].as_str().unwrap().to_string()).collect();
-        assert_eq!(names, order.iter().map(|rv| format!("pod-{rv:05}")).collect::<Vec<_>>());
-        tokio::time::timeout(Duration::from_secs(30), async {
-            while Arc::strong_count(&writer) > 1 || store.pinned_reads() > 0 {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await
-        .expect("the helper and the feed end with the list, and its pin is let go");
+    #[test]
+    fn a_list_made_by_the_worker_and_its_helper_is_the_list_written_alone() {
+        run(async {
+            let dir = tempfile::tempdir().unwrap();
+            let pods = 20 * LIST_BATCH_ITEMS as u64 + 5;
+            let store = store_of(dir.path(), pods);
+            let writer = Arc::new(ItemWriter::Json);
+            // Listed in an order of their own (not the log's), as a list of many members is.
+            let order: Vec<u64> = (1..=pods).rev().collect();
+            let (shared, failed) = drain(list_of(&store, order.clone(), writer.clone()).rest_shared(StreamingList::start())).await;
+            assert_eq!(failed, None);
+            let (alone, _) = drain(list_of(&store, order.clone(), writer.clone()).rest_on_worker(StreamingList::start())).await;
+            assert!(shared == alone, "the shared list differs from the worker's ({} against {} bytes)", shared.len(), alone.len());
+            let items: Vec<serde_json::Value> = serde_json::from_slice(&[b"[", &shared[..shared.len() - 1]].concat()).unwrap();
+            let names: Vec<String> = items.iter().map(|item| item["metadata"]["name"].as_str().unwrap().to_string()).collect();
+            assert_eq!(names, order.iter().map(|rv| format!("pod-{rv:05}")).collect::<Vec<_>>());
+            released(&store, &writer, "the helper and the feed end with the list, and its pin is let go").await;
+        });
     }
 
     /// An object the store no longer holds, in the middle of the list: the
     /// list ends there with an error, after every object before it and
     /// none after it; a client that goes away after the first chunk ends
     /// the helper and the feed, and the list's pin is let go.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_shared_list_ends_at_a_missing_object_and_when_its_client_goes_away() {
-        let dir = tempfile::tempdir().unwrap();
-        let pods = 12 * LIST_BATCH_ITEMS as u64;
-        let store = store_of(dir.path(), pods);
-        let writer = Arc::new(ItemWriter::Json);
-        let missing = pods + 1000;
-        let at = 7 * LIST_BATCH_ITEMS + 3;
-        let mut order: Vec<u64> = (1..=pods).collect();
-        order.insert(at, missing);
-        let (bytes, failed) = drain(list_of(&store, order, writer.clone()).rest_shared(StreamingList::start())).await;
-        let failed = failed.expect("the list ends with an error");
-        assert!(failed.contains(&format!("object version {missing} is no longer retained")), "{failed}");
-        // The batch holding it is not sent: it stops after the batch before.
-        let text = String::from_utf8(bytes).unwrap();
-        let sent = 7 * LIST_BATCH_ITEMS;
-        assert!(text.contains(&format!("\"pod-{sent:05}\"")), "every batch before the missing object's was sent");
-        assert!(!text.contains(&format!("\"pod-{:05}\"", sent + 1)), "nothing from the missing object's batch on was sent");
-        assert!(!text.ends_with("]}"));
+    #[test]
+    fn a_shared_list_ends_at_a_missing_object_and_when_its_client_goes_away() {
+        run(async {
+            let dir = tempfile::tempdir().unwrap();
+            let pods = 12 * LIST_BATCH_ITEMS as u64;
+            let store = store_of(dir.path(), pods);
+            let writer = Arc::new(ItemWriter::Json);
+            let missing = pods + 1000;
+            let at = 7 * LIST_BATCH_ITEMS + 3;
+            let mut order: Vec<u64> = (1..=pods).collect();
+            order.insert(at, missing);
+            let (bytes, failed) = drain(list_of(&store, order, writer.clone()).rest_shared(StreamingList::start())).await;
+            let failed = failed.expect("the list ends with an error");
+            assert!(failed.contains(&format!("object version {missing} is no longer retained")), "{failed}");
+            // The batch holding it is not sent: it stops after the batch before.
+            let text = String::from_utf8(bytes).unwrap();
+            let sent = 7 * LIST_BATCH_ITEMS;
+            assert!(text.contains(&format!("\"pod-{sent:05}\"")), "every batch before the missing object's was sent");
+            assert!(!text.contains(&format!("\"pod-{:05}\"", sent + 1)), "nothing from the missing object's batch on was sent");
+            assert!(!text.ends_with("]}"));
 
-        let mut stream = Box::pin(list_of(&store, 1..=pods, writer.clone()).rest_shared(StreamingList::start()));
-        assert!(matches!(stream.next().await, Some(Ok(_))));
-        drop(stream);
-        tokio::time::timeout(Duration::from_secs(30), async {
-            while Arc::strong_count(&writer) > 1 || store.pinned_reads() > 0 {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await
-        .expect("the helper and the feed stop when the client goes away, and the pin is let go");
+            let mut stream = Box::pin(list_of(&store, 1..=pods, writer.clone()).rest_shared(StreamingList::start()));
+            assert!(matches!(stream.next().await, Some(Ok(_))));
+            drop(stream);
+            released(&store, &writer, "the helper and the feed stop when the client goes away, and the pin is let go").await;
+        });
     }
 }
