@@ -194,9 +194,14 @@ impl std::fmt::Debug for ClusterSpec {
     }
 }
 
+/// The first request through a shared client of a TLS member, made once
+/// and waited for by every user of the client ([`ClusterSpec::shared_client`]).
+type FirstRequest = std::rc::Rc<tokio::sync::OnceCell<()>>;
+
 thread_local! {
-    /// [`ClusterSpec::shared_client`]'s clients of this thread, by member.
-    static SHARED_CLIENTS: std::cell::RefCell<std::collections::HashMap<String, (ClusterSpec, kube::Client)>> = Default::default();
+    /// [`ClusterSpec::shared_client`]'s clients of this thread, by member,
+    /// each with the first request made through it (see there).
+    static SHARED_CLIENTS: std::cell::RefCell<std::collections::HashMap<String, (ClusterSpec, kube::Client, FirstRequest)>> = Default::default();
     /// [`ClusterSpec::shared_impersonating_client`]'s clients of this
     /// thread, by member, with the settings and token they were built with.
     static IMPERSONATING_CLIENTS: std::cell::RefCell<std::collections::HashMap<String, ImpersonatingClient>> = Default::default();
@@ -351,15 +356,42 @@ impl ClusterSpec {
     /// built-in types. A client belongs to the runtime that built it (its
     /// request buffer's task runs there), and each kubefold thread that
     /// talks to members has a runtime of its own, hence one per thread.
+    ///
+    /// Over TLS the client learns that a member speaks HTTP/2 only once its
+    /// first connection's handshake chose it (ALPN); requests made before
+    /// that each open a connection of their own, and a watch started on one
+    /// keeps it: the ten watches of a member starting together held seven
+    /// connections where one carries them all. So the first user of a TLS
+    /// member's client asks for its version, and every user waits for that
+    /// answer (or its failure) before its own request. (A plain member over
+    /// `h2c` is known to speak HTTP/2 from the start, and one over HTTP/1.1
+    /// needs a connection per request in flight anyway.)
     pub async fn shared_client(&self) -> Result<kube::Client> {
-        if let Some(client) = SHARED_CLIENTS.with(|c| c.borrow().get(&self.name).filter(|(spec, _)| spec == self).map(|(_, client)| client.clone())) {
-            return Ok(client);
+        let found = SHARED_CLIENTS.with(|c| c.borrow().get(&self.name).filter(|(spec, ..)| spec == self).map(|(_, client, first)| (client.clone(), first.clone())));
+        let (client, first) = match found {
+            Some(found) => found,
+            None => {
+                let client = self.client().await?;
+                #[cfg(test)]
+                tests::BUILT_HERE.with(|built| built.set(built.get() + 1));
+                let first = FirstRequest::default();
+                SHARED_CLIENTS.with(|c| c.borrow_mut().insert(self.name.clone(), (self.clone(), client.clone(), first.clone())));
+                (client, first)
+            }
+        };
+        if !self.is_plain() {
+            first.get_or_init(|| async {
+                // Its failure is the member's own requests' to report.
+                let _ = client.apiserver_version().await;
+            })
+            .await;
         }
-        let client = self.client().await?;
-        #[cfg(test)]
-        tests::BUILT_HERE.with(|built| built.set(built.get() + 1));
-        SHARED_CLIENTS.with(|c| c.borrow_mut().insert(self.name.clone(), (self.clone(), client.clone())));
         Ok(client)
+    }
+
+    /// Whether the member is spoken to over plain HTTP (no TLS).
+    fn is_plain(&self) -> bool {
+        self.url.as_deref().is_some_and(|url| url.starts_with("http://"))
     }
 
     /// Builds a kube client for this member. Must run inside a tokio runtime.
