@@ -20,8 +20,8 @@ use std::task::{Poll, Waker};
 use bytes::Bytes;
 use kubefold_store::{ChunkBuf, ReadCache, Store};
 
-use super::list::{feed, Feed, ItemWriter, List, ListCluster, ListFailed, ListItem, LIST_CHUNK_BYTES};
-use super::list_stream::{chunk_buffer, give_back, taking_turns, PooledChunk, StreamingList};
+use super::list::{feed, Feed, ItemWriter, List, ListCluster, ListFailed, ListItem};
+use super::list_stream::{give_back, taking_turns, write_batch, PooledChunk, StreamingList};
 
 /// Batches made ahead of the one being sent, at most: the chunks waiting
 /// to be sent are at most this many batches' (about 2 MB at 4 KB an object).
@@ -88,28 +88,27 @@ impl Shared {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The chunks of `batch` (several for a batch over [`LIST_CHUNK_BYTES`]).
+    /// The chunks of `batch` (several for a batch over [`super::list::LIST_CHUNK_BYTES`]).
     fn make(&self, batch: &Batch) -> Result<VecDeque<ChunkBuf>, String> {
         let ahead = {
             let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
             self.store.read_ahead_cached(batch.items.iter().map(|item| item.rv), &mut cache).map_err(|e| e.to_string())?
         };
         let mut chunks = VecDeque::new();
-        let mut out = chunk_buffer(LIST_CHUNK_BYTES.min(batch.items.len() * 4096) + 64);
-        for (i, item) in batch.items.iter().enumerate() {
-            if out.len() >= LIST_CHUNK_BYTES {
-                chunks.push_back(std::mem::replace(&mut out, chunk_buffer(LIST_CHUNK_BYTES)));
+        let written = write_batch(&self.store, &self.writer, &ahead, batch.first, &batch.items, &batch.clusters, |chunk| {
+            chunks.push_back(chunk);
+            true
+        });
+        match written {
+            Ok(last) => {
+                chunks.extend(last);
+                Ok(chunks)
             }
-            if batch.first + i > 0 {
-                out.push(b',');
-            }
-            if let Err(status) = self.writer.write(&self.store, &ahead, item, &batch.clusters, &mut out) {
-                chunks.into_iter().chain([out]).for_each(give_back);
-                return Err(status.message);
+            Err(message) => {
+                chunks.into_iter().for_each(give_back);
+                Err(message)
             }
         }
-        chunks.push_back(out);
-        Ok(chunks)
     }
 
     /// The helper: makes the batches it takes until the list is made, the

@@ -343,7 +343,6 @@ fn produce(store: &kubefold_store::Store, writer: &ItemWriter, batches: &std::sy
             let _ = tx.blocking_send(Ok(None));
             return;
         };
-        let mut out = chunk_buffer(LIST_CHUNK_BYTES.min(items.len() * 4096) + 64);
         // The batch's records, neighbours read together.
         let ahead = match store.read_ahead_cached(items.iter().map(|item| item.rv), &mut cache) {
             Ok(ahead) => ahead,
@@ -352,22 +351,52 @@ fn produce(store: &kubefold_store::Store, writer: &ItemWriter, batches: &std::sy
                 return;
             }
         };
-        for (i, item) in items.iter().enumerate() {
-            if out.len() >= LIST_CHUNK_BYTES && tx.blocking_send(Ok(Some((Produced::of(std::mem::replace(&mut out, chunk_buffer(LIST_CHUNK_BYTES)), gzip), false)))).is_err() {
+        let full = |chunk| tx.blocking_send(Ok(Some((Produced::of(chunk, gzip), false)))).is_ok();
+        match write_batch(store, writer, &ahead, first, &items, &clusters, full) {
+            Ok(Some(last)) => {
+                if tx.blocking_send(Ok(Some((Produced::of(last, gzip), true)))).is_err() {
+                    return;
+                }
+            }
+            // The client went away.
+            Ok(None) => return,
+            Err(message) => {
+                let _ = tx.blocking_send(Err(message));
                 return;
             }
-            if first + i > 0 {
-                out.push(b',');
-            }
-            if let Err(status) = writer.write(store, &ahead, item, &clusters, &mut out) {
-                let _ = tx.blocking_send(Err(status.message));
-                return;
-            }
-        }
-        if tx.blocking_send(Ok(Some((Produced::of(out, gzip), true)))).is_err() {
-            return;
         }
     }
+}
+
+/// Writes the items of a batch (`first`: the place of its first item in
+/// the list) from the records of `ahead` into chunks of about
+/// [`LIST_CHUNK_BYTES`], handing each full chunk to `full`, and returns
+/// the last one; `None` once `full` refused a chunk (the client went
+/// away); an item that cannot be written is the error.
+pub(super) fn write_batch(
+    store: &kubefold_store::Store,
+    writer: &ItemWriter,
+    ahead: &kubefold_store::ReadAhead,
+    first: usize,
+    items: &[ListItem],
+    clusters: &[ListCluster],
+    mut full: impl FnMut(ChunkBuf) -> bool,
+) -> Result<Option<ChunkBuf>, String> {
+    let mut out = chunk_buffer(LIST_CHUNK_BYTES.min(items.len() * 4096) + 64);
+    for (i, item) in items.iter().enumerate() {
+        if out.len() >= LIST_CHUNK_BYTES && !full(std::mem::replace(&mut out, chunk_buffer(LIST_CHUNK_BYTES))) {
+            give_back(out);
+            return Ok(None);
+        }
+        if first + i > 0 {
+            out.push(b',');
+        }
+        if let Err(status) = writer.write(store, ahead, item, clusters, &mut out) {
+            give_back(out);
+            return Err(status.message);
+        }
+    }
+    Ok(Some(out))
 }
 
 #[cfg(test)]
